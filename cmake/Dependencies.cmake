@@ -1,0 +1,12 @@
+# Every dependency comes from Debian packages installed by scripts/setup.
+find_package(Threads REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(CLI11 REQUIRED)
+if(WEIGHTPORT_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+find_path(XXHASH_INCLUDE_DIR xxhash.h)
+find_library(XXHASH_LIBRARY xxhash)
+if(NOT XXHASH_INCLUDE_DIR OR NOT XXHASH_LIBRARY)
+  message(FATAL_ERROR "libxxhash not found: run scripts/setup (Debian package libxxhash-dev)")
+endif()

@@ -1,0 +1,21 @@
+// Content hashes: xxh3-64 over bytes, whole or in fixed-size chunks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace weightport {
+
+uint64_t Xxh3(std::span<const std::byte> data);
+uint64_t Xxh3(const void* data, size_t size);
+
+// Hash of each chunk of `chunk_size` bytes (the last one may be shorter). Empty data: no chunks.
+std::vector<uint64_t> ChunkHashes(std::span<const std::byte> data, uint64_t chunk_size);
+
+// 16 lower-case hex digits, as xxhsum prints xxh3-64.
+std::string HashToHex(uint64_t hash);
+
+}  // namespace weightport

@@ -1,0 +1,43 @@
+// Strict, exception-free access to JSON read from outside (files, peers). Every accessor checks the
+// type and names the field and its context in the error. Internal to the library.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "weightport/core/status.h"
+
+namespace weightport::json_util {
+
+using Json = nlohmann::json;
+
+// Parses text; never throws. `what` names the source in errors ("placement.json").
+Result<Json> Parse(std::string_view text, std::string_view what);
+// Reads and parses a file; errors name the path.
+Result<Json> ParseFile(const std::string& path);
+// Writes json (indented) to a file atomically (temp file + rename).
+Status WriteFile(const std::string& path, const Json& json);
+
+Result<const Json*> Field(const Json& obj, std::string_view key, std::string_view ctx);
+Result<uint64_t> GetU64(const Json& obj, std::string_view key, std::string_view ctx);
+Result<int64_t> GetI64(const Json& obj, std::string_view key, std::string_view ctx);
+Result<double> GetDouble(const Json& obj, std::string_view key, std::string_view ctx);
+Result<bool> GetBool(const Json& obj, std::string_view key, std::string_view ctx);
+Result<std::string> GetString(const Json& obj, std::string_view key, std::string_view ctx);
+Result<const Json*> GetArray(const Json& obj, std::string_view key, std::string_view ctx);
+Result<const Json*> GetObject(const Json& obj, std::string_view key, std::string_view ctx);
+
+// Element conversions for values already extracted (arrays).
+Result<uint64_t> AsU64(const Json& v, std::string_view ctx);
+Result<int64_t> AsI64(const Json& v, std::string_view ctx);
+Result<std::vector<int64_t>> AsI64Array(const Json& v, std::string_view ctx);
+Result<std::vector<uint64_t>> AsU64Array(const Json& v, std::string_view ctx);
+
+// Hashes travel as 16-digit hex strings (JSON numbers lose precision above 2^53 in many readers).
+Result<uint64_t> ParseHexU64(const Json& v, std::string_view ctx);
+
+}  // namespace weightport::json_util
