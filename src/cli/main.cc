@@ -1,1 +1,28 @@
-int main() { return 0; }
+// weightport: move model weights between GPUs and hosts; model the interconnects they cross.
+#include <iostream>
+
+#include "cli_common.h"
+
+int main(int argc, char** argv) {
+  using namespace weightport::cli;
+  CLI::App app{"weightport: move model weights between GPUs and hosts at the speed of the hardware,\n"
+               "and model the interconnects those moves run on.",
+               "weightport"};
+  app.set_version_flag("--version", std::string("weightport ") + WEIGHTPORT_VERSION);
+  app.require_subcommand(1);
+  app.footer("Exit codes: 0 success, 1 failure, 2 usage error.\nRun 'weightport COMMAND --help' for a command's options.");
+
+  const std::vector<Command> commands = {AddDemoCommand(app),     AddGenModelCommand(app),
+                                         AddInspectCommand(app),  AddManifestCommand(app),
+                                         AddConvertCommand(app),  AddInfoCommand(app)};
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitUsage;
+  }
+  for (const auto& command : commands)
+    if (command.sub->parsed()) return command.run();
+  return kExitUsage;
+}

@@ -55,11 +55,13 @@ Result<const Json*> Field(const Json& obj, std::string_view key, std::string_vie
 }
 
 Result<uint64_t> AsU64(const Json& v, std::string_view ctx) {
-  if (!v.is_number_unsigned()) {
-    if (v.is_number_integer()) return InvalidArgument(std::string(ctx) + " is negative");
-    return InvalidArgument(std::string(ctx) + " must be a non-negative integer");
+  // Parsed JSON stores non-negative integers as unsigned, but values built in code may be signed.
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_integer()) {
+    if (v.get<int64_t>() < 0) return InvalidArgument(std::string(ctx) + " is negative");
+    return static_cast<uint64_t>(v.get<int64_t>());
   }
-  return v.get<uint64_t>();
+  return InvalidArgument(std::string(ctx) + " must be a non-negative integer");
 }
 
 Result<int64_t> AsI64(const Json& v, std::string_view ctx) {

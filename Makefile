@@ -1,0 +1,54 @@
+# weightport: `make demo` and `make test` work on a fresh machine (they run scripts/setup first).
+BUILD        ?= build
+ASAN_BUILD   ?= build-asan
+FUZZ_BUILD   ?= build-fuzz
+JOBS         ?= 2
+FUZZ_SECONDS ?= 60
+PYTHON       ?= python3
+CMAKE_FLAGS  ?=
+
+.PHONY: all setup build demo test check test-python test-asan fuzz format clean
+
+all: build
+
+setup:
+	bash scripts/setup
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
+
+build: setup $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j$(JOBS)
+
+demo: build
+	./$(BUILD)/weightport demo
+
+# Every test: unit tests, Python cross-checks, the sanitizer build, and each fuzzer for FUZZ_SECONDS.
+test: build
+	$(MAKE) --no-print-directory check test-python test-asan fuzz
+
+check:
+	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
+
+test-python:
+	WEIGHTPORT_BIN=$(CURDIR)/$(BUILD)/weightport $(PYTHON) -m pytest -q tests/python
+
+test-asan:
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIGHTPORT_CUDA=OFF \
+	  -DWEIGHTPORT_SANITIZE=address,undefined
+	cmake --build $(ASAN_BUILD) -j$(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS)
+
+fuzz:
+	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIGHTPORT_CUDA=OFF \
+	  -DWEIGHTPORT_TESTS=OFF -DWEIGHTPORT_FUZZ=ON -DWEIGHTPORT_SANITIZE=address,undefined \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
+	cmake --build $(FUZZ_BUILD) -j$(JOBS)
+	bash scripts/run-fuzzers $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+format:
+	git ls-files '*.h' '*.cc' '*.cu' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -1,0 +1,50 @@
+#include "cli_common.h"
+
+#include <cstdio>
+#include <iostream>
+#include <unistd.h>
+
+namespace weightport::cli {
+
+int Fail(std::string_view command, const Status& status) {
+  std::cerr << "weightport " << command << ": " << status.ToString() << "\n";
+  return kExitFailure;
+}
+
+std::string HumanBytes(uint64_t bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 5) v /= 1024.0, ++u;
+  char buf[32];
+  if (u == 0) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+  else std::snprintf(buf, sizeof buf, "%.2f %s", v, kUnits[u]);
+  return buf;
+}
+
+std::string Percent(double fraction) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f%%", fraction * 100.0);
+  return buf;
+}
+
+std::string FormatShape(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+void ProgressPrinter::operator()(uint64_t done, uint64_t total) {
+  if (quiet_) return;
+  const auto now = std::chrono::steady_clock::now();
+  const bool finished = done >= total;
+  if (!finished && now - last_ < std::chrono::milliseconds(500)) return;
+  last_ = now;
+  const double pct = total ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0;
+  const bool tty = isatty(STDERR_FILENO);
+  std::fprintf(stderr, "%s%s %3.0f%% (%s / %s)%s", tty ? "\r" : "", label_.c_str(), pct, HumanBytes(done).c_str(),
+               HumanBytes(total).c_str(), (finished || !tty) ? "\n" : "");
+  std::fflush(stderr);
+}
+
+}  // namespace weightport::cli

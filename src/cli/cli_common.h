@@ -1,0 +1,56 @@
+// Shared pieces of the weightport command line: exit codes, error printing, progress, sizes.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "weightport/core/status.h"
+
+namespace weightport::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+
+// A subcommand registers itself and its options on the app and returns itself with the function
+// that runs it.
+struct Command {
+  CLI::App* sub;
+  std::function<int()> run;
+};
+
+// Prints "weightport <command>: <status>" to stderr and returns kExitFailure.
+int Fail(std::string_view command, const Status& status);
+
+// "1.50 GiB", "512 B"
+std::string HumanBytes(uint64_t bytes);
+// "1.25%" for 0.0125
+std::string Percent(double fraction);
+// "[4096, 11008]"
+std::string FormatShape(const std::vector<int64_t>& shape);
+
+// Prints "<label> 42% (1.2 GiB / 2.5 GiB)" to stderr at most every 0.5 s and at the end; silent
+// when quiet. Call with (done, total).
+class ProgressPrinter {
+ public:
+  ProgressPrinter(std::string label, bool quiet) : label_(std::move(label)), quiet_(quiet) {}
+  void operator()(uint64_t done, uint64_t total);
+
+ private:
+  std::string label_;
+  bool quiet_;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+Command AddInspectCommand(CLI::App& app);
+Command AddGenModelCommand(CLI::App& app);
+Command AddConvertCommand(CLI::App& app);
+Command AddManifestCommand(CLI::App& app);
+Command AddInfoCommand(CLI::App& app);
+Command AddDemoCommand(CLI::App& app);
+
+}  // namespace weightport::cli

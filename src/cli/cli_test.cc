@@ -1,0 +1,125 @@
+// Runs the weightport binary as a user would and checks exit codes, output and errors.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <sys/wait.h>
+
+namespace weightport {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int code;
+  std::string out;  // stdout and stderr together
+};
+
+CliRun Cli(const std::string& args) {
+  const std::string cmd = std::string(WEIGHTPORT_CLI_PATH) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string t = (fs::temp_directory_path() / "wp-cli-XXXXXX").string();
+    dir_ = mkdtemp(t.data());
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string Path(const std::string& s) const { return (fs::path(dir_) / s).string(); }
+  std::string dir_;
+};
+
+TEST_F(CliTest, HelpAndUsageExitCodes) {
+  CliRun r = Cli("--help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* cmd : {"demo", "gen-model", "inspect", "manifest", "convert", "info"})
+    EXPECT_NE(r.out.find(cmd), std::string::npos) << cmd;
+  EXPECT_EQ(Cli("inspect --help").code, 0);
+  EXPECT_EQ(Cli("").code, 2);                        // no command
+  EXPECT_EQ(Cli("frobnicate").code, 2);              // unknown command
+  EXPECT_EQ(Cli("inspect").code, 2);                 // missing argument
+  EXPECT_EQ(Cli("gen-model --out x").code, 2);       // neither --preset nor --from
+  EXPECT_EQ(Cli("gen-model --preset huge --out x").code, 2);
+  EXPECT_EQ(Cli("gen-model --from a --out b").code, 2);  // --from needs --perturb
+}
+
+TEST_F(CliTest, GenerateInspectAndManifest) {
+  CliRun gen = Cli("gen-model --preset tiny --arch moe --layers 1 --hidden 128 --shards 2 -q --out " + Path("m"));
+  ASSERT_EQ(gen.code, 0) << gen.out;
+  CliRun insp = Cli("inspect --json " + Path("m"));
+  ASSERT_EQ(insp.code, 0) << insp.out;
+  auto j = nlohmann::json::parse(insp.out);
+  EXPECT_EQ(j["files"].size(), 2u);
+  EXPECT_GT(j["num_tensors"].get<int>(), 10);
+  EXPECT_EQ(j["tensors"][0]["name"], "model.embed_tokens.weight");
+  EXPECT_EQ(j["tensors"][0]["dtype"], "bf16");
+  EXPECT_EQ(j["tensors"][0]["xxh3"].get<std::string>().size(), 16u);
+  CliRun table = Cli("inspect " + Path("m"));
+  ASSERT_EQ(table.code, 0);
+  EXPECT_NE(table.out.find("model.layers.0.mlp.experts.7.down_proj.weight"), std::string::npos);
+  EXPECT_NE(table.out.find("tensors in 2 file(s)"), std::string::npos);
+
+  CliRun pert = Cli("gen-model --from " + Path("m") + " --perturb 0.02 -q --out " + Path("m2"));
+  ASSERT_EQ(pert.code, 0) << pert.out;
+  CliRun diff = Cli("manifest " + Path("m2") + " --chunk-size 65536 --diff " + Path("m"));
+  ASSERT_EQ(diff.code, 0) << diff.out;
+  auto d = nlohmann::json::parse(diff.out);
+  EXPECT_GT(d["changed_chunks"].get<int>(), 0);
+  EXPECT_LT(d["changed_chunks"].get<int>(), d["chunks"].get<int>());
+}
+
+TEST_F(CliTest, ConvertReshardsWithoutChangingBytes) {
+  ASSERT_EQ(Cli("gen-model --preset tiny --layers 1 --hidden 128 -q --out " + Path("a")).code, 0);
+  ASSERT_EQ(Cli("convert -q " + Path("a") + " " + Path("b") + " --shards 3").code, 0);
+  auto a = nlohmann::json::parse(Cli("inspect --json " + Path("a")).out);
+  auto b = nlohmann::json::parse(Cli("inspect --json " + Path("b")).out);
+  EXPECT_EQ(b["files"].size(), 3u);
+  ASSERT_EQ(a["tensors"].size(), b["tensors"].size());
+  for (size_t i = 0; i < a["tensors"].size(); ++i) EXPECT_EQ(a["tensors"][i]["xxh3"], b["tensors"][i]["xxh3"]);
+  EXPECT_EQ(a["metadata"], b["metadata"]);
+  // Converting into a directory that holds a checkpoint needs --force.
+  EXPECT_EQ(Cli("convert -q " + Path("a") + " " + Path("b")).code, 1);
+  EXPECT_EQ(Cli("convert -q --force " + Path("a") + " " + Path("b")).code, 0);
+}
+
+TEST_F(CliTest, FailuresNameTheFileAndExitOne) {
+  CliRun missing = Cli("inspect " + Path("nope.safetensors"));
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_NE(missing.out.find("nope.safetensors"), std::string::npos) << missing.out;
+  std::ofstream(Path("bad.safetensors")) << "\x10\x00\x00\x00\x00\x00\x00\x00{\"a\": 1}       ";
+  CliRun bad = Cli("inspect " + Path("bad.safetensors"));
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.out.find("bad.safetensors"), std::string::npos) << bad.out;
+}
+
+TEST_F(CliTest, DemoRunsAndReportsJson) {
+  CliRun demo = Cli("demo --json --dir " + Path("demo"));
+  ASSERT_EQ(demo.code, 0) << demo.out;
+  auto j = nlohmann::json::parse(demo.out.substr(demo.out.find('{')));
+  EXPECT_GT(j["total_bytes"].get<uint64_t>(), 40'000'000u);
+  EXPECT_GT(j["changed_chunks"].get<int>(), 0);
+  EXPECT_LT(j["changed_share"].get<double>(), 0.1);
+}
+
+TEST_F(CliTest, InfoReportsTheBuild) {
+  CliRun info = Cli("info --json");
+  ASSERT_EQ(info.code, 0) << info.out;
+  auto j = nlohmann::json::parse(info.out);
+  EXPECT_TRUE(j.contains("cuda_build"));
+  if (j["gpus"].empty()) EXPECT_TRUE(j.contains("gpu_unavailable_reason"));
+}
+
+}  // namespace
+}  // namespace weightport

@@ -1,0 +1,67 @@
+// weightport convert IN OUT: re-write a checkpoint (re-shard it) with weightport's writer.
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "cli_common.h"
+#include "weightport/format/checkpoint.h"
+#include "weightport/format/safetensors.h"
+#include "../format/model_files.h"
+
+namespace weightport::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ConvertOptions {
+  std::string in, out;
+  int shards = 1;
+  bool force = false;
+  bool quiet = false;
+};
+
+Status Convert(const ConvertOptions& o) {
+  WP_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(o.in));
+  std::vector<TensorMeta> metas;
+  for (const auto& t : ckpt.tensors()) metas.push_back(t.meta());
+  WP_ASSIGN_OR_RETURN(auto groups, model_files::SplitIntoShards(metas, o.shards));
+  WP_RETURN_IF_ERROR(model_files::PrepareOutputDir(o.out, o.force));
+  ShardIndex index;
+  index.metadata = {{"format", "pt"}};
+  index.total_size = ckpt.total_bytes();
+  ProgressPrinter progress("converting into " + o.out, o.quiet);
+  uint64_t done = 0;
+  for (size_t s = 0; s < groups.size(); ++s) {
+    const std::string file = ShardFileName(static_cast<int>(s + 1), static_cast<int>(groups.size()));
+    WP_ASSIGN_OR_RETURN(SafetensorsWriter w,
+                        SafetensorsWriter::Create((fs::path(o.out) / file).string(), groups[s], ckpt.metadata()));
+    for (const auto& meta : groups[s]) {
+      WP_RETURN_IF_ERROR(w.Append(ckpt.Data(*ckpt.Find(meta.name))));
+      index.weight_map[meta.name] = file;
+      progress(done += meta.bytes, ckpt.total_bytes());
+    }
+    WP_RETURN_IF_ERROR(w.Finish());
+  }
+  if (groups.size() > 1) WP_RETURN_IF_ERROR(index.Write((fs::path(o.out) / kShardIndexFileName).string()));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Command AddConvertCommand(CLI::App& app) {
+  auto o = std::make_shared<ConvertOptions>();
+  auto* sub = app.add_subcommand("convert", "Read a checkpoint and write it again as N safetensors shards");
+  sub->add_option("in", o->in, "Input .safetensors file or checkpoint directory")->required();
+  sub->add_option("out", o->out, "Output directory")->required();
+  sub->add_option("--shards", o->shards, "Number of output files")->check(CLI::Range(1, 100000))->capture_default_str();
+  sub->add_flag("--force", o->force, "Replace a checkpoint already in the output directory");
+  sub->add_flag("--quiet,-q", o->quiet, "No progress output");
+  return {sub, [o] {
+            Status s = Convert(*o);
+            if (!s.ok()) return Fail("convert", s);
+            std::cout << "wrote " << o->out << " (" << o->shards << " shard(s))\n";
+            return kExitOk;
+          }};
+}
+
+}  // namespace weightport::cli
