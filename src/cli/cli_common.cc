@@ -1,8 +1,8 @@
 #include "cli_common.h"
 
+#include <unistd.h>
 #include <cstdio>
 #include <iostream>
-#include <unistd.h>
 
 namespace weightport::cli {
 
@@ -17,8 +17,10 @@ std::string HumanBytes(uint64_t bytes) {
   int u = 0;
   while (v >= 1024.0 && u < 5) v /= 1024.0, ++u;
   char buf[32];
-  if (u == 0) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
-  else std::snprintf(buf, sizeof buf, "%.2f %s", v, kUnits[u]);
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+  else
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, kUnits[u]);
   return buf;
 }
 
@@ -42,8 +44,8 @@ void ProgressPrinter::operator()(uint64_t done, uint64_t total) {
   last_ = now;
   const double pct = total ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0;
   const bool tty = isatty(STDERR_FILENO);
-  std::fprintf(stderr, "%s%s %3.0f%% (%s / %s)%s", tty ? "\r" : "", label_.c_str(), pct, HumanBytes(done).c_str(),
-               HumanBytes(total).c_str(), (finished || !tty) ? "\n" : "");
+  std::fprintf(stderr, "%s%s %3.0f%% (%s / %s)%s", tty ? "\r" : "", label_.c_str(), pct,
+               HumanBytes(done).c_str(), HumanBytes(total).c_str(), (finished || !tty) ? "\n" : "");
   std::fflush(stderr);
 }
 

@@ -1,13 +1,13 @@
 // Runs the weightport binary as a user would and checks exit codes, output and errors.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <sys/wait.h>
 
 namespace weightport {
 namespace {
@@ -47,16 +47,17 @@ TEST_F(CliTest, HelpAndUsageExitCodes) {
   for (const char* cmd : {"demo", "gen-model", "inspect", "manifest", "convert", "info"})
     EXPECT_NE(r.out.find(cmd), std::string::npos) << cmd;
   EXPECT_EQ(Cli("inspect --help").code, 0);
-  EXPECT_EQ(Cli("").code, 2);                        // no command
-  EXPECT_EQ(Cli("frobnicate").code, 2);              // unknown command
-  EXPECT_EQ(Cli("inspect").code, 2);                 // missing argument
-  EXPECT_EQ(Cli("gen-model --out x").code, 2);       // neither --preset nor --from
+  EXPECT_EQ(Cli("").code, 2);                   // no command
+  EXPECT_EQ(Cli("frobnicate").code, 2);         // unknown command
+  EXPECT_EQ(Cli("inspect").code, 2);            // missing argument
+  EXPECT_EQ(Cli("gen-model --out x").code, 2);  // neither --preset nor --from
   EXPECT_EQ(Cli("gen-model --preset huge --out x").code, 2);
   EXPECT_EQ(Cli("gen-model --from a --out b").code, 2);  // --from needs --perturb
 }
 
 TEST_F(CliTest, GenerateInspectAndManifest) {
-  CliRun gen = Cli("gen-model --preset tiny --arch moe --layers 1 --hidden 128 --shards 2 -q --out " + Path("m"));
+  CliRun gen =
+      Cli("gen-model --preset tiny --arch moe --layers 1 --hidden 128 --shards 2 -q --out " + Path("m"));
   ASSERT_EQ(gen.code, 0) << gen.out;
   CliRun insp = Cli("inspect --json " + Path("m"));
   ASSERT_EQ(insp.code, 0) << insp.out;
@@ -87,7 +88,8 @@ TEST_F(CliTest, ConvertReshardsWithoutChangingBytes) {
   auto b = nlohmann::json::parse(Cli("inspect --json " + Path("b")).out);
   EXPECT_EQ(b["files"].size(), 3u);
   ASSERT_EQ(a["tensors"].size(), b["tensors"].size());
-  for (size_t i = 0; i < a["tensors"].size(); ++i) EXPECT_EQ(a["tensors"][i]["xxh3"], b["tensors"][i]["xxh3"]);
+  for (size_t i = 0; i < a["tensors"].size(); ++i)
+    EXPECT_EQ(a["tensors"][i]["xxh3"], b["tensors"][i]["xxh3"]);
   EXPECT_EQ(a["metadata"], b["metadata"]);
   // Converting into a directory that holds a checkpoint needs --force.
   EXPECT_EQ(Cli("convert -q " + Path("a") + " " + Path("b")).code, 1);

@@ -3,10 +3,10 @@
 #include <iostream>
 #include <memory>
 
+#include "../format/model_files.h"
 #include "cli_common.h"
 #include "weightport/format/checkpoint.h"
 #include "weightport/format/safetensors.h"
-#include "../format/model_files.h"
 
 namespace weightport::cli {
 namespace {
@@ -33,8 +33,8 @@ Status Convert(const ConvertOptions& o) {
   uint64_t done = 0;
   for (size_t s = 0; s < groups.size(); ++s) {
     const std::string file = ShardFileName(static_cast<int>(s + 1), static_cast<int>(groups.size()));
-    WP_ASSIGN_OR_RETURN(SafetensorsWriter w,
-                        SafetensorsWriter::Create((fs::path(o.out) / file).string(), groups[s], ckpt.metadata()));
+    WP_ASSIGN_OR_RETURN(SafetensorsWriter w, SafetensorsWriter::Create((fs::path(o.out) / file).string(),
+                                                                       groups[s], ckpt.metadata()));
     for (const auto& meta : groups[s]) {
       WP_RETURN_IF_ERROR(w.Append(ckpt.Data(*ckpt.Find(meta.name))));
       index.weight_map[meta.name] = file;
@@ -53,7 +53,9 @@ Command AddConvertCommand(CLI::App& app) {
   auto* sub = app.add_subcommand("convert", "Read a checkpoint and write it again as N safetensors shards");
   sub->add_option("in", o->in, "Input .safetensors file or checkpoint directory")->required();
   sub->add_option("out", o->out, "Output directory")->required();
-  sub->add_option("--shards", o->shards, "Number of output files")->check(CLI::Range(1, 100000))->capture_default_str();
+  sub->add_option("--shards", o->shards, "Number of output files")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
   sub->add_flag("--force", o->force, "Replace a checkpoint already in the output directory");
   sub->add_flag("--quiet,-q", o->quiet, "No progress output");
   return {sub, [o] {

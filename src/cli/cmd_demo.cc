@@ -39,11 +39,12 @@ Result<nlohmann::ordered_json> Demo(const DemoOptions& o, const fs::path& dir) {
   WP_ASSIGN_OR_RETURN(ModelSpec spec, PresetSpec(o.preset, arch));
   const std::string v1 = (dir / "v1").string(), v2 = (dir / "v2").string();
 
-  say("[1/4] generating a " + o.preset + " " + o.arch + " model (" + HumanBytes(ModelBytes(spec)) + ") in " + v1);
+  say("[1/4] generating a " + o.preset + " " + o.arch + " model (" + HumanBytes(ModelBytes(spec)) + ") in " +
+      v1);
   auto t = std::chrono::steady_clock::now();
   ProgressPrinter progress("      generating", o.json);
-  WP_RETURN_IF_ERROR(GenerateModel(spec, {.out_dir = v1, .seed = 1, .shards = 2, .overwrite = true,
-                                          .progress = std::ref(progress)}));
+  WP_RETURN_IF_ERROR(GenerateModel(
+      spec, {.out_dir = v1, .seed = 1, .shards = 2, .overwrite = true, .progress = std::ref(progress)}));
   const double gen_s = Since(t);
 
   say("[2/4] opening it with the safetensors reader and hashing every 1 MiB chunk (xxh3-64)");
@@ -52,24 +53,29 @@ Result<nlohmann::ordered_json> Demo(const DemoOptions& o, const fs::path& dir) {
   WP_ASSIGN_OR_RETURN(Manifest m1, c1.BuildManifest(1));
   const double hash_s = Since(t);
   say("      " + std::to_string(c1.tensors().size()) + " tensors in " + std::to_string(c1.files().size()) +
-      " shards, " + HumanBytes(m1.total_bytes()) + ", " + std::to_string(m1.num_chunks()) + " chunks, hashed at " +
-      std::to_string(static_cast<int>(m1.total_bytes() / hash_s / 1e6)) + " MB/s");
+      " shards, " + HumanBytes(m1.total_bytes()) + ", " + std::to_string(m1.num_chunks()) +
+      " chunks, hashed at " + std::to_string(static_cast<int>(m1.total_bytes() / hash_s / 1e6)) + " MB/s");
 
   say("[3/4] deriving the next training step: " + Percent(o.perturb) + " of elements changed");
   ProgressPrinter progress2("      perturbing", o.json);
-  WP_ASSIGN_OR_RETURN(PerturbReport report,
-                      PerturbModel({.from_dir = v1, .out_dir = v2, .fraction = o.perturb, .seed = 2,
-                                    .overwrite = true, .progress = std::ref(progress2)}));
+  WP_ASSIGN_OR_RETURN(PerturbReport report, PerturbModel({.from_dir = v1,
+                                                          .out_dir = v2,
+                                                          .fraction = o.perturb,
+                                                          .seed = 2,
+                                                          .overwrite = true,
+                                                          .progress = std::ref(progress2)}));
 
   say("[4/4] comparing manifests: what a delta update would send");
   WP_ASSIGN_OR_RETURN(Checkpoint c2, Checkpoint::Open(v2));
   WP_ASSIGN_OR_RETURN(Manifest m2, c2.BuildManifest(2));
   uint64_t changed_chunks = 0, changed_bytes = 0;
   for (const auto& tensor : m2.tensors())
-    for (size_t c : m2.ChangedChunks(tensor, m1)) ++changed_chunks, changed_bytes += m2.ChunkRange(tensor, c).length;
+    for (size_t c : m2.ChangedChunks(tensor, m1))
+      ++changed_chunks, changed_bytes += m2.ChunkRange(tensor, c).length;
   const double share = static_cast<double>(changed_bytes) / static_cast<double>(m2.total_bytes());
-  say("      " + std::to_string(changed_chunks) + " of " + std::to_string(m2.num_chunks()) + " chunks changed: " +
-      HumanBytes(changed_bytes) + " of " + HumanBytes(m2.total_bytes()) + " (" + Percent(share) + ")");
+  say("      " + std::to_string(changed_chunks) + " of " + std::to_string(m2.num_chunks()) +
+      " chunks changed: " + HumanBytes(changed_bytes) + " of " + HumanBytes(m2.total_bytes()) + " (" +
+      Percent(share) + ")");
 
   nlohmann::ordered_json j = {{"dir", dir.string()},
                               {"preset", o.preset},
@@ -101,8 +107,10 @@ int RunDemo(const DemoOptions& o) {
     fs::remove_all(dir, ec);
   }
   if (!result.ok()) return Fail("demo", result.status());
-  if (o.json) std::cout << result->dump(2) << "\n";
-  else std::cout << "demo finished" << (temporary && !o.keep ? "" : "; files kept in " + dir.string()) << "\n";
+  if (o.json)
+    std::cout << result->dump(2) << "\n";
+  else
+    std::cout << "demo finished" << (temporary && !o.keep ? "" : "; files kept in " + dir.string()) << "\n";
   return kExitOk;
 }
 
@@ -110,11 +118,16 @@ int RunDemo(const DemoOptions& o) {
 
 Command AddDemoCommand(CLI::App& app) {
   auto o = std::make_shared<DemoOptions>();
-  auto* sub = app.add_subcommand("demo", "Run the main job on a local default: generate a model, read and hash it, "
-                                         "derive the next step and measure the delta");
+  auto* sub = app.add_subcommand("demo",
+                                 "Run the main job on a local default: generate a model, read and hash it, "
+                                 "derive the next step and measure the delta");
   sub->add_option("--dir", o->dir, "Work directory (kept); default: a temporary one, removed at the end");
-  sub->add_option("--preset", o->preset, "Model size")->check(CLI::IsMember(PresetNames()))->capture_default_str();
-  sub->add_option("--arch", o->arch, "dense or moe")->check(CLI::IsMember({"dense", "moe"}))->capture_default_str();
+  sub->add_option("--preset", o->preset, "Model size")
+      ->check(CLI::IsMember(PresetNames()))
+      ->capture_default_str();
+  sub->add_option("--arch", o->arch, "dense or moe")
+      ->check(CLI::IsMember({"dense", "moe"}))
+      ->capture_default_str();
   sub->add_option("--perturb", o->perturb, "Fraction of elements changed in the next step")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();

@@ -45,23 +45,30 @@ int RunGenerate(const GenModelOptions& o) {
 
   const auto start = std::chrono::steady_clock::now();
   ProgressPrinter progress("generating " + o.out, o.quiet || o.json);
-  GenerateOptions g{.out_dir = o.out, .seed = o.seed, .shards = o.shards, .overwrite = o.force, .progress = std::ref(progress)};
+  GenerateOptions g{.out_dir = o.out,
+                    .seed = o.seed,
+                    .shards = o.shards,
+                    .overwrite = o.force,
+                    .progress = std::ref(progress)};
   if (Status s = GenerateModel(*final_spec, g); !s.ok()) return Fail("gen-model", s);
   const uint64_t bytes = ModelBytes(*final_spec);
   const size_t tensors = ModelTensors(*final_spec).size();
   const double secs = Seconds(start);
   if (o.json) {
-    nlohmann::ordered_json j = {{"out", o.out},          {"preset", final_spec->preset},
+    nlohmann::ordered_json j = {{"out", o.out},
+                                {"preset", final_spec->preset},
                                 {"arch", std::string(ModelArchName(final_spec->arch))},
                                 {"dtype", std::string(DTypeName(final_spec->dtype))},
-                                {"seed", o.seed},         {"shards", o.shards},
-                                {"tensors", tensors},     {"total_bytes", bytes},
+                                {"seed", o.seed},
+                                {"shards", o.shards},
+                                {"tensors", tensors},
+                                {"total_bytes", bytes},
                                 {"seconds", secs}};
     std::cout << j.dump(2) << "\n";
   } else {
-    std::cout << "wrote " << o.out << ": " << tensors << " tensors, " << HumanBytes(bytes) << " in " << o.shards
-              << " shard(s), " << ModelArchName(final_spec->arch) << " " << final_spec->preset << " "
-              << DTypeName(final_spec->dtype) << ", seed " << o.seed << " (" << secs << " s)\n";
+    std::cout << "wrote " << o.out << ": " << tensors << " tensors, " << HumanBytes(bytes) << " in "
+              << o.shards << " shard(s), " << ModelArchName(final_spec->arch) << " " << final_spec->preset
+              << " " << DTypeName(final_spec->dtype) << ", seed " << o.seed << " (" << secs << " s)\n";
   }
   return kExitOk;
 }
@@ -69,15 +76,24 @@ int RunGenerate(const GenModelOptions& o) {
 int RunPerturb(const GenModelOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   ProgressPrinter progress("perturbing into " + o.out, o.quiet || o.json);
-  PerturbOptions p{.from_dir = o.from, .out_dir = o.out, .fraction = *o.perturb, .block = o.perturb_block,
-                   .seed = o.seed, .overwrite = o.force, .progress = std::ref(progress)};
+  PerturbOptions p{.from_dir = o.from,
+                   .out_dir = o.out,
+                   .fraction = *o.perturb,
+                   .block = o.perturb_block,
+                   .seed = o.seed,
+                   .overwrite = o.force,
+                   .progress = std::ref(progress)};
   auto report = PerturbModel(p);
   if (!report.ok()) return Fail("gen-model", report.status());
   const double secs = Seconds(start);
   if (o.json) {
-    nlohmann::ordered_json j = {{"from", o.from}, {"out", o.out}, {"fraction", *o.perturb},
-                                {"block", o.perturb_block}, {"elements_total", report->elements_total},
-                                {"elements_changed", report->elements_changed}, {"seconds", secs}};
+    nlohmann::ordered_json j = {{"from", o.from},
+                                {"out", o.out},
+                                {"fraction", *o.perturb},
+                                {"block", o.perturb_block},
+                                {"elements_total", report->elements_total},
+                                {"elements_changed", report->elements_changed},
+                                {"seconds", secs}};
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << "wrote " << o.out << ": " << report->elements_changed << " of " << report->elements_total
@@ -94,8 +110,9 @@ Command AddGenModelCommand(CLI::App& app) {
       "gen-model",
       "Write a synthetic safetensors checkpoint with the tensor names and shapes of a real architecture\n"
       "(--preset), or the next training step of an existing one (--from ... --perturb FRACTION)");
-  auto* preset = sub->add_option("--preset", o->preset, "Model size: tiny (~50 MB), small (~500 MB), 1b (~2.5 GB)")
-                     ->check(CLI::IsMember(PresetNames()));
+  auto* preset =
+      sub->add_option("--preset", o->preset, "Model size: tiny (~50 MB), small (~500 MB), 1b (~2.5 GB)")
+          ->check(CLI::IsMember(PresetNames()));
   sub->add_option("--arch", o->arch, "Architecture: dense (Llama-style) or moe (routed + shared experts)")
       ->check(CLI::IsMember({"dense", "moe"}))
       ->capture_default_str();
@@ -111,7 +128,8 @@ Command AddGenModelCommand(CLI::App& app) {
   auto* from = sub->add_option("--from", o->from, "Existing checkpoint to derive the next step from");
   auto* perturb = sub->add_option("--perturb", o->perturb, "Fraction of elements to change, in [0, 1]")
                       ->check(CLI::Range(0.0, 1.0));
-  sub->add_option("--perturb-block", o->perturb_block, "Changed elements come in runs of this many (1 = scattered)")
+  sub->add_option("--perturb-block", o->perturb_block,
+                  "Changed elements come in runs of this many (1 = scattered)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))
       ->capture_default_str();
   sub->add_flag("--force", o->force, "Replace a checkpoint already in --out");

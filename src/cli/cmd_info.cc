@@ -12,7 +12,8 @@ namespace weightport::cli {
 
 Command AddInfoCommand(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
-  auto* sub = app.add_subcommand("info", "Show the build (version, optional parts) and the devices available");
+  auto* sub =
+      app.add_subcommand("info", "Show the build (version, optional parts) and the devices available");
   sub->add_flag("--json", *json, "Print machine-readable JSON");
   return {sub, [json] {
             auto devices = CudaDevices();
@@ -40,8 +41,8 @@ Command AddInfoCommand(CLI::App& app) {
                       << "  CUDA support compiled in: " << (CudaBuildEnabled() ? "yes" : "no") << "\n";
             if (devices.ok()) {
               for (const auto& d : *devices)
-                std::cout << "  GPU " << d.index << ": " << d.name << " (sm_" << d.compute_major << d.compute_minor
-                          << ", " << HumanBytes(d.total_memory) << ")\n";
+                std::cout << "  GPU " << d.index << ": " << d.name << " (sm_" << d.compute_major
+                          << d.compute_minor << ", " << HumanBytes(d.total_memory) << ")\n";
             } else {
               std::cout << "  GPUs: none (" << devices.status().message() << ")\n";
             }

@@ -26,7 +26,9 @@ int RunInspect(const InspectOptions& o) {
   auto file_name = [&](const CheckpointTensor& t) {
     return std::filesystem::path(files[t.file].path()).filename().string();
   };
-  auto hash_of = [&](const CheckpointTensor& t) { return o.no_hash ? std::string() : HashToHex(Xxh3(ckpt->Data(t))); };
+  auto hash_of = [&](const CheckpointTensor& t) {
+    return o.no_hash ? std::string() : HashToHex(Xxh3(ckpt->Data(t)));
+  };
 
   if (o.json) {
     nlohmann::ordered_json out;
@@ -69,7 +71,8 @@ int RunInspect(const InspectOptions& o) {
   std::printf("\n%zu tensors in %zu file(s), %s (%llu bytes)\n", ckpt->tensors().size(), files.size(),
               HumanBytes(ckpt->total_bytes()).c_str(), static_cast<unsigned long long>(ckpt->total_bytes()));
   for (const auto& [dtype, cb] : by_dtype)
-    std::printf("  %-7s %6zu tensors  %s\n", std::string(DTypeName(dtype)).c_str(), cb.first, HumanBytes(cb.second).c_str());
+    std::printf("  %-7s %6zu tensors  %s\n", std::string(DTypeName(dtype)).c_str(), cb.first,
+                HumanBytes(cb.second).c_str());
   if (!ckpt->metadata().empty()) {
     std::printf("metadata:\n");
     for (const auto& [k, v] : ckpt->metadata()) std::printf("  %s = %s\n", k.c_str(), v.c_str());
@@ -81,8 +84,9 @@ int RunInspect(const InspectOptions& o) {
 
 Command AddInspectCommand(CLI::App& app) {
   auto o = std::make_shared<InspectOptions>();
-  auto* sub = app.add_subcommand("inspect", "List the tensors of a safetensors file or checkpoint directory: "
-                                            "dtypes, shapes, sizes, totals and per-tensor xxh3-64");
+  auto* sub = app.add_subcommand("inspect",
+                                 "List the tensors of a safetensors file or checkpoint directory: "
+                                 "dtypes, shapes, sizes, totals and per-tensor xxh3-64");
   sub->add_option("path", o->path, "A .safetensors file or a directory of shards")->required();
   sub->add_flag("--json", o->json, "Print machine-readable JSON");
   sub->add_flag("--no-hash", o->no_hash, "Skip hashing (faster on large checkpoints)");

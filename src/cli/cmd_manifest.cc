@@ -56,9 +56,10 @@ int RunManifest(const ManifestOptions& o) {
 
 Command AddManifestCommand(CLI::App& app) {
   auto o = std::make_shared<ManifestOptions>();
-  auto* sub = app.add_subcommand("manifest",
-                                 "Print the manifest of a checkpoint as JSON: tensors in order, offsets and xxh3-64 "
-                                 "hashes per chunk;\nwith --diff OLD, which chunks changed since OLD");
+  auto* sub =
+      app.add_subcommand("manifest",
+                         "Print the manifest of a checkpoint as JSON: tensors in order, offsets and xxh3-64 "
+                         "hashes per chunk;\nwith --diff OLD, which chunks changed since OLD");
   sub->add_option("path", o->path, "A .safetensors file or checkpoint directory")->required();
   sub->add_option("--chunk-size", o->chunk_size, "Bytes per hashed chunk")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))

@@ -5,16 +5,19 @@
 
 int main(int argc, char** argv) {
   using namespace weightport::cli;
-  CLI::App app{"weightport: move model weights between GPUs and hosts at the speed of the hardware,\n"
-               "and model the interconnects those moves run on.",
-               "weightport"};
+  CLI::App app{
+      "weightport: move model weights between GPUs and hosts at the speed of the hardware,\n"
+      "and model the interconnects those moves run on.",
+      "weightport"};
   app.set_version_flag("--version", std::string("weightport ") + WEIGHTPORT_VERSION);
   app.require_subcommand(1);
-  app.footer("Exit codes: 0 success, 1 failure, 2 usage error.\nRun 'weightport COMMAND --help' for a command's options.");
+  app.footer(
+      "Exit codes: 0 success, 1 failure, 2 usage error.\nRun 'weightport COMMAND --help' for a command's "
+      "options.");
 
-  const std::vector<Command> commands = {AddDemoCommand(app),     AddGenModelCommand(app),
-                                         AddInspectCommand(app),  AddManifestCommand(app),
-                                         AddConvertCommand(app),  AddInfoCommand(app)};
+  const std::vector<Command> commands = {AddDemoCommand(app),    AddGenModelCommand(app),
+                                         AddInspectCommand(app), AddManifestCommand(app),
+                                         AddConvertCommand(app), AddInfoCommand(app)};
 
   try {
     app.parse(argc, argv);

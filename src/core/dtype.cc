@@ -47,20 +47,31 @@ struct Alias {
   DType dtype;
 };
 constexpr std::array<Alias, 14> kAliases = {{
-    {"float64", DType::kF64}, {"double", DType::kF64},        {"float32", DType::kF32},
-    {"float", DType::kF32},   {"float16", DType::kF16},       {"half", DType::kF16},
-    {"bfloat16", DType::kBF16}, {"float8_e4m3fn", DType::kF8E4M3}, {"fp8", DType::kF8E4M3},
-    {"e4m3", DType::kF8E4M3}, {"float8_e5m2", DType::kF8E5M2}, {"e5m2", DType::kF8E5M2},
-    {"fp32", DType::kF32},    {"fp16", DType::kF16},
+    {"float64", DType::kF64},
+    {"double", DType::kF64},
+    {"float32", DType::kF32},
+    {"float", DType::kF32},
+    {"float16", DType::kF16},
+    {"half", DType::kF16},
+    {"bfloat16", DType::kBF16},
+    {"float8_e4m3fn", DType::kF8E4M3},
+    {"fp8", DType::kF8E4M3},
+    {"e4m3", DType::kF8E4M3},
+    {"float8_e5m2", DType::kF8E5M2},
+    {"e5m2", DType::kF8E5M2},
+    {"fp32", DType::kF32},
+    {"fp16", DType::kF16},
 }};
 
 }  // namespace
 
-static_assert([] {
-  for (size_t i = 0; i < kInfo.size(); ++i)
-    if (static_cast<size_t>(kInfo[i].dtype) != i) return false;
-  return true;
-}(), "kInfo must be in DType declaration order");
+static_assert(
+    [] {
+      for (size_t i = 0; i < kInfo.size(); ++i)
+        if (static_cast<size_t>(kInfo[i].dtype) != i) return false;
+      return true;
+    }(),
+    "kInfo must be in DType declaration order");
 
 std::span<const DType> AllDTypes() { return kAll; }
 size_t DTypeSize(DType dtype) { return Info(dtype).size; }

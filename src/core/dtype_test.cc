@@ -13,11 +13,12 @@ TEST(DTypeTest, SizesAndSafetensorsNames) {
     size_t size;
     const char* st;
   };
-  const Case cases[] = {{DType::kF64, 8, "F64"},    {DType::kF32, 4, "F32"},         {DType::kF16, 2, "F16"},
-                        {DType::kBF16, 2, "BF16"},  {DType::kF8E4M3, 1, "F8_E4M3"},  {DType::kF8E5M2, 1, "F8_E5M2"},
-                        {DType::kI64, 8, "I64"},    {DType::kI32, 4, "I32"},         {DType::kI16, 2, "I16"},
-                        {DType::kI8, 1, "I8"},      {DType::kU8, 1, "U8"},           {DType::kBool, 1, "BOOL"},
-                        {DType::kU16, 2, "U16"},    {DType::kU32, 4, "U32"},         {DType::kU64, 8, "U64"}};
+  const Case cases[] = {
+      {DType::kF64, 8, "F64"},   {DType::kF32, 4, "F32"},        {DType::kF16, 2, "F16"},
+      {DType::kBF16, 2, "BF16"}, {DType::kF8E4M3, 1, "F8_E4M3"}, {DType::kF8E5M2, 1, "F8_E5M2"},
+      {DType::kI64, 8, "I64"},   {DType::kI32, 4, "I32"},        {DType::kI16, 2, "I16"},
+      {DType::kI8, 1, "I8"},     {DType::kU8, 1, "U8"},          {DType::kBool, 1, "BOOL"},
+      {DType::kU16, 2, "U16"},   {DType::kU32, 4, "U32"},        {DType::kU64, 8, "U64"}};
   for (const auto& c : cases) {
     EXPECT_EQ(DTypeSize(c.d), c.size) << c.st;
     EXPECT_EQ(SafetensorsDTypeName(c.d), c.st);

@@ -43,7 +43,8 @@ Status WriteFile(const std::string& path, const Json& json) {
     out.flush();
     if (!out) return ErrnoError("cannot write " + tmp, errno);
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("cannot rename " + tmp + " to " + path, errno);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    return ErrnoError("cannot rename " + tmp + " to " + path, errno);
   return Status::Ok();
 }
 
@@ -145,10 +146,14 @@ Result<uint64_t> ParseHexU64(const Json& v, std::string_view ctx) {
   uint64_t x = 0;
   for (char c : s) {
     int d;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    else return InvalidArgument(std::string(ctx) + " has a non-hex digit");
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+      d = c - 'A' + 10;
+    else
+      return InvalidArgument(std::string(ctx) + " has a non-hex digit");
     x = (x << 4) | static_cast<uint64_t>(d);
   }
   return x;

@@ -17,7 +17,8 @@ Status Manifest::Append(ManifestTensor tensor) {
   return Status::Ok();
 }
 
-Result<Manifest> Manifest::Build(uint64_t version, std::span<const TensorBytes> tensors, uint64_t chunk_size) {
+Result<Manifest> Manifest::Build(uint64_t version, std::span<const TensorBytes> tensors,
+                                 uint64_t chunk_size) {
   if (chunk_size == 0) return InvalidArgument("manifest: chunk size must be positive");
   Manifest m;
   m.version_ = version;
@@ -36,7 +37,8 @@ Result<Manifest> Manifest::Build(uint64_t version, std::span<const TensorBytes> 
   return m;
 }
 
-Result<Manifest> Manifest::FromMetas(uint64_t version, std::span<const TensorMeta> tensors, uint64_t chunk_size) {
+Result<Manifest> Manifest::FromMetas(uint64_t version, std::span<const TensorMeta> tensors,
+                                     uint64_t chunk_size) {
   if (chunk_size == 0) return InvalidArgument("manifest: chunk size must be positive");
   Manifest m;
   m.version_ = version;
@@ -133,7 +135,8 @@ Result<Manifest> Manifest::FromJson(const nlohmann::json& json) {
       return InvalidArgument(ctx + ": " + std::to_string(chunks->size()) + " chunk hashes, expected " +
                              std::to_string(want));
     for (size_t c = 0; c < chunks->size(); ++c) {
-      WP_ASSIGN_OR_RETURN(uint64_t h, ParseHexU64((*chunks)[c], ctx + ": chunk_xxh3[" + std::to_string(c) + "]"));
+      WP_ASSIGN_OR_RETURN(uint64_t h,
+                          ParseHexU64((*chunks)[c], ctx + ": chunk_xxh3[" + std::to_string(c) + "]"));
       mt.chunk_hashes.push_back(h);
     }
     WP_RETURN_IF_ERROR(m.Append(std::move(mt)));

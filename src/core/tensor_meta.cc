@@ -8,7 +8,8 @@ Result<int64_t> NumElements(const Shape& shape) {
   int64_t n = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
     int64_t d = shape[i];
-    if (d < 0) return InvalidArgument("dimension " + std::to_string(i) + " is negative (" + std::to_string(d) + ")");
+    if (d < 0)
+      return InvalidArgument("dimension " + std::to_string(i) + " is negative (" + std::to_string(d) + ")");
     if (d != 0 && n > std::numeric_limits<int64_t>::max() / d)
       return InvalidArgument("shape " + ShapeToString(shape) + " overflows 64-bit element count");
     n *= d;

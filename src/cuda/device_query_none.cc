@@ -5,7 +5,8 @@ namespace weightport {
 bool CudaBuildEnabled() { return false; }
 
 Result<std::vector<CudaDeviceInfo>> CudaDevices() {
-  return Unavailable("CUDA: this build of weightport has no CUDA support (nvcc was not found at configure time)");
+  return Unavailable(
+      "CUDA: this build of weightport has no CUDA support (nvcc was not found at configure time)");
 }
 
 }  // namespace weightport

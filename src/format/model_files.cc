@@ -18,7 +18,8 @@ Status PrepareOutputDir(const std::string& dir, bool overwrite) {
     const bool is_checkpoint = entry.path().extension() == ".safetensors" || name == kShardIndexFileName;
     if (!is_checkpoint) continue;
     if (!overwrite)
-      return AlreadyExists(dir + " already holds a checkpoint (" + name + "); choose another directory or overwrite");
+      return AlreadyExists(dir + " already holds a checkpoint (" + name +
+                           "); choose another directory or overwrite");
     fs::remove(entry.path(), ec);
     if (ec) return IoError("cannot remove " + entry.path().string() + ": " + ec.message());
   }
@@ -26,7 +27,8 @@ Status PrepareOutputDir(const std::string& dir, bool overwrite) {
   return Status::Ok();
 }
 
-Result<std::vector<std::vector<TensorMeta>>> SplitIntoShards(const std::vector<TensorMeta>& tensors, int shards) {
+Result<std::vector<std::vector<TensorMeta>>> SplitIntoShards(const std::vector<TensorMeta>& tensors,
+                                                             int shards) {
   if (shards < 1) return InvalidArgument("shard count must be at least 1, got " + std::to_string(shards));
   if (static_cast<size_t>(shards) > tensors.size())
     return InvalidArgument("cannot split " + std::to_string(tensors.size()) + " tensors into " +
@@ -41,8 +43,8 @@ Result<std::vector<std::vector<TensorMeta>>> SplitIntoShards(const std::vector<T
     const size_t shards_left = out.size() - shard;
     // Move on when this shard reached its share of bytes, or when every remaining tensor is
     // needed to keep the remaining shards non-empty.
-    const bool full = !out[shard].empty() &&
-                      (cumulative * out.size() >= total * (shard + 1) || tensors_left < shards_left);
+    const bool full =
+        !out[shard].empty() && (cumulative * out.size() >= total * (shard + 1) || tensors_left < shards_left);
     if (full && shard + 1 < out.size()) ++shard;
     out[shard].push_back(tensors[i]);
     cumulative += tensors[i].bytes;

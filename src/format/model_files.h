@@ -16,6 +16,7 @@ Status PrepareOutputDir(const std::string& dir, bool overwrite);
 
 // Splits tensors, in order, into `shards` contiguous groups of about equal bytes. Each group is
 // non-empty; `shards` larger than the tensor count is an error.
-Result<std::vector<std::vector<TensorMeta>>> SplitIntoShards(const std::vector<TensorMeta>& tensors, int shards);
+Result<std::vector<std::vector<TensorMeta>>> SplitIntoShards(const std::vector<TensorMeta>& tensors,
+                                                             int shards);
 
 }  // namespace weightport::model_files

@@ -26,7 +26,8 @@ std::map<std::string, std::string> SpecMetadata(const ModelSpec& s, uint64_t see
 
 Status GenerateModel(const ModelSpec& spec, const GenerateOptions& options) {
   if (spec.dtype != DType::kF32 && spec.dtype != DType::kBF16 && spec.dtype != DType::kF16)
-    return InvalidArgument("gen-model: dtype must be f32, bf16 or f16, not " + std::string(DTypeName(spec.dtype)));
+    return InvalidArgument("gen-model: dtype must be f32, bf16 or f16, not " +
+                           std::string(DTypeName(spec.dtype)));
   const std::vector<TensorMeta> tensors = ModelTensors(spec);
   WP_ASSIGN_OR_RETURN(auto groups, model_files::SplitIntoShards(tensors, options.shards));
   WP_RETURN_IF_ERROR(model_files::PrepareOutputDir(options.out_dir, options.overwrite));

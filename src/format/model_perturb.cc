@@ -74,7 +74,8 @@ class RunSampler {
   std::mt19937_64 rng_;
 };
 
-uint64_t PerturbTensor(const TensorMeta& meta, std::span<std::byte> data, uint64_t block, RunSampler& sampler) {
+uint64_t PerturbTensor(const TensorMeta& meta, std::span<std::byte> data, uint64_t block,
+                       RunSampler& sampler) {
   const uint64_t n = static_cast<uint64_t>(meta.num_elements());
   const size_t esize = DTypeSize(meta.dtype);
   std::normal_distribution<float> step(0.0f, 0.002f);
@@ -101,9 +102,11 @@ Result<PerturbReport> PerturbModel(const PerturbOptions& o) {
 
   PerturbReport report;
   for (const auto& t : source.tensors())
-    if (IsFloatingPoint(t.meta().dtype)) report.elements_total += static_cast<uint64_t>(t.meta().num_elements());
-  RunSampler sampler(static_cast<uint64_t>(std::llround(o.fraction * static_cast<double>(report.elements_total))),
-                     report.elements_total, o.seed);
+    if (IsFloatingPoint(t.meta().dtype))
+      report.elements_total += static_cast<uint64_t>(t.meta().num_elements());
+  RunSampler sampler(
+      static_cast<uint64_t>(std::llround(o.fraction * static_cast<double>(report.elements_total))),
+      report.elements_total, o.seed);
   const uint64_t total = source.total_bytes();
   uint64_t done = 0;
   std::vector<std::byte> buffer;

@@ -27,16 +27,22 @@ Result<ModelSpec> PresetSpec(std::string_view preset, ModelArch arch) {
   // Sizes chosen so that bf16 totals land near 50 MB, 500 MB and 2.5 GB for both architectures.
   if (preset == "tiny") {
     s.hidden = 512, s.heads = 8, s.kv_heads = 4, s.vocab = 8192;
-    if (arch == ModelArch::kDense) s.layers = 6, s.intermediate = 1408;
-    else s.layers = 3, s.experts = 8, s.moe_intermediate = 384, s.shared_experts = 1;
+    if (arch == ModelArch::kDense)
+      s.layers = 6, s.intermediate = 1408;
+    else
+      s.layers = 3, s.experts = 8, s.moe_intermediate = 384, s.shared_experts = 1;
   } else if (preset == "small") {
     s.hidden = 1024, s.heads = 16, s.kv_heads = 8, s.vocab = 32000;
-    if (arch == ModelArch::kDense) s.layers = 16, s.intermediate = 2816;
-    else s.layers = 8, s.experts = 16, s.moe_intermediate = 384, s.shared_experts = 1;
+    if (arch == ModelArch::kDense)
+      s.layers = 16, s.intermediate = 2816;
+    else
+      s.layers = 8, s.experts = 16, s.moe_intermediate = 384, s.shared_experts = 1;
   } else if (preset == "1b") {
     s.hidden = 2048, s.heads = 32, s.kv_heads = 8, s.vocab = 32000;
-    if (arch == ModelArch::kDense) s.layers = 24, s.intermediate = 5632;
-    else s.layers = 12, s.experts = 32, s.moe_intermediate = 384, s.shared_experts = 1;
+    if (arch == ModelArch::kDense)
+      s.layers = 24, s.intermediate = 5632;
+    else
+      s.layers = 12, s.experts = 32, s.moe_intermediate = 384, s.shared_experts = 1;
   } else {
     return InvalidArgument("unknown preset '" + std::string(preset) + "' (expected tiny, small or 1b)");
   }
@@ -49,7 +55,8 @@ Result<ModelSpec> ApplyOverrides(ModelSpec spec, const SpecOverrides& o) {
     spec.layers = *o.layers;
   }
   if (o.experts) {
-    if (spec.arch != ModelArch::kMoe) return InvalidArgument("--experts applies to the moe architecture only");
+    if (spec.arch != ModelArch::kMoe)
+      return InvalidArgument("--experts applies to the moe architecture only");
     if (*o.experts < 1 || *o.experts > 4096) return InvalidArgument("--experts must be in [1, 4096]");
     spec.experts = *o.experts;
   }
@@ -63,7 +70,8 @@ Result<ModelSpec> ApplyOverrides(ModelSpec spec, const SpecOverrides& o) {
     spec.heads = spec.hidden / spec.head_dim;
     spec.kv_heads = std::max(1, spec.heads / kv_ratio);
     if (spec.intermediate) spec.intermediate = RoundUp(static_cast<int>(spec.intermediate * scale), 64);
-    if (spec.moe_intermediate) spec.moe_intermediate = RoundUp(static_cast<int>(spec.moe_intermediate * scale), 64);
+    if (spec.moe_intermediate)
+      spec.moe_intermediate = RoundUp(static_cast<int>(spec.moe_intermediate * scale), 64);
   }
   if (o.layers || o.hidden || o.experts) spec.preset = "custom";
   return spec;
@@ -94,7 +102,8 @@ std::vector<TensorMeta> ModelTensors(const ModelSpec& s) {
       mlp(p + "mlp.", s.intermediate);
     } else {
       add(p + "mlp.gate.weight", {s.experts, h});  // router
-      for (int e = 0; e < s.experts; ++e) mlp(p + "mlp.experts." + std::to_string(e) + ".", s.moe_intermediate);
+      for (int e = 0; e < s.experts; ++e)
+        mlp(p + "mlp.experts." + std::to_string(e) + ".", s.moe_intermediate);
       if (s.shared_experts > 0)
         mlp(p + "mlp.shared_experts.", int64_t{s.moe_intermediate} * s.shared_experts);
     }

@@ -119,7 +119,8 @@ TEST(SyntheticModelTest, GenerateWritesAReadableShardedCheckpoint) {
   TempDir dir;
   auto spec = *ApplyOverrides(*PresetSpec("tiny", ModelArch::kDense), {.layers = 2, .hidden = 128});
   uint64_t last = 0;
-  GenerateOptions g{.out_dir = dir / "m", .seed = 9, .shards = 3, .progress = [&](uint64_t d, uint64_t) { last = d; }};
+  GenerateOptions g{
+      .out_dir = dir / "m", .seed = 9, .shards = 3, .progress = [&](uint64_t d, uint64_t) { last = d; }};
   ASSERT_TRUE(GenerateModel(spec, g).ok());
   EXPECT_EQ(last, ModelBytes(spec));
   auto ckpt = Checkpoint::Open(dir / "m");
@@ -164,9 +165,11 @@ std::pair<uint64_t, uint64_t> DiffElements(const Checkpoint& a, const Checkpoint
 
 TEST(SyntheticModelTest, PerturbChangesExactlyTheFractionInRuns) {
   TempDir dir;
-  auto spec = *ApplyOverrides(*PresetSpec("tiny", ModelArch::kMoe), {.layers = 1, .hidden = 128, .experts = 2});
+  auto spec =
+      *ApplyOverrides(*PresetSpec("tiny", ModelArch::kMoe), {.layers = 1, .hidden = 128, .experts = 2});
   ASSERT_TRUE(GenerateModel(spec, {.out_dir = dir / "v1", .seed = 1, .shards = 2}).ok());
-  auto report = PerturbModel({.from_dir = dir / "v1", .out_dir = dir / "v2", .fraction = 0.05, .block = 256, .seed = 3});
+  auto report = PerturbModel(
+      {.from_dir = dir / "v1", .out_dir = dir / "v2", .fraction = 0.05, .block = 256, .seed = 3});
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   auto a = *Checkpoint::Open(dir / "v1");
   auto b = *Checkpoint::Open(dir / "v2");
@@ -182,15 +185,20 @@ TEST(SyntheticModelTest, PerturbChangesExactlyTheFractionInRuns) {
   EXPECT_EQ(b.files().size(), 2u);
   EXPECT_TRUE(fs::exists(dir / "v2/model.safetensors.index.json"));
 
-  auto scattered = PerturbModel({.from_dir = dir / "v1", .out_dir = dir / "v3", .fraction = 0.01, .block = 1});
+  auto scattered =
+      PerturbModel({.from_dir = dir / "v1", .out_dir = dir / "v3", .fraction = 0.01, .block = 1});
   ASSERT_TRUE(scattered.ok());
   EXPECT_EQ(DiffElements(a, *Checkpoint::Open(dir / "v3")).first, scattered->elements_changed);
 
   // Exact for every seed and for runs much larger than the change (the sampler must not skip
   // past the point where the rest of the model can still hold what is needed).
   for (uint64_t seed = 1; seed <= 8; ++seed) {
-    auto r = PerturbModel({.from_dir = dir / "v1", .out_dir = dir / "v4", .fraction = 0.001, .block = 1u << 16,
-                           .seed = seed, .overwrite = true});
+    auto r = PerturbModel({.from_dir = dir / "v1",
+                           .out_dir = dir / "v4",
+                           .fraction = 0.001,
+                           .block = 1u << 16,
+                           .seed = seed,
+                           .overwrite = true});
     ASSERT_TRUE(r.ok());
     const uint64_t need = static_cast<uint64_t>(std::llround(0.001 * static_cast<double>(total)));
     EXPECT_EQ(r->elements_changed, need) << "seed " << seed;
@@ -202,7 +210,8 @@ TEST(SyntheticModelTest, PerturbRejectsBadArguments) {
   TempDir dir;
   EXPECT_FALSE(PerturbModel({.from_dir = dir / "none", .out_dir = dir / "x", .fraction = 0.1}).ok());
   EXPECT_FALSE(PerturbModel({.from_dir = dir / "none", .out_dir = dir / "x", .fraction = 1.5}).ok());
-  EXPECT_FALSE(PerturbModel({.from_dir = dir / "none", .out_dir = dir / "x", .fraction = 0.1, .block = 0}).ok());
+  EXPECT_FALSE(
+      PerturbModel({.from_dir = dir / "none", .out_dir = dir / "x", .fraction = 0.1, .block = 0}).ok());
 }
 
 }  // namespace

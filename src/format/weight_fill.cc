@@ -55,7 +55,9 @@ void FillBlocks(const TensorMeta& meta, uint64_t tensor_seed, Distribution dist,
     for (uint64_t i = begin; i < end; ++i) {
       const float v = dist.mean + dist.stddev * NearNormal(SplitMix64(state));
       switch (meta.dtype) {
-        case DType::kF32: std::memcpy(out + i * 4, &v, 4); break;
+        case DType::kF32:
+          std::memcpy(out + i * 4, &v, 4);
+          break;
         case DType::kBF16: {
           const uint16_t h = float_bits::F32ToBf16(v);
           std::memcpy(out + i * 2, &h, 2);

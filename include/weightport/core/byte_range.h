@@ -13,9 +13,7 @@ struct ByteRange {
 
   uint64_t end() const { return offset + length; }
   bool empty() const { return length == 0; }
-  bool Contains(const ByteRange& other) const {
-    return other.offset >= offset && other.end() <= end();
-  }
+  bool Contains(const ByteRange& other) const { return other.offset >= offset && other.end() <= end(); }
   bool Overlaps(const ByteRange& other) const {
     return length && other.length && offset < other.end() && other.offset < end();
   }
@@ -26,9 +24,7 @@ struct ByteRange {
     if (lo >= hi) return std::nullopt;
     return ByteRange{lo, hi - lo};
   }
-  std::string ToString() const {
-    return "[" + std::to_string(offset) + ", " + std::to_string(end()) + ")";
-  }
+  std::string ToString() const { return "[" + std::to_string(offset) + ", " + std::to_string(end()) + ")"; }
   friend bool operator==(const ByteRange&, const ByteRange&) = default;
 };
 

@@ -17,20 +17,20 @@ namespace weightport {
 
 enum class StatusCode : int {
   kOk = 0,
-  kInvalidArgument,    // bad input from the caller or a file: malformed, out of range
-  kNotFound,           // a named thing (file, tensor, peer) does not exist
+  kInvalidArgument,  // bad input from the caller or a file: malformed, out of range
+  kNotFound,         // a named thing (file, tensor, peer) does not exist
   kAlreadyExists,
   kOutOfRange,
-  kFailedPrecondition, // the system is not in a state for this call
-  kDataLoss,           // corrupt data: bad hash, truncated file
-  kIoError,            // the operating system refused (open, read, mmap, socket)
+  kFailedPrecondition,  // the system is not in a state for this call
+  kDataLoss,            // corrupt data: bad hash, truncated file
+  kIoError,             // the operating system refused (open, read, mmap, socket)
   kTimeout,
   kUnavailable,        // a peer is gone or unreachable; retry may help
   kPermissionDenied,   // authentication or authorisation failed
   kResourceExhausted,  // memory, in-flight window, file descriptors
   kCancelled,
   kUnimplemented,
-  kInternal,           // a bug in weightport
+  kInternal,  // a bug in weightport
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -87,7 +87,7 @@ Status ErrnoError(std::string what, int errnum);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (std::get<Status>(v_).ok()) v_ = Status(StatusCode::kInternal, "Result built from OK status");
   }
@@ -116,15 +116,14 @@ class [[nodiscard]] Result {
 #define WP_CONCAT_(a, b) WP_CONCAT_INNER_(a, b)
 
 // Returns the status from the enclosing function if `expr` is not OK.
-#define WP_RETURN_IF_ERROR(expr)                    \
-  do {                                              \
-    ::weightport::Status wp_status_ = (expr);       \
-    if (!wp_status_.ok()) return wp_status_;        \
+#define WP_RETURN_IF_ERROR(expr)              \
+  do {                                        \
+    ::weightport::Status wp_status_ = (expr); \
+    if (!wp_status_.ok()) return wp_status_;  \
   } while (0)
 
 // `lhs = value of expr`, or returns its status from the enclosing function.
-#define WP_ASSIGN_OR_RETURN(lhs, expr) \
-  WP_ASSIGN_OR_RETURN_IMPL_(WP_CONCAT_(wp_result_, __LINE__), lhs, expr)
+#define WP_ASSIGN_OR_RETURN(lhs, expr) WP_ASSIGN_OR_RETURN_IMPL_(WP_CONCAT_(wp_result_, __LINE__), lhs, expr)
 #define WP_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                              \
   if (!tmp.ok()) return tmp.status();             \

@@ -43,8 +43,7 @@ struct SafetensorsHeader {
 
 // Parses and validates the header of a safetensors file whose complete bytes are `file`.
 // `file_name` is used in error messages only. Never reads outside `file`.
-Result<SafetensorsHeader> ParseSafetensorsHeader(std::span<const std::byte> file,
-                                                 std::string_view file_name);
+Result<SafetensorsHeader> ParseSafetensorsHeader(std::span<const std::byte> file, std::string_view file_name);
 
 // A safetensors file mapped read-only into memory. Move-only.
 class SafetensorsFile {
@@ -104,7 +103,7 @@ class SafetensorsWriter {
   std::string tmp_path_;
   int fd_ = -1;
   std::vector<TensorMeta> tensors_;
-  size_t current_ = 0;        // index of the tensor being written
+  size_t current_ = 0;  // index of the tensor being written
   uint64_t written_in_current_ = 0;
 };
 

@@ -28,7 +28,7 @@ struct ModelSpec {
   ModelArch arch = ModelArch::kDense;
   int layers = 0;
   int hidden = 0;
-  int intermediate = 0;      // dense MLP width
+  int intermediate = 0;  // dense MLP width
   int heads = 0;
   int kv_heads = 0;
   int head_dim = 0;
@@ -79,7 +79,7 @@ Status GenerateModel(const ModelSpec& spec, const GenerateOptions& options);
 struct PerturbOptions {
   std::string from_dir;
   std::string out_dir;
-  double fraction = 0.01;   // of all elements, in [0, 1]
+  double fraction = 0.01;     // of all elements, in [0, 1]
   uint64_t block = 1u << 19;  // changed elements come in runs of this many (1 = scattered)
   uint64_t seed = 1;
   bool overwrite = false;
