@@ -1,0 +1,226 @@
+// The control-plane wire protocol: framing and the payload of every message type.
+//
+// Frame (all integers little-endian):
+//   u32 payload_size | u8 type | u64 seq | payload[payload_size] | mac[32]
+//   mac = HMAC-SHA256(key, type || seq || payload)
+// Before the handshake completes, frames are MACed with kHandshakeKey (all zeros: an integrity check
+// only; authenticity comes from the proofs inside). After it, with the session key. Each direction
+// numbers its frames 0, 1, 2, ... across the handshake; a receiver accepts only the next number, so
+// replayed, dropped or reordered frames are refused. payload_size is checked against a maximum before
+// any buffer for the payload is allocated.
+//
+// Payload fields: integers are fixed-width little-endian; strings and byte strings are a u32 length
+// followed by the bytes. Decoders are strict: truncation, trailing bytes, out-of-range enums and
+// oversize strings are InvalidArgument, and they never read out of bounds (fuzzed by
+// control_codec_fuzz). Encoders do not validate; Decode(Encode(m)) == m for every valid m.
+//
+// Thread-safety: pure functions and plain structs.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "weightport/core/status.h"
+#include "weightport/engine/control_auth.h"
+
+namespace weightport {
+
+using Bytes = std::vector<std::byte>;
+using ByteView = std::span<const std::byte>;
+
+enum class MessageType : uint8_t {
+  kHello = 1,
+  kChallenge = 2,
+  kProof = 3,
+  kWelcome = 4,
+  kRefused = 5,
+  kManifest = 6,
+  kRegionKeys = 7,
+  kPlacement = 8,
+  kUpdateBegin = 9,
+  kChunksVerified = 10,
+  kUpdateFailed = 11,
+  kCommit = 12,
+  kAbort = 13,
+  kHeartbeat = 14,
+  kBye = 15,
+};
+inline constexpr uint8_t kMaxMessageType = 15;
+std::string_view MessageTypeName(MessageType type);  // "Hello"; "Unknown" outside the enum
+
+enum class PeerRole : uint8_t { kPublisher = 1, kSubscriber = 2, kObserver = 3 };
+std::string_view PeerRoleName(PeerRole role);  // "publisher"
+
+inline constexpr size_t kFrameHeaderSize = 4 + 1 + 8;
+inline constexpr size_t kFrameMacSize = kDigestSize;
+inline constexpr uint32_t kDefaultMaxPayload = 64u << 20;
+inline constexpr size_t kMaxNameSize = 128;     // peer names: printable ASCII, non-empty
+inline constexpr size_t kMaxReasonSize = 4096;  // Refused / UpdateFailed / Abort reasons
+inline constexpr Digest kHandshakeKey{};
+
+struct FrameHeader {
+  uint32_t payload_size = 0;
+  MessageType type = MessageType::kHeartbeat;
+  uint64_t seq = 0;
+};
+
+struct Frame {
+  MessageType type = MessageType::kHeartbeat;
+  uint64_t seq = 0;
+  Bytes payload;
+};
+
+// Parses the fixed header; refuses an unknown type or payload_size > max_payload.
+Result<FrameHeader> DecodeFrameHeader(ByteView header, uint32_t max_payload);
+// Checks the MAC of a frame whose header has been parsed; PermissionDenied when it does not match.
+Status VerifyFrameMac(const FrameHeader& header, ByteView payload, ByteView mac, ByteView key);
+// Header, payload and MAC as one buffer.
+Result<Bytes> EncodeFrame(MessageType type, uint64_t seq, ByteView payload, ByteView key);
+// Decodes exactly one whole frame (no trailing bytes): header, bound, MAC, then seq == expected_seq.
+Result<Frame> DecodeFrame(ByteView bytes, ByteView key, uint64_t expected_seq,
+                          uint32_t max_payload = kDefaultMaxPayload);
+
+// ---- payloads. Each has kType, Encode() and a strict static Decode(). ------------------------------
+
+struct HelloMsg {
+  static constexpr MessageType kType = MessageType::kHello;
+  PeerRole role = PeerRole::kObserver;
+  std::string name;
+  Bytes Encode() const;
+  static Result<HelloMsg> Decode(ByteView payload);
+  friend bool operator==(const HelloMsg&, const HelloMsg&) = default;
+};
+
+struct ChallengeMsg {
+  static constexpr MessageType kType = MessageType::kChallenge;
+  Nonce server_nonce{};
+  Bytes Encode() const;
+  static Result<ChallengeMsg> Decode(ByteView payload);
+  friend bool operator==(const ChallengeMsg&, const ChallengeMsg&) = default;
+};
+
+struct ProofMsg {
+  static constexpr MessageType kType = MessageType::kProof;
+  Nonce client_nonce{};
+  Digest proof{};
+  Bytes Encode() const;
+  static Result<ProofMsg> Decode(ByteView payload);
+  friend bool operator==(const ProofMsg&, const ProofMsg&) = default;
+};
+
+struct WelcomeMsg {
+  static constexpr MessageType kType = MessageType::kWelcome;
+  std::string server_name;
+  Digest server_proof{};
+  Bytes Encode() const;
+  static Result<WelcomeMsg> Decode(ByteView payload);
+  friend bool operator==(const WelcomeMsg&, const WelcomeMsg&) = default;
+};
+
+struct RefusedMsg {
+  static constexpr MessageType kType = MessageType::kRefused;
+  std::string reason;
+  Bytes Encode() const;
+  static Result<RefusedMsg> Decode(ByteView payload);
+  friend bool operator==(const RefusedMsg&, const RefusedMsg&) = default;
+};
+
+// Manifest::ToJson() text; parsed by the receiver with Manifest::FromJson.
+struct ManifestMsg {
+  static constexpr MessageType kType = MessageType::kManifest;
+  std::string json;
+  Bytes Encode() const;
+  static Result<ManifestMsg> Decode(ByteView payload);
+  friend bool operator==(const ManifestMsg&, const ManifestMsg&) = default;
+};
+
+// A peer's transport address and the RemoteKey::Serialize() bytes of each registered region.
+struct RegionKeysMsg {
+  static constexpr MessageType kType = MessageType::kRegionKeys;
+  struct Region {
+    uint64_t region_id = 0;
+    Bytes remote_key;
+    friend bool operator==(const Region&, const Region&) = default;
+  };
+  Bytes transport_address;
+  std::vector<Region> regions;
+  Bytes Encode() const;
+  static Result<RegionKeysMsg> Decode(ByteView payload);
+  friend bool operator==(const RegionKeysMsg&, const RegionKeysMsg&) = default;
+};
+
+struct PlacementMsg {
+  static constexpr MessageType kType = MessageType::kPlacement;
+  std::string json;
+  Bytes Encode() const;
+  static Result<PlacementMsg> Decode(ByteView payload);
+  friend bool operator==(const PlacementMsg&, const PlacementMsg&) = default;
+};
+
+struct UpdateBeginMsg {
+  static constexpr MessageType kType = MessageType::kUpdateBegin;
+  uint64_t version = 0;
+  uint64_t plan_id = 0;
+  Bytes Encode() const;
+  static Result<UpdateBeginMsg> Decode(ByteView payload);
+  friend bool operator==(const UpdateBeginMsg&, const UpdateBeginMsg&) = default;
+};
+
+struct ChunksVerifiedMsg {
+  static constexpr MessageType kType = MessageType::kChunksVerified;
+  uint64_t version = 0;
+  uint64_t count = 0;
+  Bytes Encode() const;
+  static Result<ChunksVerifiedMsg> Decode(ByteView payload);
+  friend bool operator==(const ChunksVerifiedMsg&, const ChunksVerifiedMsg&) = default;
+};
+
+struct UpdateFailedMsg {
+  static constexpr MessageType kType = MessageType::kUpdateFailed;
+  uint64_t version = 0;
+  std::string reason;
+  Bytes Encode() const;
+  static Result<UpdateFailedMsg> Decode(ByteView payload);
+  friend bool operator==(const UpdateFailedMsg&, const UpdateFailedMsg&) = default;
+};
+
+struct CommitMsg {
+  static constexpr MessageType kType = MessageType::kCommit;
+  uint64_t version = 0;
+  Bytes Encode() const;
+  static Result<CommitMsg> Decode(ByteView payload);
+  friend bool operator==(const CommitMsg&, const CommitMsg&) = default;
+};
+
+struct AbortMsg {
+  static constexpr MessageType kType = MessageType::kAbort;
+  uint64_t version = 0;
+  std::string reason;
+  Bytes Encode() const;
+  static Result<AbortMsg> Decode(ByteView payload);
+  friend bool operator==(const AbortMsg&, const AbortMsg&) = default;
+};
+
+struct HeartbeatMsg {
+  static constexpr MessageType kType = MessageType::kHeartbeat;
+  Bytes Encode() const { return {}; }
+  static Result<HeartbeatMsg> Decode(ByteView payload);
+  friend bool operator==(const HeartbeatMsg&, const HeartbeatMsg&) = default;
+};
+
+struct ByeMsg {
+  static constexpr MessageType kType = MessageType::kBye;
+  Bytes Encode() const { return {}; }
+  static Result<ByeMsg> Decode(ByteView payload);
+  friend bool operator==(const ByeMsg&, const ByeMsg&) = default;
+};
+
+// Decodes `payload` as the payload of `type`, discarding the value: InvalidArgument if malformed.
+Status ValidatePayload(MessageType type, ByteView payload);
+
+}  // namespace weightport
