@@ -24,26 +24,12 @@ Status Convert(const ConvertOptions& o) {
   WP_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(o.in));
   std::vector<TensorMeta> metas;
   for (const auto& t : ckpt.tensors()) metas.push_back(t.meta());
-  WP_ASSIGN_OR_RETURN(auto groups, model_files::SplitIntoShards(metas, o.shards));
-  WP_RETURN_IF_ERROR(model_files::PrepareOutputDir(o.out, o.force));
-  ShardIndex index;
-  index.metadata = {{"format", "pt"}};
-  index.total_size = ckpt.total_bytes();
   ProgressPrinter progress("converting into " + o.out, o.quiet);
-  uint64_t done = 0;
-  for (size_t s = 0; s < groups.size(); ++s) {
-    const std::string file = ShardFileName(static_cast<int>(s + 1), static_cast<int>(groups.size()));
-    WP_ASSIGN_OR_RETURN(SafetensorsWriter w, SafetensorsWriter::Create((fs::path(o.out) / file).string(),
-                                                                       groups[s], ckpt.metadata()));
-    for (const auto& meta : groups[s]) {
-      WP_RETURN_IF_ERROR(w.Append(ckpt.Data(*ckpt.Find(meta.name))));
-      index.weight_map[meta.name] = file;
-      progress(done += meta.bytes, ckpt.total_bytes());
-    }
-    WP_RETURN_IF_ERROR(w.Finish());
-  }
-  if (groups.size() > 1) WP_RETURN_IF_ERROR(index.Write((fs::path(o.out) / kShardIndexFileName).string()));
-  return Status::Ok();
+  auto view = [&](const TensorMeta& meta) -> Result<std::span<const std::byte>> {
+    return ckpt.Data(*ckpt.Find(meta.name));
+  };
+  return model_files::WriteShardedCheckpoint(o.out, o.force, metas, o.shards, ckpt.metadata(), view,
+                                             std::ref(progress));
 }
 
 }  // namespace

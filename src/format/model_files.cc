@@ -4,6 +4,7 @@
 #include <system_error>
 
 #include "weightport/format/checkpoint.h"
+#include "weightport/format/safetensors.h"
 
 namespace weightport::model_files {
 
@@ -50,6 +51,33 @@ Result<std::vector<std::vector<TensorMeta>>> SplitIntoShards(const std::vector<T
     cumulative += tensors[i].bytes;
   }
   return out;
+}
+
+Status WriteShardedCheckpoint(const std::string& dir, bool overwrite, const std::vector<TensorMeta>& tensors,
+                              int shards, const std::map<std::string, std::string>& metadata,
+                              const TensorSource& source,
+                              const std::function<void(uint64_t done, uint64_t total)>& progress) {
+  WP_ASSIGN_OR_RETURN(auto groups, SplitIntoShards(tensors, shards));
+  WP_RETURN_IF_ERROR(PrepareOutputDir(dir, overwrite));
+  ShardIndex index;
+  index.metadata = {{"format", "pt"}};
+  for (const auto& t : tensors) index.total_size += t.bytes;
+  uint64_t done = 0;
+  for (size_t s = 0; s < groups.size(); ++s) {
+    const std::string file = ShardFileName(static_cast<int>(s + 1), static_cast<int>(groups.size()));
+    WP_ASSIGN_OR_RETURN(SafetensorsWriter writer,
+                        SafetensorsWriter::Create((fs::path(dir) / file).string(), groups[s], metadata));
+    for (const auto& meta : groups[s]) {
+      WP_ASSIGN_OR_RETURN(std::span<const std::byte> bytes, source(meta));
+      WP_RETURN_IF_ERROR(writer.Append(bytes));
+      index.weight_map[meta.name] = file;
+      done += meta.bytes;
+      if (progress) progress(done, index.total_size);
+    }
+    WP_RETURN_IF_ERROR(writer.Finish());
+  }
+  if (groups.size() > 1) WP_RETURN_IF_ERROR(index.Write((fs::path(dir) / kShardIndexFileName).string()));
+  return Status::Ok();
 }
 
 }  // namespace weightport::model_files

@@ -1,4 +1,3 @@
-#include <filesystem>
 #include <vector>
 
 #include "model_files.h"
@@ -28,34 +27,15 @@ Status GenerateModel(const ModelSpec& spec, const GenerateOptions& options) {
   if (spec.dtype != DType::kF32 && spec.dtype != DType::kBF16 && spec.dtype != DType::kF16)
     return InvalidArgument("gen-model: dtype must be f32, bf16 or f16, not " +
                            std::string(DTypeName(spec.dtype)));
-  const std::vector<TensorMeta> tensors = ModelTensors(spec);
-  WP_ASSIGN_OR_RETURN(auto groups, model_files::SplitIntoShards(tensors, options.shards));
-  WP_RETURN_IF_ERROR(model_files::PrepareOutputDir(options.out_dir, options.overwrite));
-
-  const auto metadata = SpecMetadata(spec, options.seed);
-  const uint64_t total = ModelBytes(spec);
-  uint64_t done = 0;
   std::vector<std::byte> buffer;
-  ShardIndex index;
-  index.metadata = {{"format", "pt"}};
-  index.total_size = total;
-  for (size_t s = 0; s < groups.size(); ++s) {
-    const std::string file = ShardFileName(static_cast<int>(s + 1), static_cast<int>(groups.size()));
-    const std::string path = (std::filesystem::path(options.out_dir) / file).string();
-    WP_ASSIGN_OR_RETURN(SafetensorsWriter writer, SafetensorsWriter::Create(path, groups[s], metadata));
-    for (const auto& meta : groups[s]) {
-      buffer.resize(meta.bytes);
-      WP_RETURN_IF_ERROR(FillTensor(meta, options.seed, buffer));
-      WP_RETURN_IF_ERROR(writer.Append(buffer));
-      index.weight_map[meta.name] = file;
-      done += meta.bytes;
-      if (options.progress) options.progress(done, total);
-    }
-    WP_RETURN_IF_ERROR(writer.Finish());
-  }
-  if (groups.size() > 1)
-    WP_RETURN_IF_ERROR(index.Write((std::filesystem::path(options.out_dir) / kShardIndexFileName).string()));
-  return Status::Ok();
+  auto fill = [&](const TensorMeta& meta) -> Result<std::span<const std::byte>> {
+    buffer.resize(meta.bytes);
+    WP_RETURN_IF_ERROR(FillTensor(meta, options.seed, buffer));
+    return std::span<const std::byte>(buffer);
+  };
+  return model_files::WriteShardedCheckpoint(options.out_dir, options.overwrite, ModelTensors(spec),
+                                             options.shards, SpecMetadata(spec, options.seed), fill,
+                                             options.progress);
 }
 
 }  // namespace weightport

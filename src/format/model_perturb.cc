@@ -15,35 +15,41 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Adds a small step to element i and makes sure its bits change.
+// Adds a small step to the element at `p` and makes sure its bits change.
 void PerturbElement(DType dtype, std::byte* p, float step) {
-  if (dtype == DType::kF32 || dtype == DType::kF64 || dtype == DType::kF16 || dtype == DType::kBF16) {
-    if (dtype == DType::kF32) {
-      float v;
+  switch (dtype) {
+    case DType::kF32: {
+      float v, w;
       std::memcpy(&v, p, 4);
-      float w = v + step;
+      w = v + step;
       if (std::memcmp(&w, &v, 4) == 0) w = std::nextafter(v, v + 1.0f);
       if (std::memcmp(&w, &v, 4) == 0) reinterpret_cast<uint8_t*>(&w)[0] ^= 1;  // NaN/inf
       std::memcpy(p, &w, 4);
-    } else if (dtype == DType::kF64) {
-      double v;
+      return;
+    }
+    case DType::kF64: {
+      double v, w;
       std::memcpy(&v, p, 8);
-      double w = v + step;
+      w = v + step;
       if (std::memcmp(&w, &v, 8) == 0) reinterpret_cast<uint8_t*>(&w)[0] ^= 1;
       std::memcpy(p, &w, 8);
-    } else {
+      return;
+    }
+    case DType::kF16:
+    case DType::kBF16: {
       uint16_t h;
       std::memcpy(&h, p, 2);
       const bool bf = dtype == DType::kBF16;
       const float v = bf ? float_bits::Bf16ToF32(h) : float_bits::F16ToF32(h);
       uint16_t n = bf ? float_bits::F32ToBf16(v + step) : float_bits::F32ToF16(v + step);
-      if (n == h) n ^= 1;  // step below half an ulp: move one ulp-ish
+      if (n == h) n ^= 1;  // step below half an ulp: move one ulp
       std::memcpy(p, &n, 2);
+      return;
     }
-    return;
+    default:  // 8-bit floats: flip the lowest mantissa bit (a one-ulp step).
+      *p ^= std::byte{1};
+      return;
   }
-  // 8-bit floats: flip the lowest mantissa bit (a one-ulp step).
-  *p ^= std::byte{1};
 }
 
 // Chooses which runs of elements to change, streaming over the model in order, so that exactly
