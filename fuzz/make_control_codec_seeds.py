@@ -33,14 +33,15 @@ SEEDS = {
     "manifest": frame(6, s('{"version":1,"tensors":[]}')),
     "region_keys": frame(7, s(b"ucx-addr") + struct.pack("<I", 2) + struct.pack("<Q", 1) + s(b"rkey-1")
                          + struct.pack("<Q", 2) + s(b"")),
-    "placement": frame(8, s("{}")),
-    "update_begin": frame(9, struct.pack("<QQ", 7, 3)),
-    "chunks_verified": frame(10, struct.pack("<QQ", 7, 128)),
+    "placement": frame(8, s('{"tensors":["lm_head.weight"]}')),
+    "update_begin": frame(9, struct.pack("<QQQ", 7, 3, 0)),
+    "chunks_verified": frame(10, struct.pack("<QQQQQ", 7, 128, 128 << 20, 2_500_000, 1)),
     "update_failed": frame(11, struct.pack("<Q", 7) + s("hash mismatch")),
     "commit": frame(12, struct.pack("<Q", 7)),
     "abort": frame(13, struct.pack("<Q", 7) + s("subscriber lost")),
     "heartbeat": frame(14, b""),
     "bye": frame(15, b""),
+    "committed": frame(16, struct.pack("<QQ", 7, 1500)),
 }
 
 

@@ -52,5 +52,8 @@ Command AddConvertCommand(CLI::App& app);
 Command AddManifestCommand(CLI::App& app);
 Command AddInfoCommand(CLI::App& app);
 Command AddDemoCommand(CLI::App& app);
+Command AddPublishCommand(CLI::App& app);
+Command AddSubscribeCommand(CLI::App& app);
+Command AddServeCommand(CLI::App& app);
 
 }  // namespace weightport::cli

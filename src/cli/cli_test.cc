@@ -44,7 +44,8 @@ class CliTest : public ::testing::Test {
 TEST_F(CliTest, HelpAndUsageExitCodes) {
   CliRun r = Cli("--help");
   EXPECT_EQ(r.code, 0);
-  for (const char* cmd : {"demo", "gen-model", "inspect", "manifest", "convert", "info"})
+  for (const char* cmd :
+       {"demo", "gen-model", "inspect", "manifest", "convert", "info", "publish", "subscribe", "serve"})
     EXPECT_NE(r.out.find(cmd), std::string::npos) << cmd;
   EXPECT_EQ(Cli("inspect --help").code, 0);
   EXPECT_EQ(Cli("").code, 2);                   // no command
@@ -107,12 +108,19 @@ TEST_F(CliTest, FailuresNameTheFileAndExitOne) {
 }
 
 TEST_F(CliTest, DemoRunsAndReportsJson) {
-  CliRun demo = Cli("demo --json --dir " + Path("demo"));
+  CliRun demo = Cli("demo --json --preset tiny --subscribers 2 --versions 2");
   ASSERT_EQ(demo.code, 0) << demo.out;
-  auto j = nlohmann::json::parse(demo.out.substr(demo.out.find('{')));
-  EXPECT_GT(j["total_bytes"].get<uint64_t>(), 40'000'000u);
-  EXPECT_GT(j["changed_chunks"].get<int>(), 0);
-  EXPECT_LT(j["changed_share"].get<double>(), 0.1);
+  auto j = nlohmann::json::parse(demo.out.substr(demo.out.find("{\n")));
+  EXPECT_GT(j["bytes"].get<uint64_t>(), 40'000'000u);
+  ASSERT_EQ(j["versions"].size(), 2u);
+  for (const auto& v : j["versions"]) {
+    EXPECT_TRUE(v["verified"].get<bool>());
+    EXPECT_EQ(v["subscribers_verified"].get<int>(), 2);
+    EXPECT_GT(v["gbps"].get<double>(), 0.0);
+    for (const auto& s : v["subscribers"]) EXPECT_EQ(s["bytes"].get<uint64_t>(), j["bytes"].get<uint64_t>());
+  }
+  EXPECT_EQ(j["peak_rss"]["subscribers"].size(), 2u);
+  EXPECT_TRUE(j["within_budget"].get<bool>()) << demo.out;
 }
 
 TEST_F(CliTest, InfoReportsTheBuild) {
@@ -120,7 +128,9 @@ TEST_F(CliTest, InfoReportsTheBuild) {
   ASSERT_EQ(info.code, 0) << info.out;
   auto j = nlohmann::json::parse(info.out);
   EXPECT_TRUE(j.contains("cuda_build"));
-  if (j["gpus"].empty()) EXPECT_TRUE(j.contains("gpu_unavailable_reason"));
+  if (j["gpus"].empty()) {
+    EXPECT_TRUE(j.contains("gpu_unavailable_reason"));
+  }
 }
 
 }  // namespace

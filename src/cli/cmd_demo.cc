@@ -1,116 +1,230 @@
-// weightport demo: the main job on an embedded local default. Generates a synthetic model, reads it
-// back through the safetensors reader, builds its manifest, derives the next training step and
-// reports which chunks a delta update would send.
-#include <chrono>
-#include <filesystem>
-#include <iostream>
-#include <memory>
-#include <random>
+// weightport demo: the main job on one host. This process publishes (with the embedded
+// coordinator); N subscriber processes (`weightport subscribe`) receive a synthetic model and two
+// more versions of it; each version is reported with its bytes, copy time, bandwidth, pause and
+// verdict, and each process's peak memory is checked against the budget.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
-#include <nlohmann/json.hpp>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
 
 #include "cli_common.h"
-#include "weightport/format/checkpoint.h"
-#include "weightport/format/synthetic_model.h"
+#include "publish_loop.h"
+#include "teleport_common.h"
+#include "weightport/engine/versioned_store.h"
 
 namespace weightport::cli {
 namespace {
 
 namespace fs = std::filesystem;
+using std::chrono::milliseconds;
 
 struct DemoOptions {
-  std::string dir;
-  std::string preset = "tiny";
-  std::string arch = "dense";
+  ModelSource source;
+  size_t subscribers = 3;
+  uint64_t versions = 3;
   double perturb = 0.01;
+  std::string mode = "live";
+  std::string swap_mode = "double-buffer";
+  std::string transport = "shm";
   bool keep = false;
   bool json = false;
 };
 
-double Since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+struct Child {
+  std::string name;
+  pid_t pid = -1;
+  std::string log;
+  int exit_code = -1;
+  uint64_t peak_rss = 0;          // from wait4: includes the publisher's shared pages it read
+  uint64_t peak_private_rss = 0;  // its own memory, from its --json summary
+};
+
+// Starts `weightport subscribe ...` with stdout and stderr into `log`.
+Result<pid_t> Spawn(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoError("cannot create " + log, errno);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fd);
+    return ErrnoError("fork", errno);
+  }
+  if (pid == 0) {
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    execv("/proc/self/exe", argv.data());
+    _exit(127);
+  }
+  close(fd);
+  return pid;
 }
 
-Result<nlohmann::ordered_json> Demo(const DemoOptions& o, const fs::path& dir) {
+// Waits for a child up to `timeout`, then kills it. Records its exit code and peak RSS.
+void Reap(Child& c, milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  rusage usage{};
+  int status = 0;
+  while (c.pid > 0) {
+    const pid_t r = wait4(c.pid, &status, WNOHANG, &usage);
+    if (r == c.pid) break;
+    if (r < 0) return;
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(c.pid, SIGKILL);
+      wait4(c.pid, &status, 0, &usage);
+      break;
+    }
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  c.pid = -1;
+  c.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  c.peak_rss = static_cast<uint64_t>(usage.ru_maxrss) * 1024;
+}
+
+std::string Tail(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  return s.size() > 2000 ? s.substr(s.size() - 2000) : s;
+}
+
+// A subscriber's peak private memory, from the --json summary at the end of its log.
+Result<uint64_t> PrivatePeakFromSummary(const std::string& log) {
+  std::ifstream in(log);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t start = text.rfind("\n{") == std::string::npos ? text.find('{') : text.rfind("\n{") + 1;
+  nlohmann::json j = start == std::string::npos ? nlohmann::json()
+                                                : nlohmann::json::parse(text.substr(start), nullptr, false);
+  if (!j.is_object() || !j.contains("peak_private_rss") || !j["peak_private_rss"].is_number_unsigned())
+    return Internal(log + ": no summary with peak_private_rss at its end");
+  return j["peak_private_rss"].get<uint64_t>();
+}
+
+Result<nlohmann::ordered_json> Demo(const DemoOptions& o, const fs::path& dir, std::vector<Child>& children) {
   auto say = [&](const std::string& line) {
     if (!o.json) std::cout << line << std::endl;
   };
-  WP_ASSIGN_OR_RETURN(ModelArch arch, ParseModelArch(o.arch));
-  WP_ASSIGN_OR_RETURN(ModelSpec spec, PresetSpec(o.preset, arch));
-  const std::string v1 = (dir / "v1").string(), v2 = (dir / "v2").string();
+  WP_ASSIGN_OR_RETURN(PublishMode mode, ParsePublishMode(o.mode));
+  WP_ASSIGN_OR_RETURN(SwapMode swap, ParseSwapMode(o.swap_mode));
+  WP_ASSIGN_OR_RETURN(TransportFactory factory, MakeTransportFactory(o.transport));
+  const std::string secret_path = (dir / "secret").string();
+  WP_ASSIGN_OR_RETURN(Secret secret, LoadSecret(secret_path, /*create_if_missing=*/true));
+  WP_ASSIGN_OR_RETURN(std::vector<TensorMeta> layout, ModelLayout(o.source));
 
-  say("[1/4] generating a " + o.preset + " " + o.arch + " model (" + HumanBytes(ModelBytes(spec)) + ") in " +
-      v1);
-  auto t = std::chrono::steady_clock::now();
-  ProgressPrinter progress("      generating", o.json);
-  WP_RETURN_IF_ERROR(GenerateModel(
-      spec, {.out_dir = v1, .seed = 1, .shards = 2, .overwrite = true, .progress = std::ref(progress)}));
-  const double gen_s = Since(t);
+  PublisherOptions po;
+  po.make_transport = factory;
+  po.log = [&](std::string line) {
+    if (!o.json) std::cerr << "  coordinator: " << line << std::endl;
+  };
+  WP_ASSIGN_OR_RETURN(std::unique_ptr<Publisher> publisher, Publisher::Create(layout, secret, po));
+  Publisher& pub = *publisher;
+  say("[1/3] " + o.source.Describe() + ": " + std::to_string(layout.size()) + " tensors, " +
+      HumanBytes(pub.model_bytes()) + " in one registered arena; coordinator at " +
+      pub.coordinator_address());
+  ProgressPrinter progress("      filling the weights", o.json);
+  WP_RETURN_IF_ERROR(LoadWeights(o.source, layout, pub.weights(), std::ref(progress)));
 
-  say("[2/4] opening it with the safetensors reader and hashing every 1 MiB chunk (xxh3-64)");
-  t = std::chrono::steady_clock::now();
-  WP_ASSIGN_OR_RETURN(Checkpoint c1, Checkpoint::Open(v1));
-  WP_ASSIGN_OR_RETURN(Manifest m1, c1.BuildManifest(1));
-  const double hash_s = Since(t);
-  say("      " + std::to_string(c1.tensors().size()) + " tensors in " + std::to_string(c1.files().size()) +
-      " shards, " + HumanBytes(m1.total_bytes()) + ", " + std::to_string(m1.num_chunks()) +
-      " chunks, hashed at " + std::to_string(static_cast<int>(m1.total_bytes() / hash_s / 1e6)) + " MB/s");
+  say("[2/3] starting " + std::to_string(o.subscribers) + " subscriber processes (" + o.swap_mode + ", " +
+      o.transport + ")");
+  for (size_t i = 0; i < o.subscribers; ++i) {
+    Child c{.name = "sub-" + std::to_string(i),
+            .log = (dir / ("sub-" + std::to_string(i) + ".log")).string()};
+    WP_ASSIGN_OR_RETURN(c.pid, Spawn({"weightport", "subscribe", "--connect", pub.coordinator_address(),
+                                      "--secret-file", secret_path, "--name", c.name, "--swap-mode",
+                                      o.swap_mode, "--transport", o.transport, "--json", "--quiet"},
+                                     c.log));
+    children.push_back(std::move(c));
+  }
+  for (int waited = 0; pub.coordinator()->Subscribers().size() < o.subscribers; ++waited) {
+    for (Child& c : children) {
+      int status = 0;
+      if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
+        c.pid = -1;
+        return Unavailable("subscriber " + c.name + " exited before joining:\n" + Tail(c.log));
+      }
+    }
+    if (waited > 600)  // 60 s
+      return Timeout(std::to_string(pub.coordinator()->Subscribers().size()) + " of " +
+                     std::to_string(o.subscribers) + " subscribers joined within 60 s");
+    std::this_thread::sleep_for(milliseconds(100));
+  }
 
-  say("[3/4] deriving the next training step: " + Percent(o.perturb) + " of elements changed");
-  ProgressPrinter progress2("      perturbing", o.json);
-  WP_ASSIGN_OR_RETURN(PerturbReport report, PerturbModel({.from_dir = v1,
-                                                          .out_dir = v2,
-                                                          .fraction = o.perturb,
-                                                          .seed = 2,
-                                                          .overwrite = true,
-                                                          .progress = std::ref(progress2)}));
+  say("[3/3] publishing " + std::to_string(o.versions) + " versions (" + o.mode + " mode; " +
+      Percent(o.perturb) + " of elements change between versions)");
+  WP_ASSIGN_OR_RETURN(nlohmann::ordered_json versions, PublishVersions(pub, {.versions = o.versions,
+                                                                             .perturb = o.perturb,
+                                                                             .seed = o.source.seed,
+                                                                             .mode = mode,
+                                                                             .quiet = o.json}));
+  const uint64_t bytes = pub.model_bytes();
+  const uint64_t publisher_rss = PeakRssBytes();
+  pub.Close();  // says Bye: the subscribers exit
+  for (Child& c : children) Reap(c, milliseconds(30'000));
+  for (Child& c : children) {
+    if (c.exit_code != 0)
+      return Internal("subscriber " + c.name + " exited with " + std::to_string(c.exit_code) + ":\n" +
+                      Tail(c.log));
+    WP_ASSIGN_OR_RETURN(c.peak_private_rss, PrivatePeakFromSummary(c.log));
+  }
 
-  say("[4/4] comparing manifests: what a delta update would send");
-  WP_ASSIGN_OR_RETURN(Checkpoint c2, Checkpoint::Open(v2));
-  WP_ASSIGN_OR_RETURN(Manifest m2, c2.BuildManifest(2));
-  uint64_t changed_chunks = 0, changed_bytes = 0;
-  for (const auto& tensor : m2.tensors())
-    for (size_t c : m2.ChangedChunks(tensor, m1))
-      ++changed_chunks, changed_bytes += m2.ChunkRange(tensor, c).length;
-  const double share = static_cast<double>(changed_bytes) / static_cast<double>(m2.total_bytes());
-  say("      " + std::to_string(changed_chunks) + " of " + std::to_string(m2.num_chunks()) +
-      " chunks changed: " + HumanBytes(changed_bytes) + " of " + HumanBytes(m2.total_bytes()) + " (" +
-      Percent(share) + ")");
+  const uint64_t copies = swap == SwapMode::kInPlace ? 1 : 2;
+  const uint64_t pub_budget = bytes * (mode == PublishMode::kSnapshot ? 2 : 1) + MemoryOverheadBudget(bytes);
+  const uint64_t sub_budget = bytes * copies + MemoryOverheadBudget(bytes);
+  nlohmann::ordered_json subs = nlohmann::ordered_json::array();
+  bool within = publisher_rss <= pub_budget;
+  for (const Child& c : children) {
+    subs.push_back({{"name", c.name}, {"peak_rss", c.peak_rss}, {"peak_private_rss", c.peak_private_rss}});
+    within = within && c.peak_private_rss <= sub_budget;
+  }
+  auto mib = [](uint64_t b) { return std::to_string(b >> 20) + " MiB"; };
+  std::string rss_line = "peak memory: publisher " + mib(publisher_rss) + " (budget " + mib(pub_budget) + ")";
+  for (size_t i = 0; i < children.size(); ++i)
+    rss_line += (i == 0 ? "; subscribers " : ", ") + mib(children[i].peak_private_rss);
+  say(rss_line + " private (budget " + mib(sub_budget) + " each)" +
+      (within ? ", within budget" : "  OVER BUDGET"));
 
-  nlohmann::ordered_json j = {{"dir", dir.string()},
-                              {"preset", o.preset},
-                              {"arch", o.arch},
-                              {"tensors", c1.tensors().size()},
-                              {"total_bytes", m1.total_bytes()},
-                              {"generate_seconds", gen_s},
-                              {"read_and_hash_seconds", hash_s},
-                              {"chunks", m1.num_chunks()},
-                              {"elements_changed", report.elements_changed},
-                              {"elements_total", report.elements_total},
-                              {"changed_chunks", changed_chunks},
-                              {"changed_bytes", changed_bytes},
-                              {"changed_share", share}};
-  return j;
+  return nlohmann::ordered_json{{"model", o.source.Describe()},
+                                {"tensors", layout.size()},
+                                {"bytes", bytes},
+                                {"subscribers", o.subscribers},
+                                {"mode", o.mode},
+                                {"swap_mode", o.swap_mode},
+                                {"transport", o.transport},
+                                {"versions", versions},
+                                {"peak_rss", {{"publisher", publisher_rss}, {"subscribers", subs}}},
+                                {"budget_bytes", {{"publisher", pub_budget}, {"subscriber", sub_budget}}},
+                                {"within_budget", within}};
 }
 
 int RunDemo(const DemoOptions& o) {
-  fs::path dir = o.dir;
-  const bool temporary = dir.empty();
-  if (temporary) {
-    std::string tmpl = (fs::temp_directory_path() / "weightport-demo-XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) return Fail("demo", ErrnoError("cannot create a temporary directory", errno));
-    dir = tmpl;
-  }
-  auto result = Demo(o, dir);
-  if (temporary && !o.keep) {
+  std::string tmpl = (fs::temp_directory_path() / "weightport-demo-XXXXXX").string();
+  if (!mkdtemp(tmpl.data())) return Fail("demo", ErrnoError("cannot create a temporary directory", errno));
+  const fs::path dir = tmpl;
+  std::vector<Child> children;
+  auto result = Demo(o, dir, children);
+  for (Child& c : children)  // on failure: stop whatever still runs
+    if (c.pid > 0) {
+      kill(c.pid, SIGTERM);
+      Reap(c, milliseconds(5000));
+    }
+  if (!o.keep && result.ok()) {
     std::error_code ec;
     fs::remove_all(dir, ec);
   }
-  if (!result.ok()) return Fail("demo", result.status());
+  if (!result.ok()) return Fail("demo", result.status().WithContext("logs in " + dir.string()));
   if (o.json)
-    std::cout << result->dump(2) << "\n";
+    std::cout << result->dump(2) << std::endl;
   else
-    std::cout << "demo finished" << (temporary && !o.keep ? "" : "; files kept in " + dir.string()) << "\n";
+    std::cout << "demo finished" << (o.keep ? "; logs kept in " + dir.string() : "") << std::endl;
   return kExitOk;
 }
 
@@ -118,20 +232,32 @@ int RunDemo(const DemoOptions& o) {
 
 Command AddDemoCommand(CLI::App& app) {
   auto o = std::make_shared<DemoOptions>();
-  auto* sub = app.add_subcommand("demo",
-                                 "Run the main job on a local default: generate a model, read and hash it, "
-                                 "derive the next step and measure the delta");
-  sub->add_option("--dir", o->dir, "Work directory (kept); default: a temporary one, removed at the end");
-  sub->add_option("--preset", o->preset, "Model size")
-      ->check(CLI::IsMember(PresetNames()))
+  auto* sub = app.add_subcommand(
+      "demo",
+      "The main job on this host: a publisher and --subscribers subscriber processes; push a synthetic\n"
+      "model, then more versions of it, and report bytes, copy time, GB/s, pause and verification per "
+      "version");
+  o->source.AddOptions(*sub);
+  sub->add_option("--subscribers", o->subscribers, "Subscriber processes")
+      ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  sub->add_option("--arch", o->arch, "dense or moe")
-      ->check(CLI::IsMember({"dense", "moe"}))
+  sub->add_option("--versions", o->versions, "Versions to publish")
+      ->check(CLI::Range(1, 10000))
       ->capture_default_str();
-  sub->add_option("--perturb", o->perturb, "Fraction of elements changed in the next step")
+  sub->add_option("--perturb", o->perturb, "Fraction of elements changed between versions")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  sub->add_flag("--keep", o->keep, "Keep the temporary directory");
+  sub->add_option("--mode", o->mode, "Publish mode: live or snapshot")
+      ->check(CLI::IsMember({"live", "snapshot"}))
+      ->capture_default_str();
+  sub->add_option("--swap-mode", o->swap_mode,
+                  "Subscribers' swap mode: double-buffer, stage-copy or in-place")
+      ->check(CLI::IsMember({"double-buffer", "stage-copy", "in-place"}))
+      ->capture_default_str();
+  sub->add_option("--transport", o->transport, "shm, tcp or auto")
+      ->check(CLI::IsMember(kTransportChoices))
+      ->capture_default_str();
+  sub->add_flag("--keep", o->keep, "Keep the work directory (secret, subscriber logs)");
   sub->add_flag("--json", o->json, "Print a machine-readable summary");
   return {sub, [o] { return RunDemo(*o); }};
 }

@@ -15,9 +15,10 @@ int main(int argc, char** argv) {
       "Exit codes: 0 success, 1 failure, 2 usage error.\nRun 'weightport COMMAND --help' for a command's "
       "options.");
 
-  const std::vector<Command> commands = {AddDemoCommand(app),    AddGenModelCommand(app),
-                                         AddInspectCommand(app), AddManifestCommand(app),
-                                         AddConvertCommand(app), AddInfoCommand(app)};
+  const std::vector<Command> commands = {
+      AddDemoCommand(app),     AddGenModelCommand(app),  AddInspectCommand(app),
+      AddManifestCommand(app), AddConvertCommand(app),   AddInfoCommand(app),
+      AddPublishCommand(app),  AddSubscribeCommand(app), AddServeCommand(app)};
 
   try {
     app.parse(argc, argv);

@@ -10,9 +10,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Result<std::byte*> MapBuffer(uint64_t bytes) {
+Result<std::byte*> MapBuffer(uint64_t bytes, bool prefault) {
   if (bytes == 0) return static_cast<std::byte*>(nullptr);
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  const int populate = prefault ? MAP_POPULATE : 0;
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | populate, -1, 0);
   if (p == MAP_FAILED)
     return ErrnoError("versioned store: cannot map " + std::to_string(bytes) + " bytes", errno);
   return static_cast<std::byte*>(p);
@@ -71,9 +72,9 @@ void VersionedStore::Pin::Release() {
 
 Result<std::unique_ptr<VersionedStore>> VersionedStore::Create(const Options& options) {
   std::unique_ptr<VersionedStore> store(new VersionedStore(options));
-  WP_ASSIGN_OR_RETURN(store->buffers_[0].data, MapBuffer(options.bytes));
+  WP_ASSIGN_OR_RETURN(store->buffers_[0].data, MapBuffer(options.bytes, options.prefault));
   if (options.mode != SwapMode::kInPlace) {
-    WP_ASSIGN_OR_RETURN(store->buffers_[1].data, MapBuffer(options.bytes));
+    WP_ASSIGN_OR_RETURN(store->buffers_[1].data, MapBuffer(options.bytes, options.prefault));
   }
   return store;
 }

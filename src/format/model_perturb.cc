@@ -95,12 +95,40 @@ uint64_t PerturbTensor(const TensorMeta& meta, std::span<std::byte> data, uint64
   return changed;
 }
 
+Status CheckPerturbArgs(double fraction, uint64_t block) {
+  if (!(fraction >= 0.0 && fraction <= 1.0))
+    return InvalidArgument("--perturb must be a fraction in [0, 1], got " + std::to_string(fraction));
+  if (block == 0) return InvalidArgument("--perturb-block must be at least 1");
+  return Status::Ok();
+}
+
 }  // namespace
 
+Result<PerturbReport> PerturbInMemory(std::span<const TensorMeta> tensors, std::span<std::byte> flat,
+                                      double fraction, uint64_t block, uint64_t seed) {
+  WP_RETURN_IF_ERROR(CheckPerturbArgs(fraction, block));
+  PerturbReport report;
+  uint64_t bytes = 0;
+  for (const TensorMeta& t : tensors) {
+    bytes += t.bytes;
+    if (IsFloatingPoint(t.dtype)) report.elements_total += static_cast<uint64_t>(t.num_elements());
+  }
+  if (bytes != flat.size())
+    return InvalidArgument("perturb: the tensors hold " + std::to_string(bytes) + " bytes, the buffer " +
+                           std::to_string(flat.size()));
+  RunSampler sampler(static_cast<uint64_t>(std::llround(fraction * static_cast<double>(report.elements_total))),
+                     report.elements_total, seed);
+  uint64_t offset = 0;
+  for (const TensorMeta& t : tensors) {
+    if (IsFloatingPoint(t.dtype))
+      report.elements_changed += PerturbTensor(t, flat.subspan(offset, t.bytes), block, sampler);
+    offset += t.bytes;
+  }
+  return report;
+}
+
 Result<PerturbReport> PerturbModel(const PerturbOptions& o) {
-  if (!(o.fraction >= 0.0 && o.fraction <= 1.0))
-    return InvalidArgument("--perturb must be a fraction in [0, 1], got " + std::to_string(o.fraction));
-  if (o.block == 0) return InvalidArgument("--perturb-block must be at least 1");
+  WP_RETURN_IF_ERROR(CheckPerturbArgs(o.fraction, o.block));
   if (fs::exists(o.out_dir) && fs::exists(o.from_dir) && fs::equivalent(o.out_dir, o.from_dir))
     return InvalidArgument("gen-model: --out must differ from --from (" + o.out_dir + ")");
   WP_ASSIGN_OR_RETURN(Checkpoint source, Checkpoint::Open(o.from_dir));

@@ -77,6 +77,8 @@ class ControlChannel {
   const std::string& peer() const { return peer_; }
   const std::string& peer_name() const { return peer_name_; }
   const std::string& peer_address() const { return peer_address_; }
+  // The role the peer claimed in its Hello (on the accepting end; kObserver on the dialing end).
+  PeerRole peer_role() const { return peer_role_; }
 
  private:
   friend class ControlListener;
@@ -96,6 +98,7 @@ class ControlChannel {
   std::string peer_address_;
   std::string peer_name_;
   std::string peer_;
+  PeerRole peer_role_ = PeerRole::kObserver;
   ControlOptions options_;
   Digest session_key_{};
   std::atomic<bool> closed_{false};

@@ -49,8 +49,9 @@ enum class MessageType : uint8_t {
   kAbort = 13,
   kHeartbeat = 14,
   kBye = 15,
+  kCommitted = 16,
 };
-inline constexpr uint8_t kMaxMessageType = 15;
+inline constexpr uint8_t kMaxMessageType = 16;
 std::string_view MessageTypeName(MessageType type);  // "Hello"; "Unknown" outside the enum
 
 enum class PeerRole : uint8_t { kPublisher = 1, kSubscriber = 2, kObserver = 3 };
@@ -130,7 +131,7 @@ struct RefusedMsg {
   friend bool operator==(const RefusedMsg&, const RefusedMsg&) = default;
 };
 
-// Manifest::ToJson() text; parsed by the receiver with Manifest::FromJson.
+// Manifest::ToJson() text of the version about to be published; parsed with Manifest::FromJson.
 struct ManifestMsg {
   static constexpr MessageType kType = MessageType::kManifest;
   std::string json;
@@ -154,6 +155,8 @@ struct RegionKeysMsg {
   friend bool operator==(const RegionKeysMsg&, const RegionKeysMsg&) = default;
 };
 
+// What a subscriber wants: JSON {"tensors": ["name", ...]} (absent or empty: the whole model).
+// Checked by the coordinator against each version's manifest.
 struct PlacementMsg {
   static constexpr MessageType kType = MessageType::kPlacement;
   std::string json;
@@ -162,19 +165,26 @@ struct PlacementMsg {
   friend bool operator==(const PlacementMsg&, const PlacementMsg&) = default;
 };
 
+// Starts a version: subscribers fetch it from the publisher's region `source_region` (an id from
+// its RegionKeys), laid out as the last Manifest describes.
 struct UpdateBeginMsg {
   static constexpr MessageType kType = MessageType::kUpdateBegin;
   uint64_t version = 0;
   uint64_t plan_id = 0;
+  uint64_t source_region = 0;
   Bytes Encode() const;
   static Result<UpdateBeginMsg> Decode(ByteView payload);
   friend bool operator==(const UpdateBeginMsg&, const UpdateBeginMsg&) = default;
 };
 
+// A subscriber holds every chunk of `version` it asked for, each checked against the manifest.
 struct ChunksVerifiedMsg {
   static constexpr MessageType kType = MessageType::kChunksVerified;
   uint64_t version = 0;
-  uint64_t count = 0;
+  uint64_t count = 0;       // chunks verified
+  uint64_t bytes = 0;       // bytes received
+  uint64_t elapsed_ns = 0;  // first Get issued to last chunk verified
+  uint64_t retries = 0;     // chunks fetched again (corrupt or failed)
   Bytes Encode() const;
   static Result<ChunksVerifiedMsg> Decode(ByteView payload);
   friend bool operator==(const ChunksVerifiedMsg&, const ChunksVerifiedMsg&) = default;
@@ -195,6 +205,16 @@ struct CommitMsg {
   Bytes Encode() const;
   static Result<CommitMsg> Decode(ByteView payload);
   friend bool operator==(const CommitMsg&, const CommitMsg&) = default;
+};
+
+// A subscriber has made `version` live; pause_ns is how long its readers were blocked by the swap.
+struct CommittedMsg {
+  static constexpr MessageType kType = MessageType::kCommitted;
+  uint64_t version = 0;
+  uint64_t pause_ns = 0;
+  Bytes Encode() const;
+  static Result<CommittedMsg> Decode(ByteView payload);
+  friend bool operator==(const CommittedMsg&, const CommittedMsg&) = default;
 };
 
 struct AbortMsg {

@@ -91,6 +91,12 @@ struct PerturbReport {
   uint64_t elements_changed = 0;
 };
 
+// The next "training step" of weights held in memory: `tensors` laid out back to back in `flat`
+// (Manifest offsets). Changes exactly round(fraction x E) floating-point elements, in runs of
+// `block`, as PerturbModel does.
+Result<PerturbReport> PerturbInMemory(std::span<const TensorMeta> tensors, std::span<std::byte> flat,
+                                      double fraction, uint64_t block = 1u << 19, uint64_t seed = 1);
+
 // Writes the next "training step" of a checkpoint: the same files, names, shapes and metadata
 // (with weightport.step incremented), where exactly round(fraction x E) of the E floating-point
 // elements of the model take a new value that differs in its bits (old value plus a small step).

@@ -50,6 +50,7 @@ struct ControlHandshake {
     Result<HelloMsg> hello = HelloMsg::Decode(frame.payload);
     if (!hello.ok()) return ch.Refuse(hello.status(), true, kHandshakeKey);
     ch.peer_name_ = hello->name;
+    ch.peer_role_ = hello->role;
     ch.peer_ = std::string(PeerRoleName(hello->role)) + " '" + hello->name + "' at " + ch.peer_address_;
 
     WP_ASSIGN_OR_RETURN(Nonce server_nonce, RandomNonce());

@@ -243,6 +243,7 @@ Bytes UpdateBeginMsg::Encode() const {
   Writer w;
   w.U64(version);
   w.U64(plan_id);
+  w.U64(source_region);
   return w.Take();
 }
 Result<UpdateBeginMsg> UpdateBeginMsg::Decode(ByteView payload) {
@@ -250,6 +251,7 @@ Result<UpdateBeginMsg> UpdateBeginMsg::Decode(ByteView payload) {
   UpdateBeginMsg m;
   WP_ASSIGN_OR_RETURN(m.version, r.U64("version"));
   WP_ASSIGN_OR_RETURN(m.plan_id, r.U64("plan id"));
+  WP_ASSIGN_OR_RETURN(m.source_region, r.U64("source region"));
   WP_RETURN_IF_ERROR(r.Done());
   return m;
 }
@@ -258,6 +260,9 @@ Bytes ChunksVerifiedMsg::Encode() const {
   Writer w;
   w.U64(version);
   w.U64(count);
+  w.U64(bytes);
+  w.U64(elapsed_ns);
+  w.U64(retries);
   return w.Take();
 }
 Result<ChunksVerifiedMsg> ChunksVerifiedMsg::Decode(ByteView payload) {
@@ -265,6 +270,9 @@ Result<ChunksVerifiedMsg> ChunksVerifiedMsg::Decode(ByteView payload) {
   ChunksVerifiedMsg m;
   WP_ASSIGN_OR_RETURN(m.version, r.U64("version"));
   WP_ASSIGN_OR_RETURN(m.count, r.U64("count"));
+  WP_ASSIGN_OR_RETURN(m.bytes, r.U64("bytes"));
+  WP_ASSIGN_OR_RETURN(m.elapsed_ns, r.U64("elapsed"));
+  WP_ASSIGN_OR_RETURN(m.retries, r.U64("retries"));
   WP_RETURN_IF_ERROR(r.Done());
   return m;
 }
@@ -305,6 +313,21 @@ Bytes CommitMsg::Encode() const {
 Result<CommitMsg> CommitMsg::Decode(ByteView payload) {
   WP_ASSIGN_OR_RETURN(uint64_t version, DecodeVersionOnly(payload, "Commit"));
   return CommitMsg{version};
+}
+
+Bytes CommittedMsg::Encode() const {
+  Writer w;
+  w.U64(version);
+  w.U64(pause_ns);
+  return w.Take();
+}
+Result<CommittedMsg> CommittedMsg::Decode(ByteView payload) {
+  Reader r(payload, "Committed");
+  CommittedMsg m;
+  WP_ASSIGN_OR_RETURN(m.version, r.U64("version"));
+  WP_ASSIGN_OR_RETURN(m.pause_ns, r.U64("pause"));
+  WP_RETURN_IF_ERROR(r.Done());
+  return m;
 }
 
 Result<HeartbeatMsg> HeartbeatMsg::Decode(ByteView payload) {
@@ -349,6 +372,8 @@ Status ValidatePayload(MessageType type, ByteView payload) {
       return check(HeartbeatMsg::Decode(payload));
     case MessageType::kBye:
       return check(ByeMsg::Decode(payload));
+    case MessageType::kCommitted:
+      return check(CommittedMsg::Decode(payload));
   }
   return InvalidArgument("unknown message type " + std::to_string(static_cast<int>(type)));
 }

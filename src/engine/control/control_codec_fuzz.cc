@@ -35,6 +35,7 @@ void AllPayloadDecoders(ByteView payload) {
   RoundTrip<AbortMsg>(payload);
   RoundTrip<HeartbeatMsg>(payload);
   RoundTrip<ByeMsg>(payload);
+  RoundTrip<CommittedMsg>(payload);
 }
 
 }  // namespace

@@ -44,8 +44,9 @@ TEST(ControlCodecTest, EveryMessageRoundTripsStrictly) {
   ExpectStrictRoundTrip(ManifestMsg{R"({"version":3})"});
   ExpectStrictRoundTrip(RegionKeysMsg{B("ucx-address"), {{1, B("key-one")}, {0xffffffffffffffffull, {}}}});
   ExpectStrictRoundTrip(PlacementMsg{"{}"});
-  ExpectStrictRoundTrip(UpdateBeginMsg{42, 0x0102030405060708ull});
-  ExpectStrictRoundTrip(ChunksVerifiedMsg{42, 1000});
+  ExpectStrictRoundTrip(UpdateBeginMsg{42, 0x0102030405060708ull, 3});
+  ExpectStrictRoundTrip(ChunksVerifiedMsg{42, 1000, 1ull << 33, 123456789, 2});
+  ExpectStrictRoundTrip(CommittedMsg{42, 1500});
   ExpectStrictRoundTrip(UpdateFailedMsg{42, "chunk 7 hash mismatch"});
   ExpectStrictRoundTrip(CommitMsg{42});
   ExpectStrictRoundTrip(AbortMsg{42, "subscriber 'sub-1' failed"});
@@ -55,11 +56,12 @@ TEST(ControlCodecTest, EveryMessageRoundTripsStrictly) {
 }
 
 TEST(ControlCodecTest, FieldsAreLittleEndian) {
-  Bytes bytes = UpdateBeginMsg{0x0102030405060708ull, 1}.Encode();
-  ASSERT_EQ(bytes.size(), 16u);
+  Bytes bytes = UpdateBeginMsg{0x0102030405060708ull, 1, 2}.Encode();
+  ASSERT_EQ(bytes.size(), 24u);
   EXPECT_EQ(bytes[0], std::byte{0x08});
   EXPECT_EQ(bytes[7], std::byte{0x01});
   EXPECT_EQ(bytes[8], std::byte{0x01});
+  EXPECT_EQ(bytes[16], std::byte{0x02});
   Bytes hello = HelloMsg{PeerRole::kPublisher, "ab"}.Encode();
   EXPECT_EQ(hello, (Bytes{std::byte{1}, std::byte{2}, std::byte{0}, std::byte{0}, std::byte{0},
                           std::byte{'a'}, std::byte{'b'}}));

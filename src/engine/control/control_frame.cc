@@ -20,10 +20,10 @@ void StoreLe(uint64_t v, std::span<std::byte> out) {
 }  // namespace
 
 std::string_view MessageTypeName(MessageType type) {
-  static constexpr std::string_view kNames[] = {"Unknown",   "Hello",       "Challenge",      "Proof",
-                                                "Welcome",   "Refused",     "Manifest",       "RegionKeys",
-                                                "Placement", "UpdateBegin", "ChunksVerified", "UpdateFailed",
-                                                "Commit",    "Abort",       "Heartbeat",      "Bye"};
+  static constexpr std::string_view kNames[] = {
+      "Unknown",  "Hello",      "Challenge", "Proof",       "Welcome",        "Refused",
+      "Manifest", "RegionKeys", "Placement", "UpdateBegin", "ChunksVerified", "UpdateFailed",
+      "Commit",   "Abort",      "Heartbeat", "Bye",         "Committed"};
   auto i = static_cast<uint8_t>(type);
   return i <= kMaxMessageType ? kNames[i] : kNames[0];
 }

@@ -1,0 +1,186 @@
+// weightport subscribe: receive every version a coordinator commits; optionally write the last one.
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_common.h"
+#include "teleport_common.h"
+#include "weightport/engine/subscriber.h"
+#include "weightport/format/safetensors.h"
+
+namespace weightport::cli {
+namespace {
+
+struct SubscribeOptions {
+  std::string connect;
+  std::string secret_file;
+  std::string name;
+  std::string swap_mode = "double-buffer";
+  std::string transport = "shm";
+  std::vector<std::string> tensors;
+  std::string out;
+  uint64_t versions = 0;
+  double timeout_s = 0;
+  double wait_s = 30;
+  size_t window = 32;
+  bool json = false;
+  bool quiet = false;
+};
+
+double Secs(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
+
+// Writes the live version as one safetensors file, model.safetensors, in `dir`.
+Status WriteLive(Subscriber& sub, const std::string& dir) {
+  WP_ASSIGN_OR_RETURN(Manifest manifest, sub.LiveManifest());
+  WP_ASSIGN_OR_RETURN(VersionedStore::Pin pin, sub.Acquire());
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return IoError(dir + ": " + ec.message());
+  std::vector<TensorMeta> metas;
+  for (const auto& t : manifest.tensors()) metas.push_back(t.meta);
+  const std::string path = (std::filesystem::path(dir) / "model.safetensors").string();
+  WP_ASSIGN_OR_RETURN(
+      SafetensorsWriter writer,
+      SafetensorsWriter::Create(path, metas, {{"weightport.version", std::to_string(pin.version())}}));
+  for (const auto& t : manifest.tensors())
+    WP_RETURN_IF_ERROR(writer.Append(pin.bytes().subspan(t.offset, t.meta.bytes)));
+  return writer.Finish();
+}
+
+int RunSubscribe(SubscribeOptions o) {
+  auto fail = [](const Status& s) { return Fail("subscribe", s); };
+  if (o.name.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    o.name = "sub-" + std::string(host) + "-" + std::to_string(getpid());
+  }
+  auto mode = ParseSwapMode(o.swap_mode);
+  if (!mode.ok()) return fail(mode.status());
+  auto secret = LoadSecret(o.secret_file, false);
+  if (!secret.ok()) return fail(secret.status());
+  auto factory = MakeTransportFactory(o.transport);
+  if (!factory.ok()) return fail(factory.status());
+
+  std::mutex out_mu;
+  nlohmann::ordered_json versions = nlohmann::ordered_json::array();
+  SubscriberOptions so;
+  so.name = o.name;
+  so.coordinator = o.connect;
+  so.swap_mode = *mode;
+  so.make_transport = *factory;
+  so.tensors = o.tensors;
+  so.fetch.window = o.window;
+  so.log = [&o](std::string line) {
+    if (!o.quiet) std::cerr << "weightport subscribe: " << line << std::endl;
+  };
+  so.on_event = [&](const SubscriberEvent& e) {
+    std::lock_guard<std::mutex> lock(out_mu);
+    using K = SubscriberEvent::Kind;
+    if (e.kind == K::kVerified) {
+      versions.push_back(
+          {{"version", e.version}, {"bytes", e.bytes}, {"fetch_s", Secs(e.fetch)}, {"retries", e.retries}});
+    } else if (e.kind == K::kCommitted && !versions.empty() && versions.back()["version"] == e.version) {
+      versions.back()["pause_s"] = Secs(e.pause);
+    }
+    if (o.quiet || o.json) return;
+    switch (e.kind) {
+      case K::kBegin:
+        std::cout << "version " << e.version << ": fetching" << std::endl;
+        break;
+      case K::kVerified:
+        std::cout << "version " << e.version << ": " << HumanBytes(e.bytes) << " verified in "
+                  << Secs(e.fetch) << " s ("
+                  << (e.fetch.count() > 0 ? static_cast<double>(e.bytes) / Secs(e.fetch) / 1e9 : 0)
+                  << " GB/s)"
+                  << (e.retries ? ", " + std::to_string(e.retries) + " chunk(s) fetched again" : "")
+                  << std::endl;
+        break;
+      case K::kCommitted:
+        std::cout << "version " << e.version << ": live (readers paused " << Secs(e.pause) * 1e6 << " us)"
+                  << std::endl;
+        break;
+      case K::kFailed:
+      case K::kAborted:
+        std::cout << "version " << e.version << ": " << (e.kind == K::kFailed ? "failed: " : "abandoned: ")
+                  << e.detail << std::endl;
+        break;
+    }
+  };
+  PrivateRssSampler private_rss;
+  // The publisher may not be up yet: retry refused connections until --wait passes. A refusal by
+  // the coordinator itself (wrong secret, name taken) is final.
+  const auto give_up =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.wait_s * 1e3));
+  auto subscriber = Subscriber::Connect(*secret, so);
+  while (!subscriber.ok() && subscriber.status().code() != StatusCode::kPermissionDenied &&
+         std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    subscriber = Subscriber::Connect(*secret, so);
+  }
+  if (!subscriber.ok()) return fail(subscriber.status());
+  Subscriber& sub = **subscriber;
+  if (!o.quiet && !o.json) std::cout << o.name << " subscribed to " << o.connect << std::endl;
+
+  const auto timeout = o.timeout_s > 0 ? std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1e3))
+                                       : std::chrono::milliseconds(int64_t{1} << 40);
+  Status end = o.versions > 0 ? sub.WaitForVersion(o.versions, timeout) : sub.WaitForEnd(timeout);
+  Status written = Status::Ok();
+  if (!o.out.empty() && sub.live_version() > 0) written = WriteLive(sub, o.out);
+  const uint64_t live = sub.live_version();
+  sub.Close();
+  if (!end.ok()) return fail(end);
+  if (!written.ok()) return fail(written);
+  if (o.json) {
+    std::lock_guard<std::mutex> lock(out_mu);
+    nlohmann::ordered_json j = {{"name", o.name},
+                                {"live_version", live},
+                                {"swap_mode", o.swap_mode},
+                                {"versions", versions},
+                                {"peak_rss", PeakRssBytes()},
+                                {"peak_private_rss", std::max(private_rss.peak(), PrivateRssBytes())}};
+    if (!o.out.empty()) j["out"] = o.out;
+    std::cout << j.dump(2) << std::endl;
+  } else if (!o.quiet && !o.out.empty()) {
+    std::cout << "wrote version " << live << " to " << o.out << "/model.safetensors" << std::endl;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Command AddSubscribeCommand(CLI::App& app) {
+  auto o = std::make_shared<SubscribeOptions>();
+  auto* sub = app.add_subcommand(
+      "subscribe",
+      "Receive every version a publisher commits, until it says goodbye (or --versions are live)");
+  sub->add_option("--connect", o->connect, "Coordinator to join, HOST:PORT")->required();
+  sub->add_option("--secret-file", o->secret_file, "Shared secret (mode 600)")->required();
+  sub->add_option("--name", o->name, "This subscriber's name (default sub-HOST-PID)");
+  sub->add_option("--swap-mode", o->swap_mode,
+                  "double-buffer (2x memory, no pause), stage-copy (fixed addresses, pause = one copy) or "
+                  "in-place (1x memory, readers wait for the whole update)")
+      ->check(CLI::IsMember({"double-buffer", "stage-copy", "in-place"}))
+      ->capture_default_str();
+  sub->add_option("--transport", o->transport, "shm (one host), tcp (across hosts) or auto")
+      ->check(CLI::IsMember(kTransportChoices))
+      ->capture_default_str();
+  sub->add_option("--tensors", o->tensors, "Fetch only these tensors (comma-separated)")->delimiter(',');
+  sub->add_option("--out", o->out, "Write the last live version here as model.safetensors");
+  sub->add_option("--versions", o->versions, "Exit once this version is live (0: when the publisher leaves)");
+  sub->add_option("--wait", o->wait_s, "Seconds to keep retrying while the coordinator is not reachable")
+      ->capture_default_str();
+  sub->add_option("--timeout", o->timeout_s, "Give up after this many seconds (0: never)");
+  sub->add_option("--window", o->window, "Gets in flight at most")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  sub->add_flag("--json", o->json, "Print a machine-readable summary");
+  sub->add_flag("--quiet,-q", o->quiet, "No progress or log output");
+  return {sub, [o] { return RunSubscribe(*o); }};
+}
+
+}  // namespace weightport::cli

@@ -1,0 +1,107 @@
+#include "publish_loop.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+
+#include "cli_common.h"
+#include "weightport/format/synthetic_model.h"
+
+namespace weightport::cli {
+namespace {
+
+double Secs(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
+
+std::string Micros(std::chrono::nanoseconds d) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f us", static_cast<double>(d.count()) / 1e3);
+  return buf;
+}
+
+std::string Fixed(double v, const char* format) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), format, v);
+  return buf;
+}
+
+// One version's figures: from the embedded coordinator's report when there is one (per-subscriber
+// detail), else from the publisher's own view.
+nlohmann::ordered_json Describe(Publisher& publisher, const PublishReport& pub, const VersionReport* report) {
+  const double copy = report != nullptr ? Secs(report->copy) : Secs(pub.transfer);
+  nlohmann::ordered_json subscribers = nlohmann::ordered_json::array();
+  double max_pause = 0;
+  uint64_t retries = 0, verified = 0;
+  if (report != nullptr) {
+    for (const auto& s : report->subscribers) {
+      subscribers.push_back({{"name", s.name},
+                             {"bytes", s.bytes},
+                             {"fetch_s", Secs(s.fetch)},
+                             {"pause_s", Secs(s.pause)},
+                             {"retries", s.retries},
+                             {"verified", s.verified},
+                             {"committed", s.committed}});
+      max_pause = std::max(max_pause, Secs(s.pause));
+      retries += s.retries;
+      verified += s.verified ? 1 : 0;
+    }
+  }
+  const double bytes = static_cast<double>(publisher.model_bytes());
+  const size_t n = std::max<size_t>(subscribers.size(), 1);
+  return {{"version", pub.version},
+          {"bytes", publisher.model_bytes()},
+          {"copy_s", copy},
+          {"gbps", copy > 0 ? bytes / copy / 1e9 : 0.0},
+          {"aggregate_gbps", copy > 0 ? bytes * static_cast<double>(n) / copy / 1e9 : 0.0},
+          {"pause_s", max_pause},
+          {"hold_s", Secs(pub.hold)},
+          {"hash_s", Secs(pub.hash)},
+          {"snapshot_copy_s", Secs(pub.snapshot_copy)},
+          {"verified", pub.outcome.ok()},
+          {"subscribers_verified", verified},
+          {"retries", retries},
+          {"subscribers", subscribers}};
+}
+
+}  // namespace
+
+Result<nlohmann::ordered_json> PublishVersions(Publisher& publisher, const PublishLoopOptions& o) {
+  nlohmann::ordered_json versions = nlohmann::ordered_json::array();
+  for (uint64_t v = 1; v <= o.versions; ++v) {
+    if (v > 1 && o.perturb > 0) {
+      WP_RETURN_IF_ERROR(
+          PerturbInMemory(publisher.tensors(), publisher.weights(), o.perturb, 1u << 19, o.seed + v)
+              .status());
+    }
+    WP_ASSIGN_OR_RETURN(PublishReport report, publisher.Publish(v, o.mode));
+    if (o.mode == PublishMode::kSnapshot) {
+      const auto hold = report.hold, copy = report.snapshot_copy;
+      WP_ASSIGN_OR_RETURN(report, publisher.Wait(v, o.report_timeout));
+      report.hold = hold;
+      report.snapshot_copy = copy;
+    }
+    if (!report.outcome.ok())
+      return report.outcome.WithContext("version " + std::to_string(v) + " was not committed");
+    std::optional<VersionReport> detail;
+    if (Coordinator* c = publisher.coordinator()) {
+      WP_ASSIGN_OR_RETURN(detail, c->WaitForVersion(v, o.report_timeout));
+    }
+    nlohmann::ordered_json j = Describe(publisher, report, detail ? &*detail : nullptr);
+    if (!o.quiet) {
+      std::cout << "version " << v << ": " << HumanBytes(publisher.model_bytes()) << " to "
+                << j["subscribers_verified"].get<uint64_t>() << " subscriber(s), copy "
+                << Fixed(j["copy_s"].get<double>(), "%.3f") << " s, "
+                << Fixed(j["gbps"].get<double>(), "%.2f") << " GB/s each ("
+                << Fixed(j["aggregate_gbps"].get<double>(), "%.2f") << " GB/s in all), pause max "
+                << Micros(std::chrono::nanoseconds(static_cast<int64_t>(j["pause_s"].get<double>() * 1e9)))
+                << ", trainer held " << Fixed(j["hold_s"].get<double>(), "%.3f") << " s, verified"
+                << (j["retries"].get<uint64_t>() > 0
+                        ? " (" + std::to_string(j["retries"].get<uint64_t>()) + " chunk(s) fetched again)"
+                        : "")
+                << std::endl;
+    }
+    versions.push_back(std::move(j));
+  }
+  return versions;
+}
+
+}  // namespace weightport::cli

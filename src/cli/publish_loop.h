@@ -1,0 +1,28 @@
+// The publishing loop shared by `weightport publish` and `weightport demo`: publish a version, take
+// a stand-in training step, publish the next, and report each version as it is decided.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+#include <nlohmann/json.hpp>
+
+#include "weightport/core/status.h"
+#include "weightport/engine/publisher.h"
+
+namespace weightport::cli {
+
+struct PublishLoopOptions {
+  uint64_t versions = 3;
+  double perturb = 0.01;  // fraction of elements a "training step" changes between versions
+  uint64_t seed = 1;
+  PublishMode mode = PublishMode::kLive;
+  bool quiet = false;  // no per-version lines on stdout
+  std::chrono::milliseconds report_timeout{60'000};
+};
+
+// Publishes versions 1..versions. Returns one JSON object per version (see docs/ARCHITECTURE.md,
+// "weightport demo --json"); fails on the first version that is not committed, naming why.
+Result<nlohmann::ordered_json> PublishVersions(Publisher& publisher, const PublishLoopOptions& options);
+
+}  // namespace weightport::cli

@@ -1,0 +1,281 @@
+#include "weightport/engine/publisher.h"
+
+#include <nlohmann/json.hpp>
+
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "weightport/engine/arena.h"
+#include "weightport/engine/control_channel.h"
+#include "weightport/transport/progress_loop.h"
+
+namespace weightport {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+namespace {
+constexpr milliseconds kPoll(100);
+constexpr uint64_t kLiveRegion = 0;
+constexpr uint64_t kSnapshotRegion = 1;
+}  // namespace
+
+std::string_view PublishModeName(PublishMode mode) {
+  return mode == PublishMode::kLive ? "live" : "snapshot";
+}
+
+Result<PublishMode> ParsePublishMode(std::string_view name) {
+  if (name == "live") return PublishMode::kLive;
+  if (name == "snapshot") return PublishMode::kSnapshot;
+  return InvalidArgument("publish mode must be 'live' or 'snapshot', got '" + std::string(name) + "'");
+}
+
+struct Publisher::Impl {
+  PublisherOptions options;
+  std::vector<TensorMeta> tensors;
+  std::vector<uint64_t> offsets;
+  uint64_t bytes = 0;
+  std::unique_ptr<Coordinator> coordinator;
+  std::string coordinator_address;
+  std::unique_ptr<ProgressLoop> loop;
+  std::unique_ptr<MemoryRegion> live, snapshot;
+  std::unique_ptr<ControlChannel> channel;
+  std::thread reader, background;
+  std::atomic<bool> closing{false};
+  bool closed = false;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<uint64_t, Status> verdicts;  // from Commit / Abort; guarded by mu
+  std::map<uint64_t, PublishReport> reports;
+  Status session;  // OK while the coordinator is reachable; guarded by mu
+  uint64_t last_version = 0;
+
+  ~Impl() {
+    // A half-built publisher (Create failed): regions go on the loop thread, like every transport call.
+    if (loop)
+      loop->Call([this](Transport&) {
+        snapshot.reset();
+        live.reset();
+      });
+  }
+  void ReadLoop();
+  Status SendRegionKeys();
+  // Hashes `region`'s bytes, starts the update and waits for its verdict.
+  void RunUpdate(uint64_t version, const MemoryRegion& region, uint64_t region_id, PublishReport& report);
+  void Log(const std::string& line) const {
+    if (options.log) options.log(line);
+  }
+};
+
+Result<std::unique_ptr<Publisher>> Publisher::Create(std::vector<TensorMeta> tensors, const Secret& secret,
+                                                     PublisherOptions options) {
+  if (!options.make_transport) return InvalidArgument("publisher: no transport factory given");
+  if (tensors.empty()) return InvalidArgument("publisher: the model has no tensors");
+  auto impl = std::make_unique<Impl>();
+  impl->options = std::move(options);
+  impl->tensors = std::move(tensors);
+  for (const TensorMeta& t : impl->tensors) {
+    impl->offsets.push_back(impl->bytes);
+    impl->bytes += t.bytes;
+  }
+  if (impl->bytes == 0) return InvalidArgument("publisher: the model has no bytes");
+
+  if (impl->options.coordinator.empty()) {
+    CoordinatorOptions copts = impl->options.coordinator_options;
+    if (!copts.log) copts.log = impl->options.log;
+    WP_ASSIGN_OR_RETURN(impl->coordinator, Coordinator::Start(impl->options.listen_host,
+                                                              impl->options.listen_port, secret, copts));
+    impl->coordinator_address = impl->coordinator->address();
+  } else {
+    impl->coordinator_address = impl->options.coordinator;
+  }
+
+  WP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, impl->options.make_transport(impl->options.name));
+  impl->loop = std::make_unique<ProgressLoop>(std::move(transport));
+  const uint64_t size = impl->bytes;
+  WP_ASSIGN_OR_RETURN(impl->live, impl->loop->Call([size](Transport& t) {
+    return AllocateArena(t, size, "publisher live weights");
+  }));
+  WP_ASSIGN_OR_RETURN(impl->channel, ControlChannel::Connect(impl->coordinator_address, impl->options.name,
+                                                             PeerRole::kPublisher, secret,
+                                                             impl->options.timing.connect_timeout));
+  WP_RETURN_IF_ERROR(impl->SendRegionKeys());
+  Impl* raw = impl.get();
+  impl->reader = std::thread([raw] { raw->ReadLoop(); });
+  return std::unique_ptr<Publisher>(new Publisher(std::move(impl)));
+}
+
+Publisher::Publisher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Publisher::~Publisher() { Close(); }
+
+std::span<std::byte> Publisher::weights() { return {impl_->live->data(), impl_->bytes}; }
+
+std::span<std::byte> Publisher::TensorData(std::string_view name) {
+  for (size_t i = 0; i < impl_->tensors.size(); ++i)
+    if (impl_->tensors[i].name == name) return weights().subspan(impl_->offsets[i], impl_->tensors[i].bytes);
+  return {};
+}
+
+const std::vector<TensorMeta>& Publisher::tensors() const { return impl_->tensors; }
+uint64_t Publisher::model_bytes() const { return impl_->bytes; }
+Coordinator* Publisher::coordinator() { return impl_->coordinator.get(); }
+const std::string& Publisher::coordinator_address() const { return impl_->coordinator_address; }
+
+Status Publisher::Impl::SendRegionKeys() {
+  RegionKeysMsg keys;
+  keys.transport_address = loop->Call([](Transport& t) { return t.address(); });
+  keys.regions.push_back({kLiveRegion, live->remote_key().Serialize()});
+  if (snapshot) keys.regions.push_back({kSnapshotRegion, snapshot->remote_key().Serialize()});
+  return channel->Send(keys);
+}
+
+void Publisher::Impl::ReadLoop() {
+  auto last_sent = Clock::now(), last_heard = Clock::now();
+  auto end_session = [&](Status why) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (session.ok()) session = std::move(why);
+    cv.notify_all();
+  };
+  while (!closing.load()) {
+    if (Clock::now() - last_sent >= options.timing.heartbeat_interval) {
+      if (Status s = channel->Send(HeartbeatMsg{}); !s.ok()) return end_session(s);
+      last_sent = Clock::now();
+    }
+    Result<ControlMessage> m = channel->Receive(kPoll);
+    if (!m.ok() && m.status().code() == StatusCode::kTimeout) {
+      if (Clock::now() - last_heard > options.timing.peer_timeout)
+        return end_session(Unavailable("publisher '" + options.name + "': coordinator at " +
+                                       coordinator_address + " silent for too long; lost"));
+      continue;
+    }
+    if (!m.ok()) return end_session(m.status());
+    last_heard = Clock::now();
+    if (m->type == MessageType::kBye)
+      return end_session(Unavailable("coordinator at " + coordinator_address + " is shutting down"));
+    std::optional<std::pair<uint64_t, Status>> verdict;
+    if (m->type == MessageType::kCommit) {
+      if (auto c = CommitMsg::Decode(m->payload); c.ok()) verdict.emplace(c->version, Status::Ok());
+    } else if (m->type == MessageType::kAbort) {
+      if (auto a = AbortMsg::Decode(m->payload); a.ok()) verdict.emplace(a->version, Cancelled(a->reason));
+    }
+    if (verdict) {
+      std::lock_guard<std::mutex> lock(mu);
+      verdicts[verdict->first] = verdict->second;
+      cv.notify_all();
+    }
+  }
+}
+
+void Publisher::Impl::RunUpdate(uint64_t version, const MemoryRegion& region, uint64_t region_id,
+                                PublishReport& report) {
+  auto t0 = Clock::now();
+  std::vector<TensorBytes> views;
+  views.reserve(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i)
+    views.push_back({tensors[i], {region.data() + offsets[i], tensors[i].bytes}});
+  Result<Manifest> manifest = Manifest::Build(version, views, options.chunk_size);
+  report.hash = Clock::now() - t0;
+  if (!manifest.ok()) {
+    report.outcome = manifest.status();
+    return;
+  }
+  auto t1 = Clock::now();
+  Status sent = channel->Send(ManifestMsg{manifest->ToJson().dump()});
+  if (sent.ok()) sent = channel->Send(UpdateBeginMsg{version, 0, region_id});
+  if (!sent.ok()) {
+    report.outcome = sent;
+    return;
+  }
+  std::unique_lock<std::mutex> lock(mu);
+  const bool decided = cv.wait_for(lock, options.update_timeout,
+                                   [&] { return verdicts.count(version) != 0 || !session.ok(); });
+  report.transfer = Clock::now() - t1;
+  if (verdicts.count(version) != 0) {
+    report.outcome = verdicts[version];
+    // An Abort for version 0 answers a refused manifest: it concerns this update too.
+  } else if (verdicts.count(0) != 0) {
+    report.outcome = verdicts[0];
+    verdicts.erase(0);
+  } else if (!session.ok()) {
+    report.outcome = session;
+  } else if (!decided) {
+    report.outcome =
+        Timeout("publisher '" + options.name + "': no verdict on version " + std::to_string(version) +
+                " after " + std::to_string(options.update_timeout.count()) + " ms");
+  }
+}
+
+Result<PublishReport> Publisher::Publish(uint64_t version, PublishMode mode) {
+  Impl& d = *impl_;
+  if (d.closed) return FailedPrecondition("publisher '" + d.options.name + "' is closed");
+  const auto t0 = Clock::now();
+  if (d.background.joinable()) d.background.join();  // the previous snapshot publish
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    if (!d.session.ok()) return d.session;
+    if (version <= d.last_version)
+      return InvalidArgument("publisher: version " + std::to_string(version) + " is not newer than version " +
+                             std::to_string(d.last_version));
+    d.last_version = version;
+  }
+  PublishReport report{.version = version, .bytes = d.bytes};
+  if (mode == PublishMode::kLive) {
+    d.RunUpdate(version, *d.live, kLiveRegion, report);
+    report.hold = Clock::now() - t0;
+    std::lock_guard<std::mutex> lock(d.mu);
+    d.reports[version] = report;
+    return report;
+  }
+  if (!d.snapshot) {
+    const uint64_t size = d.bytes;
+    WP_ASSIGN_OR_RETURN(d.snapshot, d.loop->Call([size](Transport& t) {
+      return AllocateArena(t, size, "publisher snapshot");
+    }));
+    WP_RETURN_IF_ERROR(d.SendRegionKeys());
+  }
+  const auto c0 = Clock::now();
+  std::memcpy(d.snapshot->data(), d.live->data(), d.bytes);
+  report.snapshot_copy = Clock::now() - c0;
+  report.hold = Clock::now() - t0;
+  d.background = std::thread([&d, report]() mutable {
+    d.RunUpdate(report.version, *d.snapshot, kSnapshotRegion, report);
+    std::lock_guard<std::mutex> lock(d.mu);
+    d.reports[report.version] = report;
+    d.cv.notify_all();
+  });
+  return report;
+}
+
+Result<PublishReport> Publisher::Wait(uint64_t version, milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  if (!impl_->cv.wait_for(lock, timeout, [&] { return impl_->reports.count(version) != 0; }))
+    return Timeout("publisher: version " + std::to_string(version) + " not decided after " +
+                   std::to_string(timeout.count()) + " ms");
+  return impl_->reports[version];
+}
+
+void Publisher::Close() {
+  Impl& d = *impl_;
+  if (d.closed) return;
+  d.closed = true;
+  if (d.background.joinable()) d.background.join();
+  d.closing.store(true);
+  if (d.reader.joinable()) d.reader.join();
+  if (d.channel) {
+    d.channel->Send(ByeMsg{}).IgnoreError();
+    d.channel->Close();
+  }
+  if (d.coordinator) d.coordinator->Stop();
+  d.loop->Call([&d](Transport&) {
+    d.snapshot.reset();
+    d.live.reset();
+  });
+  d.loop->Stop();
+}
+
+}  // namespace weightport

@@ -1,0 +1,193 @@
+// One version on the subscriber: check the manifest, fetch into staging, report, swap or abandon.
+// Runs on the session thread, except the fetch's completion, which runs on the loop thread.
+#include <algorithm>
+#include <set>
+
+#include "subscriber_impl.h"
+#include "weightport/engine/arena.h"
+
+namespace weightport {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::string Describe(const TensorMeta& t) {
+  return "'" + t.name + "' " + std::string(DTypeName(t.dtype)) + " " + ShapeToString(t.shape);
+}
+
+// Why `next` cannot land in memory laid out for `live`, or "" when it can.
+std::string LayoutMismatch(const Manifest& live, const Manifest& next) {
+  const auto& a = live.tensors();
+  const auto& b = next.tensors();
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const TensorMeta& x = a[i].meta;
+    const TensorMeta& y = b[i].meta;
+    if (x.name != y.name || x.dtype != y.dtype || x.shape != y.shape)
+      return "manifest of version " + std::to_string(next.version()) +
+             " does not match the layout held: tensor #" + std::to_string(i) + " is " + Describe(x) +
+             " here but " + Describe(y) + " in the new version";
+  }
+  if (a.size() != b.size())
+    return "manifest of version " + std::to_string(next.version()) +
+           " does not match the layout held: " + std::to_string(a.size()) + " tensors here, " +
+           std::to_string(b.size()) + " in the new version";
+  return "";
+}
+
+}  // namespace
+
+void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
+  const uint64_t v = m.version;
+  std::unique_lock<std::mutex> lock(mu);
+  if (updating != 0) {
+    // The coordinator never overlaps versions; a new one means the old one was abandoned.
+    lock.unlock();
+    CancelFetch("version " + std::to_string(v) + " began");
+    OnAbort(updating, "superseded by version " + std::to_string(v));
+    lock.lock();
+  }
+  auto fail = [&](const std::string& why) {
+    lock.unlock();
+    Fail(v, why);
+  };
+  if (!pending_manifest || pending_manifest->version() != v)
+    return fail("no valid manifest for version " + std::to_string(v) + " arrived before UpdateBegin");
+  const Manifest& manifest = *pending_manifest;
+  const Manifest* layout = live_manifest ? &*live_manifest : nullptr;
+  if (layout != nullptr) {
+    if (std::string why = LayoutMismatch(*layout, manifest); !why.empty()) return fail(why);
+  } else if (store && store->size() != manifest.total_bytes()) {
+    return fail("manifest of version " + std::to_string(v) + " holds " +
+                std::to_string(manifest.total_bytes()) + " bytes, the staging memory " +
+                std::to_string(store->size()));
+  }
+  for (const std::string& name : options.tensors)
+    if (manifest.Find(name) == nullptr)
+      return fail("tensor '" + name + "' does not exist in the manifest of version " + std::to_string(v));
+  auto key = keys.find(m.source_region);
+  if (key == keys.end())
+    return fail("the publisher sent no key for region " + std::to_string(m.source_region));
+  if (key->second.length < manifest.total_bytes())
+    return fail("the publisher's region " + std::to_string(m.source_region) + " holds " +
+                std::to_string(key->second.length) + " bytes, the manifest " +
+                std::to_string(manifest.total_bytes()));
+  if (!store) {
+    auto created = VersionedStore::Create({.bytes = manifest.total_bytes(),
+                                           .mode = options.swap_mode,
+                                           .wait_timeout = options.swap_wait_timeout});
+    if (!created.ok()) return fail(created.status().message());
+    store = std::move(*created);
+  }
+  Result<std::span<std::byte>> staging = store->BeginUpdate(v);
+  if (!staging.ok()) return fail("opening the staging copy: " + staging.status().message());
+
+  // The buffer chunks land in, registered once (a store has at most two).
+  std::byte* base = staging->data();
+  if (registered.count(base) == 0) {
+    const size_t size = staging->size();
+    auto region =
+        loop->Call([base, size](Transport& t) { return RegisterArena(t, base, size, "subscriber staging"); });
+    if (!region.ok()) {
+      store->Abort().IgnoreError();
+      return fail(region.status().message());
+    }
+    registered[base] = std::move(*region);
+  }
+  const MemoryRegion& local = *registered[base];
+
+  std::set<std::string> wanted(options.tensors.begin(), options.tensors.end());
+  std::vector<ChunkFetch> chunks;
+  for (const ManifestTensor& t : manifest.tensors()) {
+    if (!wanted.empty() && wanted.count(t.meta.name) == 0) continue;
+    for (size_t i = 0; i < t.chunk_hashes.size(); ++i) {
+      const ByteRange r = manifest.ChunkRange(t, i);
+      chunks.push_back({.remote_offset = t.offset + r.offset,
+                        .local_offset = t.offset + r.offset,
+                        .length = r.length,
+                        .xxh3 = t.chunk_hashes[i],
+                        .what = "tensor '" + t.meta.name + "' chunk " + std::to_string(i)});
+    }
+  }
+  updating = v;
+  fetch_running = true;
+  fetch_ok = false;
+  RemoteKey remote = key->second;
+  lock.unlock();
+
+  Emit({.kind = SubscriberEvent::Kind::kBegin, .version = v});
+  loop->Post([this, v, &local, remote, chunks = std::move(chunks)](Transport&) mutable {
+    if (!connection) {
+      std::lock_guard<std::mutex> lock(mu);
+      fetch_running = false;
+      cv.notify_all();
+      Fail(v, "not connected to the publisher's transport");
+      return;
+    }
+    auto done = [this, v](const Status& status, const FetchStats& stats) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        fetch_running = false;
+        fetch_ok = status.ok();
+        fetch.reset();
+        cv.notify_all();
+      }
+      if (status.code() == StatusCode::kCancelled) return;  // abandoned on purpose; nothing to report
+      if (!status.ok()) return Fail(v, status.message());
+      channel
+          ->Send(ChunksVerifiedMsg{v, stats.chunks, stats.bytes, static_cast<uint64_t>(stats.elapsed.count()),
+                                   stats.corrupt_refetched + stats.errors_retried})
+          .IgnoreError();
+      Emit({.kind = SubscriberEvent::Kind::kVerified,
+            .version = v,
+            .bytes = stats.bytes,
+            .retries = stats.corrupt_refetched + stats.errors_retried,
+            .fetch = stats.elapsed});
+    };
+    auto executor =
+        FetchExecutor::Start(*loop, connection, local, remote, std::move(chunks), options.fetch, done);
+    std::lock_guard<std::mutex> lock(mu);
+    if (fetch_running) fetch = executor;
+  });
+}
+
+void Subscriber::Impl::CancelFetch(const std::string& why) {
+  std::unique_lock<std::mutex> lock(mu);
+  if (!fetch_running) return;
+  std::shared_ptr<FetchExecutor> executor = fetch;
+  if (executor) loop->Post([executor, why](Transport&) { executor->Cancel(why); });
+  // A fetch not yet started (its Post still queued) or cancelled reports soon; bound the wait anyway.
+  if (!cv.wait_for(lock, options.fetch.timeout + std::chrono::seconds(5), [&] { return !fetch_running; }))
+    Log("subscriber '" + options.name + "': the fetch did not stop in time");
+}
+
+void Subscriber::Impl::OnCommit(uint64_t version) {
+  std::unique_lock<std::mutex> lock(mu);
+  if (version != updating || fetch_running || !fetch_ok || !store) return;
+  Status committed = store->Commit();
+  updating = 0;
+  if (!committed.ok()) {
+    lock.unlock();
+    Fail(version, "swap: " + committed.message());
+    return;
+  }
+  live_manifest = pending_manifest;
+  const auto pause = store->stats().last_pause;
+  cv.notify_all();
+  lock.unlock();
+  channel->Send(CommittedMsg{version, static_cast<uint64_t>(pause.count())}).IgnoreError();
+  Emit({.kind = SubscriberEvent::Kind::kCommitted, .version = version, .pause = pause});
+}
+
+void Subscriber::Impl::OnAbort(uint64_t version, const std::string& why) {
+  std::unique_lock<std::mutex> lock(mu);
+  if (version == 0 || version != updating) return;
+  updating = 0;
+  if (store && store->updating()) store->Abort().IgnoreError();
+  cv.notify_all();
+  lock.unlock();
+  Log("subscriber '" + options.name + "': version " + std::to_string(version) + " abandoned: " + why);
+  Emit({.kind = SubscriberEvent::Kind::kAborted, .version = version, .detail = why});
+}
+
+}  // namespace weightport
