@@ -34,6 +34,7 @@ struct DemoOptions {
   std::string swap_mode = "double-buffer";
   std::string transport = "shm";
   bool keep = false;
+  bool no_verify = false;
   bool json = false;
 };
 
@@ -138,10 +139,12 @@ Result<nlohmann::ordered_json> Demo(const DemoOptions& o, const fs::path& dir, s
   for (size_t i = 0; i < o.subscribers; ++i) {
     Child c{.name = "sub-" + std::to_string(i),
             .log = (dir / ("sub-" + std::to_string(i) + ".log")).string()};
-    WP_ASSIGN_OR_RETURN(c.pid, Spawn({"weightport", "subscribe", "--connect", pub.coordinator_address(),
-                                      "--secret-file", secret_path, "--name", c.name, "--swap-mode",
-                                      o.swap_mode, "--transport", o.transport, "--json", "--quiet"},
-                                     c.log));
+    std::vector<std::string> args = {"weightport",    "subscribe", "--connect",   pub.coordinator_address(),
+                                     "--secret-file", secret_path, "--name",      c.name,
+                                     "--swap-mode",   o.swap_mode, "--transport", o.transport,
+                                     "--json",        "--quiet"};
+    if (o.no_verify) args.push_back("--no-verify");
+    WP_ASSIGN_OR_RETURN(c.pid, Spawn(args, c.log));
     children.push_back(std::move(c));
   }
   for (int waited = 0; pub.coordinator()->Subscribers().size() < o.subscribers; ++waited) {
@@ -199,6 +202,7 @@ Result<nlohmann::ordered_json> Demo(const DemoOptions& o, const fs::path& dir, s
                                 {"mode", o.mode},
                                 {"swap_mode", o.swap_mode},
                                 {"transport", o.transport},
+                                {"verified_chunks", !o.no_verify},
                                 {"versions", versions},
                                 {"peak_rss", {{"publisher", publisher_rss}, {"subscribers", subs}}},
                                 {"budget_bytes", {{"publisher", pub_budget}, {"subscriber", sub_budget}}},
@@ -257,6 +261,8 @@ Command AddDemoCommand(CLI::App& app) {
   sub->add_option("--transport", o->transport, "shm, tcp or auto")
       ->check(CLI::IsMember(kTransportChoices))
       ->capture_default_str();
+  sub->add_flag("--no-verify", o->no_verify,
+                "Subscribers skip the hash check of each chunk (measures the transport alone)");
   sub->add_flag("--keep", o->keep, "Keep the work directory (secret, subscriber logs)");
   sub->add_flag("--json", o->json, "Print a machine-readable summary");
   return {sub, [o] { return RunDemo(*o); }};

@@ -28,6 +28,7 @@ struct SubscribeOptions {
   double timeout_s = 0;
   double wait_s = 30;
   size_t window = 32;
+  bool no_verify = false;
   bool json = false;
   bool quiet = false;
 };
@@ -75,6 +76,7 @@ int RunSubscribe(SubscribeOptions o) {
   so.make_transport = *factory;
   so.tensors = o.tensors;
   so.fetch.window = o.window;
+  so.fetch.verify = !o.no_verify;
   so.log = [&o](std::string line) {
     if (!o.quiet) std::cerr << "weightport subscribe: " << line << std::endl;
   };
@@ -178,6 +180,8 @@ Command AddSubscribeCommand(CLI::App& app) {
   sub->add_option("--window", o->window, "Gets in flight at most")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
+  sub->add_flag("--no-verify", o->no_verify,
+                "Do not check chunks against the manifest's hashes: measures the transport alone; unsafe");
   sub->add_flag("--json", o->json, "Print a machine-readable summary");
   sub->add_flag("--quiet,-q", o->quiet, "No progress or log output");
   return {sub, [o] { return RunSubscribe(*o); }};

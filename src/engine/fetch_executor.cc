@@ -77,7 +77,25 @@ void FetchExecutor::OnComplete(size_t index, const Status& status) {
     }
     return Retry(index, status);
   }
-  if (options_.verify && Xxh3(local_.data() + c.local_offset, c.length) != c.xxh3) {
+  if (options_.verify && options_.verifier) {
+    ++hashing_;
+    // The task hands its reference on to the loop, which normally drops the last one.
+    options_.verifier->Submit([self = shared_from_this(), index, data = local_.data() + c.local_offset,
+                               length = c.length, expected = c.xxh3]() mutable {
+      const bool match = Xxh3(data, length) == expected;
+      ProgressLoop& loop = self->loop_;
+      loop.Post([self = std::move(self), index, match](Transport&) { self->OnVerified(index, match); });
+    });
+    return Issue();
+  }
+  OnVerified(index, !options_.verify || Xxh3(local_.data() + c.local_offset, c.length) == c.xxh3);
+}
+
+void FetchExecutor::OnVerified(size_t index, bool match) {
+  if (options_.verify && options_.verifier) --hashing_;
+  const ChunkFetch& c = chunks_[index];
+  if (failed_) return MaybeFinish();
+  if (!match) {
     ++stats_.corrupt_refetched;
     return Retry(index, DataLoss("hash mismatch"));
   }
@@ -114,7 +132,7 @@ void FetchExecutor::Fail(Status status) {
 }
 
 void FetchExecutor::MaybeFinish() {
-  if (reported_ || in_flight_ > 0) return;
+  if (reported_ || in_flight_ > 0 || hashing_ > 0) return;
   if (!failed_ && verified_ < chunks_.size()) return;
   reported_ = true;
   stats_.elapsed = std::chrono::steady_clock::now() - start_;

@@ -28,6 +28,8 @@ Result<std::unique_ptr<Subscriber>> Subscriber::Connect(const Secret& secret, Su
   impl->options = std::move(options);
   WP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, impl->options.make_transport(impl->options.name));
   impl->loop = std::make_unique<ProgressLoop>(std::move(transport));
+  if (impl->options.fetch.verify && !impl->options.fetch.verifier)
+    impl->options.fetch.verifier = std::make_shared<WorkerPool>(1);
   WP_ASSIGN_OR_RETURN(impl->channel, ControlChannel::Connect(impl->options.coordinator, impl->options.name,
                                                              PeerRole::kSubscriber, secret,
                                                              impl->options.timing.connect_timeout));
@@ -37,6 +39,7 @@ Result<std::unique_ptr<Subscriber>> Subscriber::Connect(const Secret& secret, Su
   }
   Impl* raw = impl.get();
   impl->session_thread = std::thread([raw] { raw->SessionLoop(); });
+  impl->heartbeat_thread = std::thread([raw] { raw->HeartbeatLoop(); });
   return std::unique_ptr<Subscriber>(new Subscriber(std::move(impl)));
 }
 
@@ -94,6 +97,11 @@ void Subscriber::Close() {
   d.closed = true;
   d.closing.store(true);
   if (d.session_thread.joinable()) d.session_thread.join();
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    d.cv.notify_all();  // wakes the heartbeat thread
+  }
+  if (d.heartbeat_thread.joinable()) d.heartbeat_thread.join();
   d.CancelFetch("the subscriber is closing");
   {
     std::lock_guard<std::mutex> lock(d.mu);
@@ -113,7 +121,7 @@ void Subscriber::Close() {
 // ---- the session ------------------------------------------------------------------------------------
 
 void Subscriber::Impl::SessionLoop() {
-  auto last_sent = Clock::now(), last_heard = Clock::now();
+  auto last_heard = Clock::now();
   auto end = [&](Status why) {
     Log("subscriber '" + options.name +
         "': session ended: " + (why.ok() ? "coordinator said Bye" : why.message()));
@@ -122,10 +130,6 @@ void Subscriber::Impl::SessionLoop() {
     cv.notify_all();
   };
   while (!closing.load()) {
-    if (Clock::now() - last_sent >= options.timing.heartbeat_interval) {
-      if (Status s = channel->Send(HeartbeatMsg{}); !s.ok()) return end(s);
-      last_sent = Clock::now();
-    }
     Result<ControlMessage> m = channel->Receive(kPoll);
     if (!m.ok() && m.status().code() == StatusCode::kTimeout) {
       if (Clock::now() - last_heard > options.timing.peer_timeout) {
@@ -148,6 +152,19 @@ void Subscriber::Impl::SessionLoop() {
       return end(Status::Ok());
     }
     Handle(*m);
+  }
+}
+
+// Heartbeats have a thread of their own: the session thread may be busy for a while (mapping a
+// large store, waiting for readers to drain), and must not look lost meanwhile.
+void Subscriber::Impl::HeartbeatLoop() {
+  std::unique_lock<std::mutex> lock(mu);
+  while (!closing.load() && !ended.has_value()) {
+    lock.unlock();
+    const bool sent = channel->Send(HeartbeatMsg{}).ok();
+    lock.lock();
+    if (!sent) return;  // the session thread sees the failure too, and ends the session
+    cv.wait_for(lock, options.timing.heartbeat_interval, [&] { return closing.load() || ended.has_value(); });
   }
 }
 

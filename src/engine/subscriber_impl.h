@@ -19,6 +19,7 @@ struct Subscriber::Impl {
   std::unique_ptr<ProgressLoop> loop;
   std::unique_ptr<ControlChannel> channel;
   std::thread session_thread;
+  std::thread heartbeat_thread;
   std::atomic<bool> closing{false};
   bool closed = false;
 
@@ -34,9 +35,11 @@ struct Subscriber::Impl {
   bool fetch_running = false;
   bool fetch_ok = false;
   std::shared_ptr<FetchExecutor> fetch;
-  std::optional<Status> ended;  // the session's end: OK on Bye
+  std::shared_ptr<WorkerPool> verifier;  // hash checks of every fetch, beside the loop thread
+  std::optional<Status> ended;           // the session's end: OK on Bye
 
   void SessionLoop();
+  void HeartbeatLoop();
   void Handle(const ControlMessage& m);  // session thread
   void OnRegionKeys(const RegionKeysMsg& m);
   void OnUpdateBegin(const UpdateBeginMsg& m);

@@ -214,5 +214,42 @@ TEST(SyntheticModelTest, PerturbRejectsBadArguments) {
       PerturbModel({.from_dir = dir / "none", .out_dir = dir / "x", .fraction = 0.1, .block = 0}).ok());
 }
 
+TEST(SyntheticModelTest, PerturbInMemoryChangesExactlyTheFractionOfFloatElements) {
+  std::vector<TensorMeta> tensors = {*TensorMeta::Make("a", DType::kBF16, {64, 100}),
+                                     *TensorMeta::Make("ids", DType::kI32, {50}),
+                                     *TensorMeta::Make("b", DType::kF32, {300})};
+  uint64_t bytes = 0;
+  for (const auto& t : tensors) bytes += t.bytes;
+  std::vector<std::byte> before(bytes);
+  uint64_t offset = 0;
+  for (const auto& t : tensors) {
+    if (t.dtype != DType::kI32)
+      ASSERT_TRUE(FillTensor(t, 5, std::span(before).subspan(offset, t.bytes)).ok());
+    offset += t.bytes;
+  }
+  std::vector<std::byte> after = before;
+  auto report = PerturbInMemory(tensors, after, 0.1, 16, 9);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->elements_total, 6400u + 300u);
+  EXPECT_EQ(report->elements_changed, 670u);  // round(0.1 x 6700)
+  // Count changed elements per tensor; the integer tensor is untouched.
+  uint64_t changed = 0;
+  offset = 0;
+  for (const auto& t : tensors) {
+    const size_t es = DTypeSize(t.dtype);
+    for (uint64_t i = 0; i < t.bytes; i += es) {
+      const bool differs = std::memcmp(before.data() + offset + i, after.data() + offset + i, es) != 0;
+      if (t.dtype == DType::kI32) {
+        EXPECT_FALSE(differs);
+      }
+      changed += differs ? 1 : 0;
+    }
+    offset += t.bytes;
+  }
+  EXPECT_EQ(changed, 670u);
+  EXPECT_FALSE(PerturbInMemory(tensors, std::span(after).first(bytes - 1), 0.1).ok());  // wrong size
+  EXPECT_FALSE(PerturbInMemory(tensors, after, 2.0).ok());
+}
+
 }  // namespace
 }  // namespace weightport

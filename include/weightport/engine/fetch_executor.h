@@ -8,8 +8,11 @@
 // exponential backoff, up to max_attempts; a lost peer fails the whole fetch at once. Errors name
 // the chunk (tensor and index) and the peer.
 //
+// Verification runs on options.verifier's threads when given, overlapped with the next Gets.
+//
 // The executor reports exactly once, through `done`, and only after no Get it started is still in
-// flight — so the caller may reuse or free the local memory as soon as `done` runs.
+// flight and no hash check is pending — so the caller may reuse or free the local memory as soon as `done`
+// runs.
 //
 // Thread-safety: Start, Cancel and every callback run on the ProgressLoop thread that owns the
 // connection's transport (use loop.Post to start from elsewhere).
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include "weightport/core/status.h"
+#include "weightport/engine/worker_pool.h"
 #include "weightport/transport/progress_loop.h"
 #include "weightport/transport/transport.h"
 
@@ -44,6 +48,10 @@ struct FetchOptions {
   std::chrono::milliseconds backoff_max{500};
   std::chrono::milliseconds timeout{60'000};  // for the whole fetch
   bool verify = true;
+  // Threads that verify hashes while the loop thread keeps copying, so that verification overlaps
+  // the next chunks' transfer instead of following each one. Null: verify on the loop thread. The
+  // caller keeps the pool alive beyond the executor (it is shared by successive fetches).
+  std::shared_ptr<WorkerPool> verifier;
 };
 
 struct FetchStats {
@@ -74,6 +82,7 @@ class FetchExecutor : public std::enable_shared_from_this<FetchExecutor> {
                 RemoteKey remote, std::vector<ChunkFetch> chunks, FetchOptions options, DoneFn done);
   void Issue();
   void OnComplete(size_t index, const Status& status);
+  void OnVerified(size_t index, bool match);
   void Retry(size_t index, const Status& why);
   void Fail(Status status);
   void MaybeFinish();
@@ -88,7 +97,8 @@ class FetchExecutor : public std::enable_shared_from_this<FetchExecutor> {
 
   std::deque<size_t> queue_;  // chunks waiting to be issued
   std::vector<int> attempts_;
-  size_t in_flight_ = 0;
+  size_t in_flight_ = 0;  // Gets issued and not completed
+  size_t hashing_ = 0;    // chunks landed whose hash the pool is checking
   size_t window_;
   size_t verified_ = 0;
   Status failure_;  // first failure; once set nothing new is issued
