@@ -66,8 +66,9 @@ void Coordinator::Stop() {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     for (auto& [id, peer] : impl_->peers) {
-      peer->channel->Send(ByeMsg{}).IgnoreError();
-      peer->channel->Close();
+      peer->gone = true;
+      peer->outbox.emplace_back(MessageType::kBye, Bytes{});  // the writer sends it, then closes
+      peer->outbox_cv.notify_all();
       all.push_back(std::move(peer));
     }
     impl_->peers.clear();
@@ -75,8 +76,10 @@ void Coordinator::Stop() {
     impl_->retired.clear();
     impl_->cv.notify_all();
   }
-  for (auto& peer : all)
+  for (auto& peer : all) {
+    if (peer->writer.joinable()) peer->writer.join();
     if (peer->reader.joinable()) peer->reader.join();
+  }
 }
 
 const std::string& Coordinator::address() const { return impl_->listener->address(); }
@@ -168,6 +171,7 @@ void Coordinator::Impl::AcceptLoop() {
         CoordinatorPeer* raw = peer.get();
         peers[peer->id] = std::move(peer);
         raw->reader = std::thread([this, raw] { ReadLoop(raw); });
+        raw->writer = std::thread([this, raw] { WriteLoop(raw); });
         if (options.metrics != nullptr)
           options.metrics->Set(
               "weightport_subscribers", {},
@@ -187,8 +191,10 @@ void Coordinator::Impl::AcceptLoop() {
     // Join the threads of removed peers outside the lock: they may be waiting for it.
     finished.swap(retired);
     lock.unlock();
-    for (auto& peer : finished)
+    for (auto& peer : finished) {
+      if (peer->writer.joinable()) peer->writer.join();
       if (peer->reader.joinable()) peer->reader.join();
+    }
   }
 }
 
@@ -218,9 +224,28 @@ void Coordinator::Impl::ReadLoop(CoordinatorPeer* peer) {
 
 void Coordinator::Impl::SendTo(CoordinatorPeer& peer, MessageType type, const Bytes& payload) {
   if (peer.gone) return;
-  Status status = peer.channel->Send(type, payload);
-  if (!status.ok())
-    RemovePeer(peer, "sending " + std::string(MessageTypeName(type)) + ": " + status.message(), true);
+  peer.outbox.emplace_back(type, payload);
+  peer.outbox_cv.notify_all();
+}
+
+void Coordinator::Impl::WriteLoop(CoordinatorPeer* peer) {
+  std::unique_lock<std::mutex> lock(mu);
+  for (;;) {
+    peer->outbox_cv.wait(lock, [&] { return !peer->outbox.empty() || peer->gone; });
+    if (peer->outbox.empty()) break;  // removed, and everything queued went out
+    auto [type, payload] = std::move(peer->outbox.front());
+    peer->outbox.pop_front();
+    lock.unlock();
+    Status sent = peer->channel->Send(type, payload);
+    lock.lock();
+    if (!sent.ok()) {
+      if (!peer->gone && !stopping.load())
+        RemovePeer(*peer, "sending " + std::string(MessageTypeName(type)) + ": " + sent.message(), true);
+      break;
+    }
+  }
+  peer->outbox.clear();
+  peer->channel->Close();  // ends the reader's Receive too
 }
 
 CoordinatorPeer* Coordinator::Impl::Find(uint64_t id) {
@@ -234,7 +259,7 @@ void Coordinator::Impl::RemovePeer(CoordinatorPeer& peer, const std::string& why
   const std::string who = peer.channel->peer();
   Log(who + (lost ? " lost: " : " left: ") + why);
   if (lost) Count("weightport_peer_errors_total", peer.name);
-  peer.channel->Close();
+  peer.outbox_cv.notify_all();  // its writer sends what is queued (e.g. the reason), then closes
   auto node = peers.extract(peer.id);
   if (publisher == peer.id) publisher.reset();
   if (update.has_value()) {

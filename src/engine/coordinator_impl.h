@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -26,8 +27,12 @@ struct CoordinatorPeer {
   std::chrono::steady_clock::time_point last_seen;
   std::vector<std::string> wanted;  // tensors a subscriber asked for; empty: all
   uint64_t keys_epoch_sent = 0;     // RegionKeys epoch this subscriber has seen
-  bool gone = false;                // removed; its reader thread is ending
-  std::thread reader;
+  bool gone = false;                // removed; its threads are ending
+  // Messages waiting for the writer thread, so that no send ever blocks while `mu` is held (a peer
+  // that stops reading would otherwise stall the whole coordinator).
+  std::deque<std::pair<MessageType, Bytes>> outbox;
+  std::condition_variable outbox_cv;
+  std::thread reader, writer;
 };
 
 struct CoordinatorUpdate {
@@ -60,15 +65,19 @@ struct Coordinator::Impl {
   // --- coordinator.cc
   void AcceptLoop();
   void ReadLoop(CoordinatorPeer* peer);
+  // Sends the peer's outbox in order; once the peer is removed, sends what is left (a Refused or an
+  // Abort telling it why) and closes its channel.
+  void WriteLoop(CoordinatorPeer* peer);
   void Log(const std::string& line) const;
   void Count(std::string_view metric, const std::string& peer, double delta = 1) const;
-  // Sends to one peer; a failure marks it lost (requires mu).
+  // Queues a message for one peer (requires mu); a failed send later marks it lost.
   void SendTo(CoordinatorPeer& peer, MessageType type, const Bytes& payload);
   template <typename M>
   void SendTo(CoordinatorPeer& peer, const M& message) {
     SendTo(peer, M::kType, message.Encode());
   }
-  // Removes a peer: aborts the update it is a member of, closes its channel (requires mu).
+  // Removes a peer: aborts the update it is a member of; its writer then closes its channel
+  // (requires mu).
   void RemovePeer(CoordinatorPeer& peer, const std::string& why, bool lost);
   void CheckDeadlines();               // requires mu
   void Heartbeat();                    // requires mu

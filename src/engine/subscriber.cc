@@ -98,8 +98,8 @@ void Subscriber::Close() {
   d.closing.store(true);
   if (d.session_thread.joinable()) d.session_thread.join();
   {
-    std::lock_guard<std::mutex> lock(d.mu);
-    d.cv.notify_all();  // wakes the heartbeat thread
+    std::lock_guard<std::mutex> lock(d.heartbeat_mu);
+    d.heartbeat_cv.notify_all();
   }
   if (d.heartbeat_thread.joinable()) d.heartbeat_thread.join();
   d.CancelFetch("the subscriber is closing");
@@ -125,9 +125,14 @@ void Subscriber::Impl::SessionLoop() {
   auto end = [&](Status why) {
     Log("subscriber '" + options.name +
         "': session ended: " + (why.ok() ? "coordinator said Bye" : why.message()));
-    std::lock_guard<std::mutex> lock(mu);
-    ended = std::move(why);
-    cv.notify_all();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ended = std::move(why);
+      cv.notify_all();
+    }
+    std::lock_guard<std::mutex> lock(heartbeat_mu);
+    session_over.store(true);
+    heartbeat_cv.notify_all();
   };
   while (!closing.load()) {
     Result<ControlMessage> m = channel->Receive(kPoll);
@@ -158,13 +163,11 @@ void Subscriber::Impl::SessionLoop() {
 // Heartbeats have a thread of their own: the session thread may be busy for a while (mapping a
 // large store, waiting for readers to drain), and must not look lost meanwhile.
 void Subscriber::Impl::HeartbeatLoop() {
-  std::unique_lock<std::mutex> lock(mu);
-  while (!closing.load() && !ended.has_value()) {
-    lock.unlock();
-    const bool sent = channel->Send(HeartbeatMsg{}).ok();
-    lock.lock();
-    if (!sent) return;  // the session thread sees the failure too, and ends the session
-    cv.wait_for(lock, options.timing.heartbeat_interval, [&] { return closing.load() || ended.has_value(); });
+  std::unique_lock<std::mutex> lock(heartbeat_mu);  // not `mu`: the session thread holds that while busy
+  while (!closing.load() && !session_over.load()) {
+    if (!channel->Send(HeartbeatMsg{}).ok()) return;  // the session thread sees the failure too
+    heartbeat_cv.wait_for(lock, options.timing.heartbeat_interval,
+                          [&] { return closing.load() || session_over.load(); });
   }
 }
 

@@ -20,6 +20,9 @@ struct Subscriber::Impl {
   std::unique_ptr<ControlChannel> channel;
   std::thread session_thread;
   std::thread heartbeat_thread;
+  std::mutex heartbeat_mu;  // only for the heartbeat thread's timed wait
+  std::condition_variable heartbeat_cv;
+  std::atomic<bool> session_over{false};
   std::atomic<bool> closing{false};
   bool closed = false;
 

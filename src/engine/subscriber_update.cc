@@ -72,14 +72,22 @@ void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
     return fail("the publisher's region " + std::to_string(m.source_region) + " holds " +
                 std::to_string(key->second.length) + " bytes, the manifest " +
                 std::to_string(manifest.total_bytes()));
-  if (!store) {
-    auto created = VersionedStore::Create({.bytes = manifest.total_bytes(),
-                                           .mode = options.swap_mode,
-                                           .wait_timeout = options.swap_wait_timeout});
-    if (!created.ok()) return fail(created.status().message());
-    store = std::move(*created);
+  // Mapping a store and waiting for readers to leave the next staging buffer take a while: not
+  // under `mu`, which readers need to Acquire. Only this thread creates the store or the manifests.
+  VersionedStore* target = store.get();
+  const uint64_t total = manifest.total_bytes();
+  lock.unlock();
+  std::unique_ptr<VersionedStore> created;
+  if (target == nullptr) {
+    auto made = VersionedStore::Create(
+        {.bytes = total, .mode = options.swap_mode, .wait_timeout = options.swap_wait_timeout});
+    if (!made.ok()) return Fail(v, made.status().message());
+    created = std::move(*made);
+    target = created.get();
   }
-  Result<std::span<std::byte>> staging = store->BeginUpdate(v);
+  Result<std::span<std::byte>> staging = target->BeginUpdate(v);
+  lock.lock();
+  if (created) store = std::move(created);
   if (!staging.ok()) return fail("opening the staging copy: " + staging.status().message());
 
   // The buffer chunks land in, registered once (a store has at most two).

@@ -2,6 +2,9 @@
 
 #include <sys/mman.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -10,12 +13,25 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Faults every page of [p, p + bytes) in, a slice at a time. Not MAP_POPULATE: that holds the
+// process's memory-map lock for the whole buffer (seconds for gigabytes), stalling every other thread
+// that maps memory meanwhile (a heartbeat thread allocating, a new thread's stack).
+void Prefault(std::byte* p, uint64_t bytes) {
+  constexpr uint64_t kSlice = 64ull << 20;
+  const long page = sysconf(_SC_PAGESIZE);
+  for (uint64_t off = 0; off < bytes; off += kSlice) {
+    const uint64_t n = std::min(kSlice, bytes - off);
+    if (madvise(p + off, n, MADV_POPULATE_WRITE) == 0) continue;
+    for (uint64_t i = 0; i < n; i += static_cast<uint64_t>(page)) p[off + i] = std::byte{0};  // older kernels
+  }
+}
+
 Result<std::byte*> MapBuffer(uint64_t bytes, bool prefault) {
   if (bytes == 0) return static_cast<std::byte*>(nullptr);
-  const int populate = prefault ? MAP_POPULATE : 0;
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | populate, -1, 0);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
     return ErrnoError("versioned store: cannot map " + std::to_string(bytes) + " bytes", errno);
+  if (prefault) Prefault(static_cast<std::byte*>(p), bytes);
   return static_cast<std::byte*>(p);
 }
 

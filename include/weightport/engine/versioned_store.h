@@ -57,7 +57,7 @@ class VersionedStore {
     uint64_t bytes = 0;
     SwapMode mode = SwapMode::kDoubleBuffer;
     std::chrono::milliseconds wait_timeout{10'000};  // for draining pins and for blocked readers
-    // Fault every page in at Create (MAP_POPULATE), so that the first updates into each buffer do
+    // Fault every page in at Create, so that the first updates into each buffer do
     // not pay a page fault per 4 KiB in the middle of a transfer.
     bool prefault = true;
   };
