@@ -54,14 +54,11 @@ int RunPublish(const PublishOptions& o) {
   po.log = [quiet = o.quiet](std::string line) {
     if (!quiet) std::cerr << "weightport publish: " << line << std::endl;
   };
-  if (!o.metrics.empty()) {
-    auto where = ParseHostPort(o.metrics, "127.0.0.1");
-    if (!where.ok()) return fail(where.status().WithContext("--metrics"));
-    auto server = MetricsServer::Start(where->first, where->second, metrics);
-    if (!server.ok()) return fail(server.status());
-    metrics_server = std::move(*server);
-    if (!o.quiet) std::cerr << "metrics at http://" << metrics_server->address() << "/metrics" << std::endl;
-  }
+  auto server = StartMetricsServer(o.metrics, metrics);
+  if (!server.ok()) return fail(server.status());
+  metrics_server = std::move(*server);
+  if (metrics_server && !o.quiet)
+    std::cerr << "metrics at http://" << metrics_server->address() << "/metrics" << std::endl;
   auto publisher = Publisher::Create(*layout, *secret, po);
   if (!publisher.ok()) return fail(publisher.status());
   Publisher& pub = **publisher;

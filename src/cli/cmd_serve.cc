@@ -52,14 +52,9 @@ int RunServe(const ServeOptions& o) {
     else
       std::cout << Now() << " " << line << std::endl;
   };
-  std::unique_ptr<MetricsServer> metrics_server;
-  if (!o.metrics.empty()) {
-    auto where = ParseHostPort(o.metrics, "127.0.0.1");
-    if (!where.ok()) return fail(where.status().WithContext("--metrics"));
-    auto server = MetricsServer::Start(where->first, where->second, metrics);
-    if (!server.ok()) return fail(server.status());
-    metrics_server = std::move(*server);
-  }
+  auto server = StartMetricsServer(o.metrics, metrics);
+  if (!server.ok()) return fail(server.status());
+  std::unique_ptr<MetricsServer> metrics_server = std::move(*server);
   auto coordinator = Coordinator::Start(listen->first, listen->second, *secret, co);
   if (!coordinator.ok()) return fail(coordinator.status());
   co.log("coordinator listening on " + (*coordinator)->address() +

@@ -144,6 +144,13 @@ Result<std::pair<std::string, uint16_t>> ParseHostPort(const std::string& text,
   return std::make_pair(host, static_cast<uint16_t>(port));
 }
 
+Result<std::unique_ptr<MetricsServer>> StartMetricsServer(const std::string& spec, const Metrics& metrics) {
+  if (spec.empty()) return std::unique_ptr<MetricsServer>();
+  auto where = ParseHostPort(spec, "127.0.0.1");
+  if (!where.ok()) return where.status().WithContext("--metrics");
+  return MetricsServer::Start(where->first, where->second, metrics);
+}
+
 uint64_t PeakRssBytes() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);

@@ -15,6 +15,7 @@
 #include "weightport/core/status.h"
 #include "weightport/core/tensor_meta.h"
 #include "weightport/engine/control_auth.h"
+#include "weightport/engine/metrics.h"
 #include "weightport/engine/session.h"
 
 namespace weightport::cli {
@@ -48,6 +49,10 @@ Result<Secret> LoadSecret(const std::string& path, bool create_if_missing);
 // "host:port" -> (host, port); "port" alone -> (default_host, port).
 Result<std::pair<std::string, uint16_t>> ParseHostPort(const std::string& text,
                                                        const std::string& default_host);
+
+// Starts a Prometheus endpoint for --metrics [HOST:]PORT (HOST defaults to 127.0.0.1); null when
+// `spec` is empty.
+Result<std::unique_ptr<MetricsServer>> StartMetricsServer(const std::string& spec, const Metrics& metrics);
 
 // Peak resident set size of this process, in bytes (getrusage).
 uint64_t PeakRssBytes();

@@ -191,8 +191,10 @@ Status VersionedStore::Commit() {
   std::chrono::nanoseconds pause{0};
   switch (options_.mode) {
     case SwapMode::kDoubleBuffer:
+      // Readers wait only for this lock: the pause is the flip itself.
       buffers_[pending_target_].version = pending_version_;
       live_ = pending_target_;
+      pause = Clock::now() - start;
       break;
     case SwapMode::kStageThenCopy: {
       readers_blocked_ = true;

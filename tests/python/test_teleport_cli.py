@@ -71,7 +71,8 @@ def tensors_of(path):
     return safetensors.numpy.load_file(str(path))
 
 
-def test_subscriber_writes_what_it_received_byte_equal(tmp_path, procs):
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_subscriber_writes_what_it_received_byte_equal(tmp_path, procs, transport):
     model = tmp_path / "model"
     gen = subprocess.run([str(BIN), "gen-model", "--preset", "tiny", "--dtype", "f16", "--shards", "2", "-q", "--out", str(model)],
                          capture_output=True, text=True, timeout=TIMEOUT)
@@ -79,9 +80,9 @@ def test_subscriber_writes_what_it_received_byte_equal(tmp_path, procs):
     secret = write_secret(tmp_path / "secret")
     port = free_port()
     pub = procs.start("publish", "--model", model, "--listen", f"127.0.0.1:{port}", "--secret-file", secret,
-                      "--subscribers", "2", "--versions", "1", "--json")
+                      "--subscribers", "2", "--versions", "1", "--transport", transport, "--json")
     subs = [procs.start("subscribe", "--connect", f"127.0.0.1:{port}", "--secret-file", secret, "--name", f"s{i}",
-                        "--out", tmp_path / f"out{i}", "--swap-mode", mode, "--quiet")
+                        "--out", tmp_path / f"out{i}", "--swap-mode", mode, "--transport", transport, "--quiet")
             for i, mode in enumerate(["double-buffer", "stage-copy"])]
     code, out = procs.finish(pub)
     assert code == 0, out

@@ -12,34 +12,16 @@
 
 #include <gtest/gtest.h>
 
+#include "../engine_test_util.h"
+
 namespace weightport {
 namespace {
 
 using std::chrono::milliseconds;
 constexpr milliseconds kWait(5000);
 
-Secret MakeSecret(char fill) {
-  std::string s(32, fill);
-  return *Secret::FromBytes(std::as_bytes(std::span(s.data(), s.size())), "test");
-}
-
-// Collects log lines from any thread.
-struct LogCapture {
-  std::mutex mu;
-  std::vector<std::string> lines;
-  std::function<void(std::string)> Sink() {
-    return [this](std::string line) {
-      std::lock_guard<std::mutex> lock(mu);
-      lines.push_back(std::move(line));
-    };
-  }
-  bool Contains(std::string_view needle) {
-    std::lock_guard<std::mutex> lock(mu);
-    for (const auto& l : lines)
-      if (l.find(needle) != std::string::npos) return true;
-    return false;
-  }
-};
+using engine_test::LogCapture;
+using engine_test::MakeSecret;
 
 struct Fixture {
   LogCapture server_log;
