@@ -129,10 +129,10 @@ TEST(Teleport, SlowSubscriberTimesOutNamedAndTheOthersKeepTheirVersion) {
 
 TEST(Teleport, SilentPeerIsDetectedAsLostAndNamed) {
   CoordinatorOptions copts;
-  copts.heartbeat_interval = std::chrono::milliseconds(50);
-  copts.peer_timeout = std::chrono::milliseconds(400);
+  copts.heartbeat_interval = std::chrono::milliseconds(100);
+  copts.peer_timeout = std::chrono::milliseconds(1500);  // generous: sanitizer builds on a loaded machine
   Cluster c(copts);
-  auto pub = c.MakePublisher(SmallModel(), std::chrono::milliseconds(50));
+  auto pub = c.MakePublisher(SmallModel(), std::chrono::milliseconds(100));
   // A subscriber that authenticates and then never speaks again (a hung process).
   auto ghost =
       ControlChannel::Connect(pub->coordinator_address(), "ghost", PeerRole::kSubscriber, c.secret, kWait);
