@@ -73,11 +73,8 @@ Result<nlohmann::ordered_json> PublishVersions(Publisher& publisher, const Publi
               .status());
     }
     WP_ASSIGN_OR_RETURN(PublishReport report, publisher.Publish(v, o.mode));
-    if (o.mode == PublishMode::kSnapshot) {
-      const auto hold = report.hold, copy = report.snapshot_copy;
+    if (o.mode == PublishMode::kSnapshot) {  // the outcome comes later; hold and copy are in it too
       WP_ASSIGN_OR_RETURN(report, publisher.Wait(v, o.report_timeout));
-      report.hold = hold;
-      report.snapshot_copy = copy;
     }
     if (!report.outcome.ok())
       return report.outcome.WithContext("version " + std::to_string(v) + " was not committed");

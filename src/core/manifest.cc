@@ -30,8 +30,7 @@ Result<Manifest> Manifest::Build(uint64_t version, std::span<const TensorBytes> 
                              " bytes of data, its shape and dtype need " + std::to_string(t.meta.bytes));
     ManifestTensor mt;
     mt.meta = t.meta;
-    mt.hash = Xxh3(t.data);
-    mt.chunk_hashes = ChunkHashes(t.data, chunk_size);
+    mt.chunk_hashes = ChunkHashes(t.data, chunk_size, mt.hash);
     WP_RETURN_IF_ERROR(m.Append(std::move(mt)));
   }
   return m;
@@ -96,6 +95,11 @@ nlohmann::json Manifest::ToJson() const {
           {"chunk_size", chunk_size_},
           {"total_bytes", total_bytes_},
           {"tensors", std::move(tensors)}};
+}
+
+Result<Manifest> Manifest::FromJsonText(std::string_view text, std::string_view what) {
+  WP_ASSIGN_OR_RETURN(nlohmann::json json, json_util::Parse(text, what));
+  return FromJson(json);
 }
 
 Result<Manifest> Manifest::FromJson(const nlohmann::json& json) {

@@ -87,12 +87,8 @@ uint16_t Coordinator::port() const { return impl_->listener->port(); }
 
 Status Coordinator::WaitForSubscribers(size_t n, milliseconds timeout) {
   std::unique_lock<std::mutex> lock(impl_->mu);
-  auto count = [&] {
-    return std::count_if(impl_->peers.begin(), impl_->peers.end(),
-                         [](const auto& p) { return p.second->role == PeerRole::kSubscriber; });
-  };
-  if (!impl_->cv.wait_for(lock, timeout, [&] { return static_cast<size_t>(count()) >= n; }))
-    return Timeout("coordinator: " + std::to_string(count()) + " of " + std::to_string(n) +
+  if (!impl_->cv.wait_for(lock, timeout, [&] { return impl_->SubscriberCount() >= n; }))
+    return Timeout("coordinator: " + std::to_string(impl_->SubscriberCount()) + " of " + std::to_string(n) +
                    " subscribers connected after " + Seconds(timeout));
   return Status::Ok();
 }
@@ -122,6 +118,16 @@ Result<VersionReport> Coordinator::WaitForVersion(uint64_t version, milliseconds
 }
 
 // ---- Impl ------------------------------------------------------------------------------------------
+
+size_t Coordinator::Impl::SubscriberCount() const {
+  return static_cast<size_t>(std::count_if(
+      peers.begin(), peers.end(), [](const auto& p) { return p.second->role == PeerRole::kSubscriber; }));
+}
+
+void Coordinator::Impl::PublishSubscriberCount() const {
+  if (options.metrics != nullptr)
+    options.metrics->Set("weightport_subscribers", {}, static_cast<double>(SubscriberCount()));
+}
 
 void Coordinator::Impl::Log(const std::string& line) const {
   if (options.log) options.log(line);
@@ -172,12 +178,7 @@ void Coordinator::Impl::AcceptLoop() {
         peers[peer->id] = std::move(peer);
         raw->reader = std::thread([this, raw] { ReadLoop(raw); });
         raw->writer = std::thread([this, raw] { WriteLoop(raw); });
-        if (options.metrics != nullptr)
-          options.metrics->Set(
-              "weightport_subscribers", {},
-              static_cast<double>(std::count_if(peers.begin(), peers.end(), [](const auto& p) {
-                return p.second->role == PeerRole::kSubscriber;
-              })));
+        PublishSubscriberCount();
         cv.notify_all();
       }
     } else if (channel.status().code() != StatusCode::kTimeout) {
@@ -278,11 +279,7 @@ void Coordinator::Impl::RemovePeer(CoordinatorPeer& peer, const std::string& why
     }
   }
   if (!node.empty()) retired.push_back(std::move(node.mapped()));
-  if (options.metrics != nullptr)
-    options.metrics->Set("weightport_subscribers", {},
-                         static_cast<double>(std::count_if(peers.begin(), peers.end(), [](const auto& p) {
-                           return p.second->role == PeerRole::kSubscriber;
-                         })));
+  PublishSubscriberCount();
   cv.notify_all();
 }
 

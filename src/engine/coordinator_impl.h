@@ -69,6 +69,8 @@ struct Coordinator::Impl {
   // Abort telling it why) and closes its channel.
   void WriteLoop(CoordinatorPeer* peer);
   void Log(const std::string& line) const;
+  size_t SubscriberCount() const;       // requires mu
+  void PublishSubscriberCount() const;  // sets the weightport_subscribers gauge; requires mu
   void Count(std::string_view metric, const std::string& peer, double delta = 1) const;
   // Queues a message for one peer (requires mu); a failed send later marks it lost.
   void SendTo(CoordinatorPeer& peer, MessageType type, const Bytes& payload);

@@ -86,12 +86,7 @@ void Coordinator::Impl::Handle(CoordinatorPeer& peer, const ControlMessage& mess
 }
 
 void Coordinator::Impl::OnManifest(CoordinatorPeer& peer, const ManifestMsg& message) {
-  Result<nlohmann::json> json = [&]() -> Result<nlohmann::json> {
-    nlohmann::json j = nlohmann::json::parse(message.json, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) return InvalidArgument("the manifest is not valid JSON");
-    return j;
-  }();
-  Result<Manifest> parsed = json.ok() ? Manifest::FromJson(*json) : Result<Manifest>(json.status());
+  Result<Manifest> parsed = Manifest::FromJsonText(message.json, "manifest");
   if (!parsed.ok()) {
     const std::string why =
         "manifest from " + peer.channel->peer() + " refused: " + parsed.status().message();

@@ -122,7 +122,10 @@ void Subscriber::Close() {
 
 void Subscriber::Impl::SessionLoop() {
   auto last_heard = Clock::now();
-  auto end = [&](Status why) {
+  // Ends the session: any update in flight is abandoned (its staging copy dropped) first.
+  auto end = [&](Status why, const std::string& abandon_reason) {
+    CancelFetch(abandon_reason);
+    OnAbort(updating, abandon_reason);
     Log("subscriber '" + options.name +
         "': session ended: " + (why.ok() ? "coordinator said Bye" : why.message()));
     {
@@ -138,24 +141,15 @@ void Subscriber::Impl::SessionLoop() {
     Result<ControlMessage> m = channel->Receive(kPoll);
     if (!m.ok() && m.status().code() == StatusCode::kTimeout) {
       if (Clock::now() - last_heard > options.timing.peer_timeout) {
-        CancelFetch("the coordinator was lost");
-        OnAbort(updating, "the coordinator was lost");
         return end(Unavailable("subscriber '" + options.name + "': coordinator at " + options.coordinator +
-                               " silent for too long; lost"));
+                               " silent for too long; lost"),
+                   "the coordinator was lost");
       }
       continue;
     }
-    if (!m.ok()) {
-      CancelFetch("the control session ended");
-      OnAbort(updating, m.status().message());
-      return end(m.status());
-    }
+    if (!m.ok()) return end(m.status(), m.status().message());
     last_heard = Clock::now();
-    if (m->type == MessageType::kBye) {
-      CancelFetch("the coordinator said Bye");
-      OnAbort(updating, "the coordinator said Bye");
-      return end(Status::Ok());
-    }
+    if (m->type == MessageType::kBye) return end(Status::Ok(), "the coordinator said Bye");
     Handle(*m);
   }
 }
@@ -179,9 +173,7 @@ void Subscriber::Impl::Handle(const ControlMessage& m) {
     case MessageType::kManifest: {
       auto msg = ManifestMsg::Decode(m.payload);
       if (!msg.ok()) return;
-      nlohmann::json j = nlohmann::json::parse(msg->json, nullptr, false);
-      Result<Manifest> manifest = j.is_discarded() ? Result<Manifest>(InvalidArgument("manifest is not JSON"))
-                                                   : Manifest::FromJson(j);
+      Result<Manifest> manifest = Manifest::FromJsonText(msg->json, "manifest");
       std::lock_guard<std::mutex> lock(mu);
       if (manifest.ok()) {
         pending_manifest = std::move(*manifest);

@@ -116,8 +116,9 @@ Result<PerturbReport> PerturbInMemory(std::span<const TensorMeta> tensors, std::
   if (bytes != flat.size())
     return InvalidArgument("perturb: the tensors hold " + std::to_string(bytes) + " bytes, the buffer " +
                            std::to_string(flat.size()));
-  RunSampler sampler(static_cast<uint64_t>(std::llround(fraction * static_cast<double>(report.elements_total))),
-                     report.elements_total, seed);
+  RunSampler sampler(
+      static_cast<uint64_t>(std::llround(fraction * static_cast<double>(report.elements_total))),
+      report.elements_total, seed);
   uint64_t offset = 0;
   for (const TensorMeta& t : tensors) {
     if (IsFloatingPoint(t.dtype))

@@ -222,11 +222,13 @@ TEST(SyntheticModelTest, PerturbInMemoryChangesExactlyTheFractionOfFloatElements
   for (const auto& t : tensors) bytes += t.bytes;
   std::vector<std::byte> before(bytes);
   uint64_t offset = 0;
+  bool filled = true;
   for (const auto& t : tensors) {
     if (t.dtype != DType::kI32)
-      ASSERT_TRUE(FillTensor(t, 5, std::span(before).subspan(offset, t.bytes)).ok());
+      filled = filled && FillTensor(t, 5, std::span(before).subspan(offset, t.bytes)).ok();
     offset += t.bytes;
   }
+  ASSERT_TRUE(filled);
   std::vector<std::byte> after = before;
   auto report = PerturbInMemory(tensors, after, 0.1, 16, 9);
   ASSERT_TRUE(report.ok()) << report.status().ToString();

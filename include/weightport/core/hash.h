@@ -14,6 +14,9 @@ uint64_t Xxh3(const void* data, size_t size);
 
 // Hash of each chunk of `chunk_size` bytes (the last one may be shorter). Empty data: no chunks.
 std::vector<uint64_t> ChunkHashes(std::span<const std::byte> data, uint64_t chunk_size);
+// The same, and Xxh3(data) in `whole`, in one pass over memory: each chunk feeds the whole-data hash
+// while it is still in cache.
+std::vector<uint64_t> ChunkHashes(std::span<const std::byte> data, uint64_t chunk_size, uint64_t& whole);
 
 // 16 lower-case hex digits, as xxhsum prints xxh3-64.
 std::string HashToHex(uint64_t hash);

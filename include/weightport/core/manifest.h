@@ -68,6 +68,8 @@ class Manifest {
   nlohmann::json ToJson() const;
   // Strict: every field typed and checked; offsets and sizes recomputed and compared.
   static Result<Manifest> FromJson(const nlohmann::json& json);
+  // The same from JSON text (as it travels in a ManifestMsg); `what` names the source in errors.
+  static Result<Manifest> FromJsonText(std::string_view text, std::string_view what);
 
   friend bool operator==(const Manifest& a, const Manifest& b) {
     return a.version_ == b.version_ && a.chunk_size_ == b.chunk_size_ && a.tensors_ == b.tensors_;
