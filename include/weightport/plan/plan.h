@@ -1,0 +1,153 @@
+// Plan: how the bytes of one model version move from the ranks that hold them (a source
+// Placement) to the ranks that need them (a destination Placement). Plain data with a JSON form.
+//
+// Every rank keeps its shards packed (slice.h) one after another in one buffer, in the order of its
+// placement, each at a 64-byte aligned offset: RankBuffer gives the offsets, so a step's byte
+// ranges on both ends follow from its piece (ForEachStepRun).
+//
+// A step moves one piece (a slice of one tensor) from one rank's shard into a destination rank's
+// shard. The sender is a source rank, or a destination rank relaying a piece it received itself
+// (`after` names the step that delivered it). Steps are chunked: chunk k is bytes
+// [k * chunk_bytes, (k + 1) * chunk_bytes) of the piece in row-major order, the same bytes on
+// every hop, so a relay forwards chunk k as soon as it has received and verified chunk k of
+// `after` while chunk k + 1 is still arriving.
+//
+// MakePlan (planner.h) builds a plan; the engine compiles it once per rank and replays it for
+// every version; the simulator runs it on a model of the network.
+//
+// Thread-safety: plain values; const functions are safe to call concurrently.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "weightport/core/slice.h"
+#include "weightport/core/status.h"
+#include "weightport/core/tensor_meta.h"
+#include "weightport/plan/topology.h"
+
+namespace weightport {
+
+// What happens to the bytes of a step on the way. Only kIdentity for now: the placements of a plan
+// must agree on every tensor's dtype.
+enum class TransformKind : uint8_t { kIdentity };
+const char* TransformName(TransformKind kind);  // "identity"
+
+struct TransformRule {
+  std::string glob;  // tensor names, GlobMatch syntax
+  TransformKind kind = TransformKind::kIdentity;
+};
+
+struct PlanOptions {
+  uint64_t chunk_bytes = 4ull << 20;
+  // How destinations needing the same bytes share them. 0: every destination rank is fed by the
+  // sources directly (the naive way). 1: the sources feed one replica and the replicas relay in a
+  // pipelined chain. k > 1: a k-ary tree.
+  int relay_fanout = 1;
+  // A piece held by several sources is split among them (by rows) when it is larger than this, so
+  // their NICs share it. 0: chunk_bytes.
+  uint64_t split_bytes = 0;
+  // Per-tensor transforms; the first matching rule wins, identity when none does.
+  std::vector<TransformRule> transforms;
+  // Fixed cost per chunk moved, for the prediction (a message round trip, a completion).
+  double per_chunk_overhead_s = 5e-6;
+};
+
+// One shard as its rank stores it.
+struct PlannedShard {
+  uint32_t tensor = 0;  // index into Plan::tensors
+  Slice slice;
+  uint64_t offset = 0;  // in the rank's buffer, 64-byte aligned
+  uint64_t bytes = 0;
+};
+
+// One rank's buffer: its shards packed at aligned offsets.
+struct RankBuffer {
+  Endpoint endpoint;
+  int host = -1;  // index into Plan::topology.hosts()
+  std::vector<PlannedShard> shards;
+  uint64_t bytes = 0;  // the buffer's size
+};
+
+struct PlanStep {
+  uint32_t id = 0;  // its index in Plan::steps
+  uint32_t tensor = 0;
+  Endpoint from;            // a source rank, or a destination rank relaying
+  uint32_t from_shard = 0;  // index into from's RankBuffer::shards
+  int to_rank = 0;          // a destination rank
+  uint32_t to_shard = 0;
+  Slice piece;  // the elements moved, in tensor coordinates
+  uint64_t bytes = 0;
+  uint32_t chunks = 0;  // ceil(bytes / chunk_bytes)
+  TransformKind transform = TransformKind::kIdentity;
+  // The step that delivered `piece` to `from` (a relay), or -1. Chunk k of this step may start
+  // only once chunk k of `after` is verified at `from`. Always a lower id than this step's.
+  int64_t after = -1;
+  // The first step of this step's relay chain (a step from a source): its chunk hashes are the
+  // expected hashes of every hop. Equal to id for a step from a source.
+  uint32_t root = 0;
+  uint32_t depth = 0;  // hops from the source: 0 for a step from a source
+};
+
+// The load a plan puts on one host, in bytes.
+struct HostLoad {
+  int host = 0;
+  uint64_t nic_out = 0;
+  uint64_t nic_in = 0;
+  uint64_t local = 0;  // copies between ranks of this host
+  double busy_s = 0;   // the largest of out, in / NIC and local / intra-host bandwidth
+};
+
+struct PlanEstimate {
+  // max over hosts of HostLoad::busy_s: no schedule of this plan's traffic finishes sooner.
+  double lower_bound_s = 0;
+  // lower bound + the pipeline fill of the deepest relay chain (depth chunks at the slowest NIC)
+  // + per-chunk overhead on the busiest receiver.
+  double predicted_s = 0;
+  uint32_t max_depth = 0;
+  std::vector<HostLoad> hosts;
+};
+
+struct Plan {
+  PlanOptions options;
+  Topology topology;
+  std::vector<TensorMeta> tensors;
+  std::vector<RankBuffer> sources;       // ascending rank
+  std::vector<RankBuffer> destinations;  // ascending rank
+  std::vector<PlanStep> steps;           // every step after the one it depends on
+  PlanEstimate estimate;
+
+  // nullptr when there is no such rank.
+  const RankBuffer* Buffer(Endpoint endpoint) const;
+  uint64_t TotalBytes() const;  // sum of step bytes
+  // Bytes one copy of the destination needs: sum of destination shard bytes.
+  uint64_t DestinationBytes() const;
+
+  nlohmann::json ToJson() const;
+  // Strict; the result is Validate()d.
+  static Result<Plan> FromJson(const nlohmann::json& json);
+  // Structure only (not coverage): indices in range, pieces inside both shards, chunk counts,
+  // `after` earlier and delivering the same piece to `from`, offsets inside buffers.
+  Status Validate() const;
+  // xxh3-64 of the canonical JSON: ranks compare it to know they replay the same plan.
+  uint64_t Digest() const;
+};
+
+// One contiguous copy of a step: offsets in the sender's and receiver's buffers (RankBuffer
+// offsets included) and the position of the bytes in the piece's row-major order.
+struct StepRun {
+  uint64_t from_offset = 0;
+  uint64_t to_offset = 0;
+  uint64_t piece_offset = 0;
+  uint64_t length = 0;
+  friend bool operator==(const StepRun&, const StepRun&) = default;
+};
+// Visits the runs of `step` in piece order, split at chunk boundaries, so each run lies in chunk
+// piece_offset / chunk_bytes. One walk over the step; O(runs).
+Status ForEachStepRun(const Plan& plan, const PlanStep& step, const std::function<void(const StepRun&)>& visit);
+
+}  // namespace weightport

@@ -1,0 +1,37 @@
+// The planner: a pure function from (source placement, destination placement, topology, options)
+// to a Plan. No I/O, no clocks, no randomness: the same input gives the same plan, byte for byte.
+//
+// What it guarantees (checked by CheckCoverage and the property tests):
+//   - coverage: every byte of every destination shard is written by exactly one step;
+//   - a step from a source sends only what that source holds; a relay step sends only what an
+//     earlier step delivered to the relay;
+//   - balance: a piece several sources hold goes to the one whose NIC is least loaded (large pieces
+//     are first split among them), so the busiest NIC carries as little as greedy assignment finds;
+//   - fan-out: destination ranks needing the same slice (replicas) get it from the sources once and
+//     relay it among themselves in a chain or tree (options.relay_fanout), the chain rotated per
+//     piece so every replica relays its share.
+//
+// Thread-safety: reentrant.
+#pragma once
+
+#include "weightport/core/placement.h"
+#include "weightport/core/status.h"
+#include "weightport/plan/plan.h"
+#include "weightport/plan/topology.h"
+
+namespace weightport {
+
+// Errors: either placement invalid; the two disagree on a tensor (missing, dtype, shape); a
+// destination element no source holds (named: tensor and region); bad options.
+Result<Plan> MakePlan(const Placement& src, const Placement& dst, const Topology& topology,
+                      const PlanOptions& options = {});
+
+// Independent check of a plan's coverage, element by element over box pieces with a sweep, for
+// tests and `plan --check`: every destination shard byte written exactly once, every step's bytes
+// available at its sender (held by a source, or delivered by `after`). Slow on huge plans.
+Status CheckCoverage(const Plan& plan);
+
+// Recomputes the estimate of a plan's steps (MakePlan does this; after editing steps, call again).
+PlanEstimate EstimatePlan(const Plan& plan);
+
+}  // namespace weightport
