@@ -1,0 +1,111 @@
+// PlanRank: one rank's part of a Plan, compiled once and replayed for every version, with no
+// re-planning and no re-registration.
+//
+// Create compiles the rank's work from the plan (a destination: its incoming steps' runs, grouped
+// by chunk; every rank: the slots of the chunk hashes it originates and of the "chunk verified"
+// counters of the steps others relay from it), allocates ONE arena and registers it once. Every rank
+// derives every other rank's arena layout from the same plan (src/engine/plan_layout.h), so peers
+// exchange only a transport address and one RemoteKey each (PlanPeer), once, before Connect.
+//
+// Per version v:
+//   source       the trainer writes the rank's shards (shard_bytes), then Publish(v) hashes every
+//                chunk of every step sent from this source (xxh3-64 over the step's runs in piece
+//                order) into its hash area and marks it as v. The bytes must not change until every
+//                destination committed or aborted v.
+//   destination  Receive(v) pulls its incoming steps with receiver-driven one-sided Gets (bounded
+//                window, retries with backoff, corrupt chunks fetched again), checking each chunk
+//                against the hash published by the step's root source. A relayed step's chunk k is
+//                fetched only once the relay's counter says chunk k of the step that delivered it is
+//                verified there (polled with backoff; a blocked chunk never stalls the others). After
+//                verifying a chunk of a step others relay from, it advances that step's counter.
+//                Commit(v) then flips staging to live; Abort(v) (or no commit) keeps the old live.
+//
+// Thread-safety: Create, Connect, Publish, Receive, Commit and Abort from one thread at a time (not
+// the loop's); the data they touch is not shared with the loop except during Receive. shard_bytes
+// may be read from any thread between versions.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "weightport/core/status.h"
+#include "weightport/plan/plan.h"
+#include "weightport/transport/progress_loop.h"
+#include "weightport/transport/transport.h"
+
+namespace weightport {
+
+struct PlanRankOptions {
+  size_t window = 32;    // chunks in flight at once
+  int max_attempts = 4;  // per chunk: the first try and three more
+  std::chrono::milliseconds backoff_initial{1};
+  std::chrono::milliseconds backoff_max{50};
+  // Bounds one Receive (hash headers not yet published and relay counters that never advance
+  // included).
+  std::chrono::milliseconds timeout{60'000};
+};
+
+// What a peer needs to reach a rank: its transport address and its arena's key.
+struct PlanPeer {
+  Bytes address;
+  RemoteKey key;
+};
+
+struct ReceiveStats {
+  uint64_t version = 0;
+  uint64_t chunks = 0;
+  uint64_t bytes = 0;
+  uint64_t corrupt_refetched = 0;  // chunks whose hash did not match, fetched again
+  uint64_t errors_retried = 0;     // Gets that failed and were tried again
+  uint64_t polls = 0;              // relay counters and hash headers read
+  std::chrono::nanoseconds elapsed{0};
+};
+
+class PlanRank {
+ public:
+  // Compiles `me`'s part of `plan` and allocates and registers its arena on `loop`'s transport.
+  // Errors: `me` is not a rank of the plan; a step's runs do not fit its buffers; allocation.
+  static Result<std::unique_ptr<PlanRank>> Create(std::shared_ptr<const Plan> plan, Endpoint me,
+                                                  ProgressLoop& loop, PlanRankOptions options = {});
+  ~PlanRank();
+  PlanRank(const PlanRank&) = delete;
+  PlanRank& operator=(const PlanRank&) = delete;
+
+  const Plan& plan() const;
+  Endpoint endpoint() const;
+  // This rank's entry of the peer table.
+  PlanPeer peer_info() const;
+  // The ranks this one reads from (the senders of its steps and their roots' sources).
+  std::vector<Endpoint> peers_needed() const;
+  // Connects to every rank in peers_needed(); each must be in `peers`. Once.
+  Status Connect(const std::map<Endpoint, PlanPeer>& peers);
+
+  // The bytes of shard i of this rank (RankBuffer order): a source's, written by the trainer; a
+  // destination's live committed copy.
+  std::span<std::byte> shard_bytes(size_t shard);
+  size_t num_shards() const;
+  // The version live at a destination (0 before the first commit).
+  uint64_t live_version() const;
+
+  // Source: hashes this version's chunks into the hash area. Version >= 1.
+  Status Publish(uint64_t version);
+  // Destination: fetches and verifies every incoming chunk into the staging copy.
+  Result<ReceiveStats> Receive(uint64_t version);
+  // Destination: makes the received version live (it must be the last one received in full).
+  Status Commit(uint64_t version);
+  // Destination: forgets a received or failed version; the live one stays.
+  void Abort(uint64_t version);
+
+  struct Impl;
+
+ private:
+  explicit PlanRank(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace weightport

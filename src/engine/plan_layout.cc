@@ -1,0 +1,42 @@
+#include "plan_layout.h"
+
+namespace weightport::plan_layout {
+namespace {
+uint64_t Align64(uint64_t n) { return (n + 63) & ~uint64_t{63}; }
+}  // namespace
+
+std::map<Endpoint, PlanLayout> ComputeLayouts(const Plan& plan) {
+  std::map<Endpoint, PlanLayout> out;
+  auto add = [&](const RankBuffer& b, int copies) {
+    PlanLayout& l = out[b.endpoint];
+    l.endpoint = b.endpoint;
+    l.data_bytes = Align64(b.bytes);
+    l.copies = copies;
+  };
+  for (const RankBuffer& b : plan.sources) add(b, 1);
+  for (const RankBuffer& b : plan.destinations) add(b, 2);
+
+  std::map<Endpoint, uint64_t> hashes;  // chunks so far, per source
+  for (const PlanStep& s : plan.steps) {
+    if (s.from.side == PlanSide::kSource) {
+      uint64_t& n = hashes[s.from];
+      out[s.from].hash_slot[s.id] = n;
+      n += s.chunks;
+    }
+    if (s.after >= 0) {
+      const PlanStep& a = plan.steps[static_cast<size_t>(s.after)];
+      PlanLayout& l = out[Endpoint{PlanSide::kDestination, a.to_rank}];
+      if (!l.counter_slot.count(a.id)) l.counter_slot.emplace(a.id, l.counter_slot.size());
+    }
+  }
+  for (auto& [ep, l] : out) {
+    l.hash_offset = l.data_bytes * static_cast<uint64_t>(l.copies);
+    auto it = hashes.find(ep);
+    l.hash_bytes = it == hashes.end() ? 0 : kHashHeaderBytes + 8 * it->second;
+    l.counter_offset = Align64(l.hash_offset + l.hash_bytes);
+    l.public_bytes = Align64(l.counter_offset + 8 * l.counter_slot.size());
+  }
+  return out;
+}
+
+}  // namespace weightport::plan_layout

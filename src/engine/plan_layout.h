@@ -1,0 +1,61 @@
+// PlanLayout: where everything one rank of a Plan keeps lives in its one registered arena, computed
+// from the plan alone, so every rank knows every other rank's layout without exchanging offsets.
+//
+//   [copy 0 | copy 1 (destinations only) | hash area | counters | local scratch]
+//
+//   copy c      the rank's RankBuffer (a source: one copy, where the trainer writes; a destination:
+//               live and staging, which Commit flips)
+//   hash area   (sources only) a 16-byte header {published version, xxh3 of the hashes} then one
+//               xxh3-64 per chunk of every step sent from this source, in step order
+//   counters    (destinations only) one 8-byte word per incoming step that another step relays
+//               from: EncodeCounter(version, staging copy, verified prefix)
+//   scratch     this rank's private landing space: mirrors of the hash areas of the sources its
+//               steps are rooted at, and one word per incoming relay step for counter polls
+// Only the first three parts are read by peers; scratch differs per rank and is never read remotely.
+//
+// Thread-safety: a plain value.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "weightport/core/status.h"
+#include "weightport/plan/plan.h"
+
+namespace weightport::plan_layout {
+
+inline constexpr uint64_t kHashHeaderBytes = 16;
+
+struct PlanLayout {
+  Endpoint endpoint;
+  uint64_t data_bytes = 0;  // one copy, rounded up to 64
+  int copies = 1;
+  uint64_t hash_offset = 0;                // the hash area's header
+  uint64_t hash_bytes = 0;                 // header + hashes; 0 when the rank sends nothing from a source
+  std::map<uint32_t, uint64_t> hash_slot;  // step id -> index of its chunk 0's hash
+  uint64_t counter_offset = 0;
+  std::map<uint32_t, uint64_t> counter_slot;  // incoming step id -> word index
+  uint64_t public_bytes = 0;                  // everything peers may read
+
+  uint64_t CopyOffset(int copy) const { return static_cast<uint64_t>(copy) * data_bytes; }
+  uint64_t HashOffset(uint32_t step, uint32_t chunk) const {
+    return hash_offset + kHashHeaderBytes + 8 * (hash_slot.at(step) + chunk);
+  }
+  uint64_t CounterOffset(uint32_t step) const { return counter_offset + 8 * counter_slot.at(step); }
+};
+
+// The public layout of every rank of the plan, in one pass over the steps.
+std::map<Endpoint, PlanLayout> ComputeLayouts(const Plan& plan);
+
+// A counter word: bits 63..33 the version, bit 32 the copy being received into, bits 31..0 how many
+// leading chunks of the step are verified. A counter of another version never matches.
+inline constexpr uint64_t kMaxCounterVersion = (1ull << 31) - 1;
+inline uint64_t EncodeCounter(uint64_t version, int copy, uint32_t prefix) {
+  return (version << 33) | (static_cast<uint64_t>(copy & 1) << 32) | prefix;
+}
+inline uint64_t CounterVersion(uint64_t word) { return word >> 33; }
+inline int CounterCopy(uint64_t word) { return static_cast<int>((word >> 32) & 1); }
+inline uint32_t CounterPrefix(uint64_t word) { return static_cast<uint32_t>(word); }
+
+}  // namespace weightport::plan_layout

@@ -1,0 +1,252 @@
+#include "weightport/engine/plan_rank.h"
+
+#include <atomic>
+#include <cstring>
+#include <future>
+
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+#include "plan_rank_impl.h"
+#include "weightport/core/hash.h"
+#include "weightport/engine/arena.h"
+
+namespace weightport {
+
+using plan_layout::EncodeCounter;
+using plan_layout::kHashHeaderBytes;
+using plan_layout::PlanLayout;
+using namespace plan_rank_internal;
+
+namespace {
+
+void StoreWord(std::byte* at, uint64_t value) {
+  std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(at)).store(value, std::memory_order_release);
+}
+
+// The runs of one step, grouped by chunk, checked against both buffers.
+Status CompileStep(const Plan& plan, const PlanStep& s, uint64_t from_bytes, uint64_t to_bytes,
+                   const std::function<void(uint32_t chunk, const Run&)>& add) {
+  Status bad;
+  WP_RETURN_IF_ERROR(ForEachStepRun(plan, s, [&](const StepRun& r) {
+    if (!bad.ok()) return;
+    if (r.from_offset + r.length > from_bytes || r.to_offset + r.length > to_bytes) {
+      bad = Internal("step " + std::to_string(s.id) + ": a run leaves its buffers");
+      return;
+    }
+    add(static_cast<uint32_t>(r.piece_offset / plan.options.chunk_bytes),
+        Run{r.from_offset, r.to_offset, r.length});
+  }));
+  return bad;
+}
+
+}  // namespace
+
+std::string PlanRank::Impl::StepName(uint32_t step) const {
+  const PlanStep& s = plan->steps[step];
+  return "tensor '" + plan->tensors[s.tensor].name + "' step " + std::to_string(step);
+}
+
+PlanRank::PlanRank(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PlanRank::~PlanRank() {
+  if (impl_ && impl_->loop) {
+    // Connections and the region belong to the loop's transport: release them there.
+    auto* impl = impl_.get();
+    if (impl->loop->on_loop_thread()) {
+      impl->connections.clear();
+      impl->arena.reset();
+    } else {
+      impl->loop->Call([impl](Transport&) {
+        impl->connections.clear();
+        impl->arena.reset();
+      });
+    }
+  }
+}
+
+Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> plan, Endpoint me,
+                                                   ProgressLoop& loop, PlanRankOptions options) {
+  if (!plan) return InvalidArgument("PlanRank: no plan");
+  auto impl = std::make_unique<Impl>();
+  impl->plan = plan;
+  impl->me = me;
+  impl->loop = &loop;
+  impl->options = options;
+  impl->buffer = plan->Buffer(me);
+  if (impl->buffer == nullptr) return NotFound(me.ToString() + " is not a rank of the plan");
+  if (plan->options.chunk_bytes == 0) return InvalidArgument("plan: chunk_bytes is 0");
+  impl->layouts = plan_layout::ComputeLayouts(*plan);
+  impl->mine = &impl->layouts.at(me);
+  const PlanLayout& mine = *impl->mine;
+  uint64_t end = mine.public_bytes;
+
+  std::map<Endpoint, size_t> root_index;
+  for (const PlanStep& s : plan->steps) {
+    const RankBuffer* from = plan->Buffer(s.from);
+    if (from == nullptr) return Internal("step " + std::to_string(s.id) + ": unknown sender");
+    if (s.from == me && me.side == PlanSide::kSource) {  // chunks this source hashes
+      const size_t first = impl->out_chunks.size();
+      for (uint32_t k = 0; k < s.chunks; ++k)
+        impl->out_chunks.push_back({mine.HashOffset(s.id, k), static_cast<uint32_t>(impl->out_runs.size()),
+                                    static_cast<uint32_t>(impl->out_runs.size())});
+      WP_RETURN_IF_ERROR(CompileStep(*plan, s, from->bytes, UINT64_MAX, [&](uint32_t k, const Run& r) {
+        impl->out_runs.push_back(r);
+        OutChunk& c = impl->out_chunks[first + k];
+        if (c.run_end == c.run_begin) c.run_begin = static_cast<uint32_t>(impl->out_runs.size() - 1);
+        c.run_end = static_cast<uint32_t>(impl->out_runs.size());
+      }));
+    }
+    if (me.side != PlanSide::kDestination || s.to_rank != me.rank || s.chunks == 0) continue;
+    InStep in;
+    in.step = s.id;
+    in.sender = s.from;
+    in.root_source = plan->steps[s.root].from;
+    in.after = s.after;
+    in.first_chunk = static_cast<uint32_t>(impl->in_chunks.size());
+    in.chunks = s.chunks;
+    if (s.after >= 0) {
+      in.sender_counter = impl->layouts.at(s.from).CounterOffset(static_cast<uint32_t>(s.after));
+      in.poll_scratch = end;
+      end += 8;
+    }
+    if (mine.counter_slot.count(s.id)) in.my_counter = static_cast<int64_t>(mine.CounterOffset(s.id));
+    auto [it, fresh] = root_index.emplace(in.root_source, impl->roots.size());
+    if (fresh) {
+      const PlanLayout& rl = impl->layouts.at(in.root_source);
+      impl->roots.push_back({in.root_source, rl.hash_offset, rl.hash_bytes, 0});
+    }
+    in.expected_hashes = impl->layouts.at(in.root_source).HashOffset(s.root, 0);  // rebased below
+    for (uint32_t k = 0; k < s.chunks; ++k)
+      impl->in_chunks.push_back({static_cast<uint32_t>(impl->in_steps.size()), k,
+                                 static_cast<uint32_t>(impl->in_runs.size()),
+                                 static_cast<uint32_t>(impl->in_runs.size()), 0});
+    WP_RETURN_IF_ERROR(CompileStep(*plan, s, from->bytes, impl->buffer->bytes, [&](uint32_t k, const Run& r) {
+      impl->in_runs.push_back(r);
+      InChunk& c = impl->in_chunks[in.first_chunk + k];
+      if (c.run_end == c.run_begin) c.run_begin = static_cast<uint32_t>(impl->in_runs.size() - 1);
+      c.run_end = static_cast<uint32_t>(impl->in_runs.size());
+      c.bytes += r.length;
+    }));
+    impl->in_steps.push_back(in);
+  }
+  // Mirrors of the root sources' hash areas; expected hashes are read there.
+  end = (end + 63) & ~uint64_t{63};
+  for (RootSource& r : impl->roots) {
+    r.mirror = end;
+    end += (r.bytes + 63) & ~uint64_t{63};
+  }
+  for (InStep& in : impl->in_steps) {
+    const RootSource& r = impl->roots[root_index.at(in.root_source)];
+    in.expected_hashes = in.expected_hashes - r.remote_offset + r.mirror;
+  }
+  Impl* raw = impl.get();
+  WP_ASSIGN_OR_RETURN(raw->arena, loop.Call([raw, end](Transport& t) {
+    return AllocateArena(t, std::max<uint64_t>(end, 64), "plan arena");
+  }));
+  if (!impl->is_source())
+    for (const auto& [step, slot] : mine.counter_slot) StoreWord(raw->at(mine.counter_offset + 8 * slot), 0);
+  return std::unique_ptr<PlanRank>(new PlanRank(std::move(impl)));
+}
+
+const Plan& PlanRank::plan() const { return *impl_->plan; }
+Endpoint PlanRank::endpoint() const { return impl_->me; }
+PlanPeer PlanRank::peer_info() const {
+  Impl* impl = impl_.get();
+  Bytes address = impl->loop->Call([](Transport& t) { return t.address(); });
+  return PlanPeer{std::move(address), impl->arena->remote_key()};
+}
+
+std::vector<Endpoint> PlanRank::peers_needed() const {
+  std::vector<Endpoint> out;
+  for (const InStep& s : impl_->in_steps) out.push_back(s.sender);
+  for (const RootSource& r : impl_->roots) out.push_back(r.endpoint);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+Status PlanRank::Connect(const std::map<Endpoint, PlanPeer>& peers) {
+  Impl* impl = impl_.get();
+  for (const Endpoint& ep : peers_needed()) {
+    auto it = peers.find(ep);
+    if (it == peers.end()) return NotFound(impl->me.ToString() + ": no address for " + ep.ToString());
+    const PlanLayout& l = impl->layouts.at(ep);
+    if (it->second.key.length < l.public_bytes)
+      return InvalidArgument(ep.ToString() + ": its arena is " + std::to_string(it->second.key.length) +
+                             " bytes, the plan needs " + std::to_string(l.public_bytes) +
+                             " (a different plan?)");
+    const PlanPeer& peer = it->second;
+    auto conn = impl->loop->Call([&](Transport& t) { return t.Connect(peer.address, ep.ToString()); });
+    if (!conn.ok())
+      return conn.status().WithContext(impl->me.ToString() + ": connecting to " + ep.ToString());
+    impl->connections[ep] = std::move(*conn);
+    impl->keys[ep] = peer.key;
+  }
+  return Status::Ok();
+}
+
+size_t PlanRank::num_shards() const { return impl_->buffer->shards.size(); }
+std::span<std::byte> PlanRank::shard_bytes(size_t shard) {
+  const PlannedShard& s = impl_->buffer->shards.at(shard);
+  const uint64_t base = impl_->is_source() ? 0 : impl_->mine->CopyOffset(impl_->live);
+  return {impl_->at(base + s.offset), s.bytes};
+}
+uint64_t PlanRank::live_version() const { return impl_->live_version; }
+
+Status PlanRank::Publish(uint64_t version) {
+  Impl& r = *impl_;
+  if (!r.is_source()) return FailedPrecondition(r.me.ToString() + ": Publish on a destination");
+  if (version == 0 || version > plan_layout::kMaxCounterVersion)
+    return InvalidArgument("Publish: version " + std::to_string(version) + " out of range");
+  if (r.mine->hash_bytes == 0) return Status::Ok();
+  std::byte* header = r.at(r.mine->hash_offset);
+  StoreWord(header, 0);  // readers see "not published" while the hashes change
+  XXH3_state_t state;
+  for (const OutChunk& c : r.out_chunks) {
+    XXH3_64bits_reset(&state);
+    for (uint32_t i = c.run_begin; i < c.run_end; ++i)
+      XXH3_64bits_update(&state, r.at(r.out_runs[i].from), r.out_runs[i].length);
+    const uint64_t h = XXH3_64bits_digest(&state);
+    std::memcpy(r.at(c.hash_offset), &h, 8);
+  }
+  StoreWord(header + 8, Xxh3(header + kHashHeaderBytes, r.mine->hash_bytes - kHashHeaderBytes));
+  StoreWord(header, version);
+  return Status::Ok();
+}
+
+Result<ReceiveStats> PlanRank::Receive(uint64_t version) {
+  Impl& r = *impl_;
+  if (r.is_source()) return FailedPrecondition(r.me.ToString() + ": Receive on a source");
+  if (version == 0 || version > plan_layout::kMaxCounterVersion)
+    return InvalidArgument("Receive: version " + std::to_string(version) + " out of range");
+  if (r.loop->on_loop_thread()) return FailedPrecondition("Receive called on the loop thread");
+  r.received_version = 0;
+  auto promise = std::make_shared<std::promise<Result<ReceiveStats>>>();
+  auto future = promise->get_future();
+  Impl* impl = &r;
+  r.loop->Post([impl, version, promise](Transport&) {
+    StartReceive(*impl, version,
+                 [promise](Result<ReceiveStats> result) { promise->set_value(std::move(result)); });
+  });
+  Result<ReceiveStats> result = future.get();
+  if (result.ok()) r.received_version = version;
+  return result;
+}
+
+Status PlanRank::Commit(uint64_t version) {
+  Impl& r = *impl_;
+  if (r.is_source()) return Status::Ok();
+  if (r.received_version != version)
+    return FailedPrecondition(r.me.ToString() + ": commit of version " + std::to_string(version) +
+                              ", which was not received in full");
+  r.live ^= 1;
+  r.live_version = version;
+  r.received_version = 0;
+  return Status::Ok();
+}
+
+void PlanRank::Abort(uint64_t version) {
+  if (impl_->received_version == version) impl_->received_version = 0;
+}
+
+}  // namespace weightport

@@ -1,0 +1,96 @@
+// PlanRank's compiled state, shared by plan_rank.cc (compile, publish, commit) and
+// plan_receive.cc (the per-version receive state machine).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "plan_layout.h"
+#include "weightport/engine/plan_rank.h"
+
+namespace weightport {
+
+namespace plan_rank_internal {
+
+// One contiguous copy: offsets relative to the start of a copy of the sender's and the receiver's
+// buffers.
+struct Run {
+  uint64_t from = 0;
+  uint64_t to = 0;
+  uint64_t length = 0;
+};
+
+// A chunk this source hashes on Publish.
+struct OutChunk {
+  uint64_t hash_offset = 0;  // in this rank's arena
+  uint32_t run_begin = 0, run_end = 0;
+};
+
+// An incoming step of a destination.
+struct InStep {
+  uint32_t step = 0;
+  Endpoint sender;
+  Endpoint root_source;
+  uint32_t first_chunk = 0;  // into InChunk list
+  uint32_t chunks = 0;
+  int64_t after = -1;            // the step whose chunk k must be verified at the sender first
+  uint64_t sender_counter = 0;   // offset of that step's counter in the sender's arena
+  uint64_t poll_scratch = 0;     // where its counter lands here
+  int64_t my_counter = -1;       // offset of this step's counter in my arena, or -1
+  uint64_t expected_hashes = 0;  // offset, in my arena, of the mirrored hash of chunk 0
+};
+
+struct InChunk {
+  uint32_t in_step = 0;  // index into in_steps
+  uint32_t k = 0;
+  uint32_t run_begin = 0, run_end = 0;
+  uint64_t bytes = 0;
+};
+
+// A source whose hash area this destination mirrors.
+struct RootSource {
+  Endpoint endpoint;
+  uint64_t remote_offset = 0;  // its hash area
+  uint64_t bytes = 0;
+  uint64_t mirror = 0;  // in my arena
+};
+
+}  // namespace plan_rank_internal
+
+struct PlanRank::Impl {
+  std::shared_ptr<const Plan> plan;
+  Endpoint me;
+  ProgressLoop* loop = nullptr;
+  PlanRankOptions options;
+  std::map<Endpoint, plan_layout::PlanLayout> layouts;
+  const plan_layout::PlanLayout* mine = nullptr;
+  const RankBuffer* buffer = nullptr;
+  std::unique_ptr<MemoryRegion> arena;
+
+  std::vector<plan_rank_internal::Run> out_runs;
+  std::vector<plan_rank_internal::OutChunk> out_chunks;
+
+  std::vector<plan_rank_internal::Run> in_runs;
+  std::vector<plan_rank_internal::InChunk> in_chunks;
+  std::vector<plan_rank_internal::InStep> in_steps;
+  std::vector<plan_rank_internal::RootSource> roots;
+
+  std::map<Endpoint, std::shared_ptr<Connection>> connections;  // used on the loop thread only
+  std::map<Endpoint, RemoteKey> keys;
+
+  int live = 0;  // the live copy of a destination
+  uint64_t live_version = 0;
+  uint64_t received_version = 0;  // verified in staging, not committed
+
+  bool is_source() const { return me.side == PlanSide::kSource; }
+  std::byte* at(uint64_t offset) const { return arena->data() + offset; }
+  std::string StepName(uint32_t step) const;  // "tensor 'w' step 4"
+};
+
+// Runs one Receive on the loop thread; calls `done` there exactly once, after nothing it started
+// is in flight.
+void StartReceive(PlanRank::Impl& rank, uint64_t version, std::function<void(Result<ReceiveStats>)> done);
+
+}  // namespace weightport

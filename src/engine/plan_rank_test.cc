@@ -1,0 +1,250 @@
+#include "weightport/engine/plan_rank.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+
+#include "weightport/core/placement_builders.h"
+#include "weightport/plan/planner.h"
+#include "weightport/transport/fake_transport.h"
+#include "weightport/transport/fault_transport.h"
+
+namespace weightport {
+namespace {
+
+std::vector<TensorMeta> Model() {
+  return {*TensorMeta::Make("model.embed_tokens.weight", DType::kBF16, {96, 64}),
+          *TensorMeta::Make("model.layers.0.self_attn.q_proj.weight", DType::kBF16, {128, 64}),
+          *TensorMeta::Make("model.layers.0.self_attn.o_proj.weight", DType::kBF16, {64, 128}),
+          *TensorMeta::Make("model.layers.0.mlp.down_proj.weight", DType::kBF16, {64, 190}),
+          *TensorMeta::Make("model.norm.weight", DType::kBF16, {64})};
+}
+
+// Every byte depends on (version, tensor, position): a misplaced or stale byte shows.
+std::vector<std::byte> TensorBytes(const TensorMeta& t, size_t index, uint64_t version) {
+  std::vector<std::byte> out(t.bytes());
+  uint64_t x = version * 0x9E3779B97F4A7C15ull + index * 0xBF58476D1CE4E5B9ull;
+  for (auto& b : out) {
+    x ^= x >> 31;
+    x *= 0x94D049BB133111EBull;
+    b = std::byte(static_cast<uint8_t>(x >> 56));
+  }
+  return out;
+}
+
+void CopySlice(const Plan& plan, const PlannedShard& s, std::span<std::byte> packed,
+               std::span<const std::byte> whole, bool into_packed) {
+  const TensorMeta& t = plan.tensors[s.tensor];
+  ASSERT_TRUE(
+      ForEachContiguousRun(s.slice, t.shape, DTypeSize(t.dtype), [&](const SliceRun& r) {
+        if (into_packed)
+          std::memcpy(packed.data() + r.packed_offset, whole.data() + r.tensor_offset, r.length);
+        else
+          EXPECT_EQ(std::memcmp(packed.data() + r.packed_offset, whole.data() + r.tensor_offset, r.length), 0)
+              << t.name << " " << s.slice.ToString();
+      }).ok());
+}
+
+struct Group {
+  std::shared_ptr<const Plan> plan;
+  std::shared_ptr<FakeFabric> fabric = std::make_shared<FakeFabric>();
+  std::shared_ptr<FaultPlan> faults = std::make_shared<FaultPlan>(7);
+  std::vector<std::unique_ptr<ProgressLoop>> loops;
+  std::map<Endpoint, std::unique_ptr<PlanRank>> ranks;
+
+  explicit Group(Plan p, PlanRankOptions options = {}) : plan(std::make_shared<const Plan>(std::move(p))) {
+    if (options.timeout == PlanRankOptions{}.timeout) options.timeout = std::chrono::milliseconds(10'000);
+    std::vector<Endpoint> all;
+    for (const auto& b : plan->sources) all.push_back(b.endpoint);
+    for (const auto& b : plan->destinations) all.push_back(b.endpoint);
+    std::map<Endpoint, PlanPeer> table;
+    for (const Endpoint& ep : all) {
+      auto t = MakeFakeTransport(fabric, ep.ToString());
+      EXPECT_TRUE(t.ok());
+      auto f = MakeFaultInjectingTransport(std::move(*t), faults);
+      EXPECT_TRUE(f.ok());
+      loops.push_back(std::make_unique<ProgressLoop>(std::move(*f)));
+      auto rank = PlanRank::Create(plan, ep, *loops.back(), options);
+      EXPECT_TRUE(rank.ok()) << rank.status().ToString();
+      table[ep] = (*rank)->peer_info();
+      ranks[ep] = std::move(*rank);
+    }
+    for (auto& [ep, r] : ranks) EXPECT_TRUE(r->Connect(table).ok()) << ep.ToString();
+  }
+  ~Group() {
+    ranks.clear();
+    for (auto& l : loops) l->Stop();
+  }
+
+  // Writes version v into every source and publishes it.
+  void Publish(uint64_t v) {
+    for (const RankBuffer& b : plan->sources) {
+      PlanRank& r = *ranks.at(b.endpoint);
+      for (size_t i = 0; i < b.shards.size(); ++i) {
+        const auto whole = TensorBytes(plan->tensors[b.shards[i].tensor], b.shards[i].tensor, v);
+        CopySlice(*plan, b.shards[i], r.shard_bytes(i), whole, true);
+      }
+      ASSERT_TRUE(r.Publish(v).ok());
+    }
+  }
+
+  // Every destination receives v concurrently; the results by rank.
+  std::map<int, Result<ReceiveStats>> Receive(uint64_t v) {
+    std::map<int, Result<ReceiveStats>> out;
+    std::mutex mu;
+    std::vector<std::thread> threads;
+    for (const RankBuffer& b : plan->destinations)
+      threads.emplace_back([&, ep = b.endpoint] {
+        auto result = ranks.at(ep)->Receive(v);
+        std::lock_guard<std::mutex> lock(mu);
+        out.emplace(ep.rank, std::move(result));
+      });
+    for (auto& t : threads) t.join();
+    return out;
+  }
+
+  ReceiveStats Update(uint64_t v) {
+    Publish(v);
+    ReceiveStats total;
+    for (auto& [rank, result] : Receive(v)) {
+      EXPECT_TRUE(result.ok()) << "dst rank " << rank << ": " << result.status().ToString();
+      if (!result.ok()) continue;
+      total.bytes += result->bytes;
+      total.chunks += result->chunks;
+      total.corrupt_refetched += result->corrupt_refetched;
+    }
+    for (const RankBuffer& b : plan->destinations) EXPECT_TRUE(ranks.at(b.endpoint)->Commit(v).ok());
+    return total;
+  }
+
+  void ExpectLive(uint64_t v) {
+    for (const RankBuffer& b : plan->destinations) {
+      PlanRank& r = *ranks.at(b.endpoint);
+      EXPECT_EQ(r.live_version(), v);
+      for (size_t i = 0; i < b.shards.size(); ++i) {
+        const auto whole = TensorBytes(plan->tensors[b.shards[i].tensor], b.shards[i].tensor, v);
+        CopySlice(*plan, b.shards[i], r.shard_bytes(i), whole, false);
+      }
+    }
+  }
+};
+
+Plan MustPlan(const Result<Placement>& src, const Result<Placement>& dst, int fanout, uint64_t chunk = 1024) {
+  EXPECT_TRUE(src.ok()) << src.status().ToString();
+  EXPECT_TRUE(dst.ok()) << dst.status().ToString();
+  PlanOptions o;
+  o.chunk_bytes = chunk;
+  o.relay_fanout = fanout;
+  auto plan = MakePlan(*src, *dst, Topology(), o);
+  EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+  return std::move(*plan);
+}
+
+Result<Placement> ReplicasOfTp(int replicas, int tp) {
+  std::vector<MeshAxis> axes = {ReplicaAxis("dp", replicas), TensorParallelAxis("tp", tp)};
+  return BuildMesh(Model(), axes);
+}
+
+class PlanRankReplay : public ::testing::TestWithParam<int> {};
+
+TEST_P(PlanRankReplay, FsdpFlatToReplicatedTp) {
+  Group g(MustPlan(FsdpFlat(Model(), 4), ReplicasOfTp(2, 2), GetParam()));
+  for (uint64_t v = 1; v <= 3; ++v) {
+    ReceiveStats s = g.Update(v);
+    EXPECT_EQ(s.bytes, g.plan->TotalBytes());
+    g.ExpectLive(v);
+  }
+}
+
+TEST_P(PlanRankReplay, Tp4ToTp2) {
+  Group g(MustPlan(TensorParallel(Model(), 4), TensorParallel(Model(), 2), GetParam()));
+  for (uint64_t v = 1; v <= 2; ++v) {
+    g.Update(v);
+    g.ExpectLive(v);
+  }
+}
+
+TEST_P(PlanRankReplay, ReplicatedSourcesToThreeReplicasAndAnEmptyRank) {
+  std::vector<int> src_ranks = {0, 1};
+  auto dst = ReplicasOfTp(3, 2);
+  ASSERT_TRUE(dst.ok());
+  dst->AddRank(9);  // holds nothing
+  auto src = Replicated(Model(), src_ranks);
+  ASSERT_TRUE(src.ok());
+  src->AddRank(5);
+  Group g(MustPlan(src, dst, GetParam()));
+  for (uint64_t v = 1; v <= 3; ++v) {
+    g.Update(v);
+    g.ExpectLive(v);
+  }
+}
+
+// 0: direct from the sources; 1: relay chain; 2: binary relay tree.
+INSTANTIATE_TEST_SUITE_P(Fanout, PlanRankReplay, ::testing::Values(0, 1, 2));
+
+TEST(PlanRank, CorruptChunkIsFetchedAgain) {
+  Group g(MustPlan(FsdpFlat(Model(), 4), ReplicasOfTp(2, 2), 0));
+  g.Update(1);
+  g.faults->set_corrupt(FaultTrigger{.nth = 40, .ops = kFaultGet});
+  ReceiveStats s = g.Update(2);
+  EXPECT_EQ(g.faults->stats().corrupted, 1u);
+  EXPECT_EQ(s.corrupt_refetched, 1u);
+  g.ExpectLive(2);
+}
+
+TEST(PlanRank, CorruptionOnRelayHopsIsRepaired) {
+  Group g(MustPlan(TensorParallel(Model(), 2), ReplicasOfTp(3, 2), 1));
+  g.faults->set_corrupt(FaultTrigger{.probability = 0.02, .ops = kFaultGet});
+  for (uint64_t v = 1; v <= 2; ++v) {
+    g.Update(v);
+    g.ExpectLive(v);
+  }
+  EXPECT_GT(g.faults->stats().corrupted, 0u);
+}
+
+TEST(PlanRank, DeadSourceFailsTheUpdateAndKeepsTheOldVersion) {
+  Group g(MustPlan(FsdpFlat(Model(), 4), ReplicasOfTp(2, 2), 1));
+  g.Update(1);
+  g.faults->KillPeer("src rank 1");
+  g.Publish(2);
+  int failed = 0;
+  for (auto& [rank, result] : g.Receive(2)) {
+    if (result.ok()) continue;
+    ++failed;
+    EXPECT_NE(result.status().message().find("src rank 1"), std::string::npos) << result.status().ToString();
+  }
+  EXPECT_GT(failed, 0);
+  for (const RankBuffer& b : g.plan->destinations) {
+    g.ranks.at(b.endpoint)->Abort(2);
+    EXPECT_FALSE(g.ranks.at(b.endpoint)->Commit(2).ok());
+  }
+  g.ExpectLive(1);
+}
+
+TEST(PlanRank, UnpublishedSourceTimesOutNamingTheWait) {
+  PlanRankOptions o;
+  o.timeout = std::chrono::milliseconds(300);
+  Group g(MustPlan(TensorParallel(Model(), 2), TensorParallel(Model(), 2), 0), o);
+  g.Update(1);
+  // Version 2 is never published: the hash headers still say 1.
+  auto result = g.ranks.at(Endpoint{PlanSide::kDestination, 0})->Receive(2);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kTimeout);
+  EXPECT_NE(result.status().message().find("had not published"), std::string::npos)
+      << result.status().ToString();
+  g.ExpectLive(1);
+}
+
+TEST(PlanRank, RefusesARankOutsideThePlan) {
+  auto plan =
+      std::make_shared<const Plan>(MustPlan(TensorParallel(Model(), 2), TensorParallel(Model(), 2), 0));
+  auto fabric = std::make_shared<FakeFabric>();
+  ProgressLoop loop(*MakeFakeTransport(fabric, "x"));
+  auto r = PlanRank::Create(plan, Endpoint{PlanSide::kDestination, 7}, loop);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("dst rank 7"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace weightport

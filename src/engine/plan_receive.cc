@@ -1,0 +1,313 @@
+// The receive state machine of a PlanRank destination: one object per Receive, living on the loop
+// thread. Order of events: mirror the root sources' hash areas (retried until they show this
+// version); then every chunk of a direct step is ready at once, and a relayed step's chunks become
+// ready as polls of the relay's counter show them verified there; ready chunks are fetched, at most
+// `window` at a time, verified and, where others relay from them, counted.
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <deque>
+
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+#include "plan_rank_impl.h"
+#include "weightport/core/hash.h"
+
+namespace weightport {
+namespace {
+
+using namespace plan_rank_internal;
+using namespace plan_layout;
+using Clock = std::chrono::steady_clock;
+
+uint64_t LoadWord(const std::byte* at) {
+  uint64_t v;
+  std::memcpy(&v, at, 8);
+  return v;
+}
+void StoreWord(std::byte* at, uint64_t value) {
+  std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(at)).store(value, std::memory_order_release);
+}
+bool Fatal(const Status& s, const Connection& c) {
+  const StatusCode k = s.code();
+  return k == StatusCode::kUnavailable || k == StatusCode::kCancelled ||
+         k == StatusCode::kFailedPrecondition || k == StatusCode::kInvalidArgument ||
+         k == StatusCode::kOutOfRange || !c.healthy();
+}
+
+class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
+ public:
+  ReceiveRun(PlanRank::Impl& r, uint64_t version, std::function<void(Result<ReceiveStats>)> done)
+      : r_(r), v_(version), staging_(r.live ^ 1), done_(std::move(done)), start_(Clock::now()) {
+    stats_.version = version;
+    attempts_.assign(r.in_chunks.size(), 0);
+    pending_runs_.assign(r.in_chunks.size(), 0);
+    run_error_.resize(r.in_chunks.size());
+    verified_.assign(r.in_chunks.size(), 0);
+    prefix_.assign(r.in_steps.size(), 0);
+    released_.assign(r.in_steps.size(), 0);
+    sender_copy_.assign(r.in_steps.size(), 0);
+    poll_backoff_.assign(r.in_steps.size(), r.options.backoff_initial);
+    mirror_attempts_.assign(r.roots.size(), 0);
+  }
+
+  void Start() {
+    keep_ = shared_from_this();
+    for (const InStep& s : r_.in_steps)
+      if (s.my_counter >= 0)
+        StoreWord(r_.at(static_cast<uint64_t>(s.my_counter)), EncodeCounter(v_, staging_, 0));
+    std::weak_ptr<ReceiveRun> weak = keep_;
+    r_.loop->PostAfter(r_.options.timeout, [weak](Transport&) {
+      if (auto self = weak.lock(); self && !self->reported_) self->Fail(Timeout(self->Waiting()));
+    });
+    mirrors_left_ = r_.roots.size();
+    for (size_t i = 0; i < r_.roots.size(); ++i) FetchMirror(i);
+    MaybeFinish();
+  }
+
+ private:
+  Connection& Conn(Endpoint ep) { return *r_.connections.at(ep); }
+
+  std::string Waiting() const {
+    std::string why = r_.me.ToString() + ": version " + std::to_string(v_) + " not received within " +
+                      std::to_string(r_.options.timeout.count()) + " ms: ";
+    if (mirrors_left_ > 0) return why + std::to_string(mirrors_left_) + " source(s) had not published it";
+    for (size_t i = 0; i < r_.in_steps.size(); ++i)
+      if (released_[i] < r_.in_steps[i].chunks)
+        return why + r_.StepName(r_.in_steps[i].step) + " waits for chunk " + std::to_string(released_[i]) +
+               " at its relay " + r_.in_steps[i].sender.ToString();
+    return why + std::to_string(verified_count_) + " of " + std::to_string(r_.in_chunks.size()) +
+           " chunks verified";
+  }
+
+  void FetchMirror(size_t i) {
+    const RootSource& root = r_.roots[i];
+    if (!r_.connections.count(root.endpoint))
+      return Fail(FailedPrecondition(r_.me.ToString() + ": not connected to " + root.endpoint.ToString()));
+    ++mirror_attempts_[i];
+    ++in_flight_;
+    ++stats_.polls;
+    auto self = shared_from_this();
+    Conn(root.endpoint)
+        .Get(*r_.arena, root.mirror, r_.keys.at(root.endpoint), root.remote_offset, root.bytes,
+             [self, i](const Status& s) { self->OnMirror(i, s); });
+  }
+
+  void OnMirror(size_t i, const Status& s) {
+    --in_flight_;
+    if (failed_) return MaybeFinish();
+    const RootSource& root = r_.roots[i];
+    if (!s.ok() && Fatal(s, Conn(root.endpoint)))
+      return Fail(s.WithContext(r_.me.ToString() + ": chunk hashes of " + root.endpoint.ToString()));
+    const std::byte* m = r_.at(root.mirror);
+    const uint64_t version = s.ok() ? LoadWord(m) : 0;
+    if (version > v_)
+      return Fail(FailedPrecondition(root.endpoint.ToString() + " published version " +
+                                     std::to_string(version) + " while " + r_.me.ToString() + " receives " +
+                                     std::to_string(v_)));
+    const bool good =
+        version == v_ && LoadWord(m + 8) == Xxh3(m + kHashHeaderBytes, root.bytes - kHashHeaderBytes);
+    if (!good) {  // not yet published, or a torn or corrupt read: read again after a pause
+      auto self = shared_from_this();
+      const auto delay = std::min(r_.options.backoff_max,
+                                  r_.options.backoff_initial * (1 << std::min(mirror_attempts_[i], 6)));
+      r_.loop->PostAfter(delay, [self, i](Transport&) {
+        if (!self->failed_) self->FetchMirror(i);
+        self->MaybeFinish();
+      });
+      return;
+    }
+    if (--mirrors_left_ > 0) return;
+    for (size_t st = 0; st < r_.in_steps.size(); ++st) {
+      if (r_.in_steps[st].after < 0) {
+        Release(st, r_.in_steps[st].chunks);
+      } else {
+        Poll(st);
+      }
+    }
+    Issue();
+  }
+
+  // Chunks [released, upto) of step st may go.
+  void Release(size_t st, uint32_t upto) {
+    const InStep& s = r_.in_steps[st];
+    upto = std::min(upto, s.chunks);
+    for (uint32_t k = released_[st]; k < upto; ++k) ready_.push_back(s.first_chunk + k);
+    released_[st] = std::max(released_[st], upto);
+  }
+
+  void Poll(size_t st) {
+    const InStep& s = r_.in_steps[st];
+    ++in_flight_;
+    ++stats_.polls;
+    auto self = shared_from_this();
+    Conn(s.sender).Get(*r_.arena, s.poll_scratch, r_.keys.at(s.sender), s.sender_counter, 8,
+                       [self, st](const Status& status) { self->OnPoll(st, status); });
+  }
+
+  void OnPoll(size_t st, const Status& s) {
+    --in_flight_;
+    if (failed_) return MaybeFinish();
+    const InStep& step = r_.in_steps[st];
+    if (!s.ok() && Fatal(s, Conn(step.sender)))
+      return Fail(s.WithContext(r_.StepName(step.step) + ": progress of " + step.sender.ToString()));
+    bool progressed = false;
+    if (s.ok()) {
+      const uint64_t word = LoadWord(r_.at(step.poll_scratch));
+      if (CounterVersion(word) == v_ && CounterPrefix(word) > released_[st]) {
+        sender_copy_[st] = CounterCopy(word);
+        Release(st, CounterPrefix(word));
+        progressed = true;
+      }
+    }
+    if (released_[st] < step.chunks) {
+      // Poll again: at once while the relay makes progress, with growing pauses while it does not.
+      auto& backoff = poll_backoff_[st];
+      backoff = progressed ? r_.options.backoff_initial : std::min(r_.options.backoff_max, backoff * 2);
+      auto self = shared_from_this();
+      r_.loop->PostAfter(progressed ? std::chrono::milliseconds(0) : backoff, [self, st](Transport&) {
+        if (!self->failed_) self->Poll(st);
+        self->MaybeFinish();
+      });
+    }
+    Issue();
+  }
+
+  void Issue() {
+    while (!failed_ && chunks_in_flight_ < r_.options.window && !ready_.empty()) {
+      const size_t c = ready_.front();
+      ready_.pop_front();
+      FetchChunk(c);
+    }
+  }
+
+  void FetchChunk(size_t c) {
+    const InChunk& chunk = r_.in_chunks[c];
+    const InStep& s = r_.in_steps[chunk.in_step];
+    const PlanLayout& sender = r_.layouts.at(s.sender);
+    const uint64_t remote_base =
+        sender.CopyOffset(s.sender.side == PlanSide::kSource ? 0 : sender_copy_[chunk.in_step]);
+    const uint64_t local_base = r_.mine->CopyOffset(staging_);
+    ++chunks_in_flight_;
+    ++attempts_[c];
+    pending_runs_[c] = chunk.run_end - chunk.run_begin;
+    run_error_[c] = Status::Ok();
+    Connection& conn = Conn(s.sender);
+    const RemoteKey& key = r_.keys.at(s.sender);
+    auto self = shared_from_this();
+    for (uint32_t i = chunk.run_begin; i < chunk.run_end; ++i) {
+      const Run& run = r_.in_runs[i];
+      ++in_flight_;
+      conn.Get(*r_.arena, local_base + run.to, key, remote_base + run.from, run.length,
+               [self, c](const Status& status) { self->OnRun(c, status); });
+    }
+  }
+
+  void OnRun(size_t c, const Status& s) {
+    --in_flight_;
+    if (!s.ok() && run_error_[c].ok()) run_error_[c] = s;
+    if (--pending_runs_[c] > 0) return;
+    --chunks_in_flight_;
+    if (failed_) return MaybeFinish();
+    const InChunk& chunk = r_.in_chunks[c];
+    const InStep& step = r_.in_steps[chunk.in_step];
+    const std::string what =
+        r_.StepName(step.step) + " chunk " + std::to_string(chunk.k) + " from " + step.sender.ToString();
+    if (!run_error_[c].ok()) {
+      if (Fatal(run_error_[c], Conn(step.sender))) return Fail(run_error_[c].WithContext(what));
+      ++stats_.errors_retried;
+      return Retry(c, run_error_[c], what);
+    }
+    XXH3_state_t state;
+    XXH3_64bits_reset(&state);
+    const uint64_t local_base = r_.mine->CopyOffset(staging_);
+    for (uint32_t i = chunk.run_begin; i < chunk.run_end; ++i)
+      XXH3_64bits_update(&state, r_.at(local_base + r_.in_runs[i].to), r_.in_runs[i].length);
+    if (XXH3_64bits_digest(&state) != LoadWord(r_.at(step.expected_hashes + 8 * chunk.k))) {
+      ++stats_.corrupt_refetched;
+      return Retry(c, DataLoss("hash mismatch"), what);
+    }
+    verified_[c] = 1;
+    ++verified_count_;
+    ++stats_.chunks;
+    stats_.bytes += chunk.bytes;
+    if (step.my_counter >= 0) {  // advance the verified prefix others poll
+      uint32_t& p = prefix_[chunk.in_step];
+      while (p < step.chunks && verified_[step.first_chunk + p]) ++p;
+      StoreWord(r_.at(static_cast<uint64_t>(step.my_counter)), EncodeCounter(v_, staging_, p));
+    }
+    Issue();
+    MaybeFinish();
+  }
+
+  void Retry(size_t c, const Status& why, const std::string& what) {
+    if (attempts_[c] >= r_.options.max_attempts)
+      return Fail(Status(
+          why.code(), what + ": " + why.message() + " after " + std::to_string(attempts_[c]) + " attempts"));
+    auto delay =
+        std::min(r_.options.backoff_max, r_.options.backoff_initial * (1 << std::min(attempts_[c] - 1, 16)));
+    auto self = shared_from_this();
+    r_.loop->PostAfter(delay, [self, c](Transport&) {
+      if (self->failed_) return self->MaybeFinish();
+      self->ready_.push_front(c);
+      self->Issue();
+    });
+    Issue();
+  }
+
+  void Fail(Status s) {
+    if (failed_) return;
+    failed_ = true;
+    failure_ = std::move(s);
+    ready_.clear();
+    MaybeFinish();
+  }
+
+  void MaybeFinish() {
+    if (reported_ || in_flight_ > 0) return;
+    if (!failed_ && (mirrors_left_ > 0 || verified_count_ < r_.in_chunks.size())) return;
+    reported_ = true;
+    stats_.elapsed = Clock::now() - start_;
+    auto done = std::move(done_);
+    auto keep = std::move(keep_);  // pending timers keep their own references
+    if (failed_) {
+      done(failure_);
+    } else {
+      done(stats_);
+    }
+  }
+
+  PlanRank::Impl& r_;
+  const uint64_t v_;
+  const int staging_;
+  std::function<void(Result<ReceiveStats>)> done_;
+  Clock::time_point start_;
+  ReceiveStats stats_;
+  std::vector<int> attempts_;
+  std::vector<uint32_t> pending_runs_;
+  std::vector<Status> run_error_;
+  std::vector<uint8_t> verified_;
+  std::vector<uint32_t> prefix_;
+  std::vector<uint32_t> released_;
+  std::vector<int> sender_copy_;
+  std::vector<std::chrono::milliseconds> poll_backoff_;
+  std::vector<int> mirror_attempts_;
+  std::deque<size_t> ready_;
+  size_t mirrors_left_ = 0;
+  size_t chunks_in_flight_ = 0;
+  size_t in_flight_ = 0;  // Gets issued and not completed
+  size_t verified_count_ = 0;
+  bool failed_ = false;
+  bool reported_ = false;
+  Status failure_;
+  std::shared_ptr<ReceiveRun> keep_;
+};
+
+}  // namespace
+
+void StartReceive(PlanRank::Impl& rank, uint64_t version, std::function<void(Result<ReceiveStats>)> done) {
+  std::make_shared<ReceiveRun>(rank, version, std::move(done))->Start();
+}
+
+}  // namespace weightport
