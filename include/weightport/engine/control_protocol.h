@@ -50,8 +50,11 @@ enum class MessageType : uint8_t {
   kHeartbeat = 14,
   kBye = 15,
   kCommitted = 16,
+  kPlanJoin = 17,
+  kPlanPeers = 18,
+  kPlanReady = 19,
 };
-inline constexpr uint8_t kMaxMessageType = 16;
+inline constexpr uint8_t kMaxMessageType = 19;
 std::string_view MessageTypeName(MessageType type);  // "Hello"; "Unknown" outside the enum
 
 enum class PeerRole : uint8_t { kPublisher = 1, kSubscriber = 2, kObserver = 3 };
@@ -238,6 +241,48 @@ struct ByeMsg {
   Bytes Encode() const { return {}; }
   static Result<ByeMsg> Decode(ByteView payload);
   friend bool operator==(const ByeMsg&, const ByeMsg&) = default;
+};
+
+// ---- running a Plan across processes (reshard): rank -> coordinator PlanJoin, coordinator -> every
+// rank PlanPeers, source -> coordinator PlanReady(v); then UpdateBegin, ChunksVerified /
+// UpdateFailed, Commit / Abort, Committed as for a publisher's versions. ---------------------------
+
+// A rank of a plan joins: which rank, the Plan::Digest it compiled, and how peers reach it.
+struct PlanJoinMsg {
+  static constexpr MessageType kType = MessageType::kPlanJoin;
+  uint8_t side = 0;  // PlanSide: 0 source, 1 destination
+  uint32_t rank = 0;
+  uint64_t plan_digest = 0;
+  Bytes transport_address;
+  Bytes remote_key;  // RemoteKey::Serialize() of the rank's arena
+  Bytes Encode() const;
+  static Result<PlanJoinMsg> Decode(ByteView payload);
+  friend bool operator==(const PlanJoinMsg&, const PlanJoinMsg&) = default;
+};
+
+// Every rank of the plan, sent by the coordinator once all have joined.
+struct PlanPeersMsg {
+  static constexpr MessageType kType = MessageType::kPlanPeers;
+  struct Peer {
+    uint8_t side = 0;
+    uint32_t rank = 0;
+    Bytes transport_address;
+    Bytes remote_key;
+    friend bool operator==(const Peer&, const Peer&) = default;
+  };
+  std::vector<Peer> peers;
+  Bytes Encode() const;
+  static Result<PlanPeersMsg> Decode(ByteView payload);
+  friend bool operator==(const PlanPeersMsg&, const PlanPeersMsg&) = default;
+};
+
+// A source rank has written and published (hashed) `version`.
+struct PlanReadyMsg {
+  static constexpr MessageType kType = MessageType::kPlanReady;
+  uint64_t version = 0;
+  Bytes Encode() const;
+  static Result<PlanReadyMsg> Decode(ByteView payload);
+  friend bool operator==(const PlanReadyMsg&, const PlanReadyMsg&) = default;
 };
 
 // Decodes `payload` as the payload of `type`, discarding the value: InvalidArgument if malformed.

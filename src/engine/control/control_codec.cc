@@ -339,6 +339,83 @@ Result<ByeMsg> ByeMsg::Decode(ByteView payload) {
   return ByeMsg{};
 }
 
+// ---- plan messages ---------------------------------------------------------------------------------
+
+namespace {
+constexpr size_t kMaxAddressSize = 64 << 10;  // transport addresses and packed keys
+constexpr size_t kMaxPlanPeers = 1 << 16;
+
+Result<uint8_t> ReadSide(Reader& r) {
+  WP_ASSIGN_OR_RETURN(uint64_t side, r.Int(1, "side"));
+  if (side > 1) return InvalidArgument("plan message: unknown side " + std::to_string(side));
+  return static_cast<uint8_t>(side);
+}
+}  // namespace
+
+Bytes PlanJoinMsg::Encode() const {
+  Writer w;
+  w.U8(side);
+  w.U32(rank);
+  w.U64(plan_digest);
+  w.Blob(transport_address);
+  w.Blob(remote_key);
+  return w.Take();
+}
+Result<PlanJoinMsg> PlanJoinMsg::Decode(ByteView payload) {
+  Reader r(payload, "PlanJoin");
+  PlanJoinMsg m;
+  WP_ASSIGN_OR_RETURN(m.side, ReadSide(r));
+  WP_ASSIGN_OR_RETURN(uint64_t rank, r.Int(4, "rank"));
+  m.rank = static_cast<uint32_t>(rank);
+  WP_ASSIGN_OR_RETURN(m.plan_digest, r.U64("plan_digest"));
+  WP_ASSIGN_OR_RETURN(m.transport_address, r.BlobCopy("transport_address", kMaxAddressSize));
+  WP_ASSIGN_OR_RETURN(m.remote_key, r.BlobCopy("remote_key", kMaxAddressSize));
+  WP_RETURN_IF_ERROR(r.Done());
+  return m;
+}
+
+Bytes PlanPeersMsg::Encode() const {
+  Writer w;
+  w.U32(static_cast<uint32_t>(peers.size()));
+  for (const Peer& p : peers) {
+    w.U8(p.side);
+    w.U32(p.rank);
+    w.Blob(p.transport_address);
+    w.Blob(p.remote_key);
+  }
+  return w.Take();
+}
+Result<PlanPeersMsg> PlanPeersMsg::Decode(ByteView payload) {
+  Reader r(payload, "PlanPeers");
+  PlanPeersMsg m;
+  WP_ASSIGN_OR_RETURN(uint64_t count, r.Int(4, "count"));
+  if (count > kMaxPlanPeers) return InvalidArgument("PlanPeers: " + std::to_string(count) + " peers");
+  for (uint64_t i = 0; i < count; ++i) {
+    Peer p;
+    WP_ASSIGN_OR_RETURN(p.side, ReadSide(r));
+    WP_ASSIGN_OR_RETURN(uint64_t rank, r.Int(4, "rank"));
+    p.rank = static_cast<uint32_t>(rank);
+    WP_ASSIGN_OR_RETURN(p.transport_address, r.BlobCopy("transport_address", kMaxAddressSize));
+    WP_ASSIGN_OR_RETURN(p.remote_key, r.BlobCopy("remote_key", kMaxAddressSize));
+    m.peers.push_back(std::move(p));
+  }
+  WP_RETURN_IF_ERROR(r.Done());
+  return m;
+}
+
+Bytes PlanReadyMsg::Encode() const {
+  Writer w;
+  w.U64(version);
+  return w.Take();
+}
+Result<PlanReadyMsg> PlanReadyMsg::Decode(ByteView payload) {
+  Reader r(payload, "PlanReady");
+  PlanReadyMsg m;
+  WP_ASSIGN_OR_RETURN(m.version, r.U64("version"));
+  WP_RETURN_IF_ERROR(r.Done());
+  return m;
+}
+
 Status ValidatePayload(MessageType type, ByteView payload) {
   auto check = [&](auto result) { return result.status(); };
   switch (type) {
@@ -374,6 +451,12 @@ Status ValidatePayload(MessageType type, ByteView payload) {
       return check(ByeMsg::Decode(payload));
     case MessageType::kCommitted:
       return check(CommittedMsg::Decode(payload));
+    case MessageType::kPlanJoin:
+      return check(PlanJoinMsg::Decode(payload));
+    case MessageType::kPlanPeers:
+      return check(PlanPeersMsg::Decode(payload));
+    case MessageType::kPlanReady:
+      return check(PlanReadyMsg::Decode(payload));
   }
   return InvalidArgument("unknown message type " + std::to_string(static_cast<int>(type)));
 }

@@ -36,6 +36,9 @@ void AllPayloadDecoders(ByteView payload) {
   RoundTrip<HeartbeatMsg>(payload);
   RoundTrip<ByeMsg>(payload);
   RoundTrip<CommittedMsg>(payload);
+  RoundTrip<PlanJoinMsg>(payload);
+  RoundTrip<PlanPeersMsg>(payload);
+  RoundTrip<PlanReadyMsg>(payload);
 }
 
 }  // namespace

@@ -47,6 +47,10 @@ TEST(ControlCodecTest, EveryMessageRoundTripsStrictly) {
   ExpectStrictRoundTrip(UpdateBeginMsg{42, 0x0102030405060708ull, 3});
   ExpectStrictRoundTrip(ChunksVerifiedMsg{42, 1000, 1ull << 33, 123456789, 2});
   ExpectStrictRoundTrip(CommittedMsg{42, 1500});
+  ExpectStrictRoundTrip(PlanJoinMsg{1, 3, 0xfeedULL, Bytes(5, std::byte{7}), Bytes(9, std::byte{1})});
+  ExpectStrictRoundTrip(PlanPeersMsg{{{0, 0, Bytes(3, std::byte{2}), Bytes(4, std::byte{3})},
+                                      {1, 7, Bytes(1, std::byte{4}), Bytes(2, std::byte{5})}}});
+  ExpectStrictRoundTrip(PlanReadyMsg{9});
   ExpectStrictRoundTrip(UpdateFailedMsg{42, "chunk 7 hash mismatch"});
   ExpectStrictRoundTrip(CommitMsg{42});
   ExpectStrictRoundTrip(AbortMsg{42, "subscriber 'sub-1' failed"});

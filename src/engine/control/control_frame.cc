@@ -23,7 +23,8 @@ std::string_view MessageTypeName(MessageType type) {
   static constexpr std::string_view kNames[] = {
       "Unknown",  "Hello",      "Challenge", "Proof",       "Welcome",        "Refused",
       "Manifest", "RegionKeys", "Placement", "UpdateBegin", "ChunksVerified", "UpdateFailed",
-      "Commit",   "Abort",      "Heartbeat", "Bye",         "Committed"};
+      "Commit",   "Abort",      "Heartbeat", "Bye",         "Committed",      "PlanJoin",
+      "PlanPeers", "PlanReady"};
   auto i = static_cast<uint8_t>(type);
   return i <= kMaxMessageType ? kNames[i] : kNames[0];
 }

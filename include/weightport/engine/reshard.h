@@ -1,0 +1,115 @@
+// Running one Plan across processes: M source ranks and N destination ranks, each a PlanRank in its
+// own process, under one ReshardCoordinator, over the authenticated control plane
+// (control_channel.h). Weights move only between the ranks (one-sided Gets); the coordinator moves
+// small messages.
+//
+//   join      each rank -> PlanJoin(side, rank, Plan::Digest, transport address, arena key). A rank
+//             outside the plan, a second join of a rank, or a different plan digest is refused by
+//             name (Refused, and the error of WaitForJoins if the rank never joins correctly).
+//   peers     once every rank joined, coordinator -> every rank PlanPeers (the whole table); each
+//             rank connects to the ranks it reads from.
+//   version v sources -> PlanReady(v) after Publish(v); coordinator -> destinations UpdateBegin(v);
+//             destinations -> ChunksVerified(v, chunks, bytes, time, retries) or UpdateFailed(v, why);
+//             coordinator -> every rank Commit(v) when all verified, Abort(v, why naming the rank)
+//             otherwise; destinations -> Committed(v) after their flip.
+//   end       coordinator -> every rank Bye.
+// A rank whose control connection is lost fails the version in flight, named.
+//
+// Thread-safety: ReshardCoordinator from one thread (it runs reader threads of its own inside);
+// ReshardMember from one thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "weightport/core/status.h"
+#include "weightport/engine/control_channel.h"
+#include "weightport/engine/plan_rank.h"
+
+namespace weightport {
+
+struct ReshardCoordinatorOptions {
+  uint64_t plan_digest = 0;
+  std::vector<Endpoint> ranks;  // every rank of the plan
+  std::chrono::milliseconds join_timeout{30'000};
+  std::chrono::milliseconds update_timeout{60'000};  // PlanReady from every source to the last verified
+  std::function<void(std::string)> log;
+};
+
+struct ReshardRankReport {
+  Endpoint endpoint;
+  bool ok = false;
+  uint64_t chunks = 0;
+  uint64_t bytes = 0;
+  uint64_t retries = 0;
+  double seconds = 0;  // the rank's own receive time
+  std::string error;
+};
+
+struct ReshardVersionReport {
+  uint64_t version = 0;
+  bool committed = false;
+  std::string reason;  // why it was aborted
+  uint64_t bytes = 0;  // over every destination
+  double seconds = 0;  // UpdateBegin sent -> last destination verified
+  std::vector<ReshardRankReport> destinations;
+};
+
+class ReshardCoordinator {
+ public:
+  ReshardCoordinator(std::unique_ptr<ControlListener> listener, ReshardCoordinatorOptions options);
+  ~ReshardCoordinator();
+  ReshardCoordinator(const ReshardCoordinator&) = delete;
+  ReshardCoordinator& operator=(const ReshardCoordinator&) = delete;
+
+  const std::string& address() const;
+  // Accepts until every rank joined, then sends them the peer table.
+  Status WaitForJoins();
+  // Runs one version; the report says whether it was committed. Errors only for a broken
+  // coordinator (not for a failed update, which is aborted and reported).
+  Result<ReshardVersionReport> RunVersion(uint64_t version);
+  // Bye to every rank; closes the connections.
+  void Finish();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// One rank's end of the control plane.
+class ReshardMember {
+ public:
+  // Connects to the coordinator at host:port, joins with `rank`'s plan digest, address and key,
+  // waits for the peer table and connects `rank` to its peers.
+  static Result<std::unique_ptr<ReshardMember>> Join(const std::string& coordinator, const Secret& secret,
+                                                     PlanRank& rank, std::chrono::milliseconds timeout);
+  ~ReshardMember();
+
+  struct Event {
+    enum Kind { kBegin, kCommit, kAbort, kBye } kind = kBye;
+    uint64_t version = 0;
+    std::string reason;  // for kAbort
+  };
+  // The next instruction from the coordinator; Timeout when none came within `timeout`.
+  Result<Event> Next(std::chrono::milliseconds timeout);
+
+  Status Ready(uint64_t version);  // a source published `version`
+  Status Verified(const ReceiveStats& stats);
+  Status Failed(uint64_t version, const std::string& why);
+  Status Committed(uint64_t version);
+
+ private:
+  explicit ReshardMember(std::unique_ptr<ControlChannel> channel) : channel_(std::move(channel)) {}
+  std::unique_ptr<ControlChannel> channel_;
+};
+
+// "src-3", "dst-0": a rank's name on the control plane.
+std::string ReshardName(Endpoint endpoint);
+
+}  // namespace weightport

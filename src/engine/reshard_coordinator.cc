@@ -1,0 +1,233 @@
+// ReshardCoordinator: joins, the peer table, and one version at a time. One reading thread per rank
+// feeds an event queue that the caller's thread drains, so a rank that stops sending cannot block
+// the others and every wait is bounded.
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "weightport/engine/reshard.h"
+
+namespace weightport {
+namespace {
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+struct Event {
+  Endpoint from;
+  Result<ControlMessage> message;
+};
+}  // namespace
+
+struct ReshardCoordinator::Impl {
+  std::unique_ptr<ControlListener> listener;
+  ReshardCoordinatorOptions options;
+  std::map<Endpoint, std::unique_ptr<ControlChannel>> channels;
+  std::vector<std::thread> readers;
+  std::atomic<bool> stopping{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Event> events;  // guarded by mu
+  std::set<Endpoint> lost;   // ranks whose connection failed
+
+  void Log(const std::string& line) const {
+    if (options.log) options.log(line);
+  }
+
+  void StartReader(Endpoint ep, ControlChannel* ch) {
+    readers.emplace_back([this, ep, ch] {
+      while (!stopping.load()) {
+        auto m = ch->Receive(milliseconds(200));
+        if (!m.ok() && m.status().code() == StatusCode::kTimeout) continue;
+        const bool end = !m.ok();
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          events.push_back(Event{ep, std::move(m)});
+        }
+        cv.notify_all();
+        if (end) return;
+      }
+    });
+  }
+
+  // The next event before `deadline`, or nullopt.
+  std::optional<Event> Next(Clock::time_point deadline) {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_until(lock, deadline, [&] { return !events.empty(); })) return std::nullopt;
+    Event e = std::move(events.front());
+    events.pop_front();
+    return e;
+  }
+
+  void SendAll(MessageType type, const Bytes& payload, bool sources, bool destinations) {
+    for (auto& [ep, ch] : channels) {
+      const bool want = ep.side == PlanSide::kSource ? sources : destinations;
+      if (want && !lost.count(ep)) ch->Send(type, payload).IgnoreError();  // a lost rank shows in its reader
+    }
+  }
+};
+
+std::string ReshardName(Endpoint endpoint) {
+  return std::string(endpoint.side == PlanSide::kSource ? "src-" : "dst-") + std::to_string(endpoint.rank);
+}
+
+ReshardCoordinator::ReshardCoordinator(std::unique_ptr<ControlListener> listener, ReshardCoordinatorOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->listener = std::move(listener);
+  impl_->options = std::move(options);
+}
+
+ReshardCoordinator::~ReshardCoordinator() {
+  impl_->stopping = true;
+  for (auto& [ep, ch] : impl_->channels) ch->Close();
+  for (auto& t : impl_->readers) t.join();
+}
+
+const std::string& ReshardCoordinator::address() const { return impl_->listener->address(); }
+
+Status ReshardCoordinator::WaitForJoins() {
+  Impl& m = *impl_;
+  const std::set<Endpoint> expected(m.options.ranks.begin(), m.options.ranks.end());
+  const auto deadline = Clock::now() + m.options.join_timeout;
+  std::vector<std::string> refused;
+  std::map<Endpoint, PlanJoinMsg> joins;
+  while (joins.size() < expected.size()) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      std::string missing;
+      for (const Endpoint& ep : expected)
+        if (!joins.count(ep)) missing += (missing.empty() ? "" : ", ") + ep.ToString();
+      std::string why = "ranks did not join within " + std::to_string(m.options.join_timeout.count()) +
+                        " ms: " + missing;
+      for (const auto& r : refused) why += "; refused: " + r;
+      return Timeout(why);
+    }
+    auto ch = m.listener->Accept(std::min(left, milliseconds(500)));
+    if (!ch.ok()) {
+      if (ch.status().code() != StatusCode::kTimeout) m.Log("reshard: " + ch.status().ToString());
+      continue;
+    }
+    auto first = (*ch)->Receive(milliseconds(5000));
+    if (!first.ok()) {
+      m.Log("reshard: " + (*ch)->peer() + " sent no PlanJoin: " + first.status().ToString());
+      continue;
+    }
+    Status bad;
+    PlanJoinMsg join;
+    if (first->type != MessageType::kPlanJoin) {
+      bad = InvalidArgument((*ch)->peer() + " sent " + std::string(MessageTypeName(first->type)) + ", not PlanJoin");
+    } else if (auto j = PlanJoinMsg::Decode(first->payload); !j.ok()) {
+      bad = j.status();
+    } else {
+      join = *j;
+    }
+    const Endpoint ep{join.side == 0 ? PlanSide::kSource : PlanSide::kDestination, static_cast<int>(join.rank)};
+    if (bad.ok() && !expected.count(ep)) bad = InvalidArgument(ep.ToString() + " is not a rank of the plan");
+    if (bad.ok() && joins.count(ep)) bad = AlreadyExists(ep.ToString() + " joined twice");
+    if (bad.ok() && join.plan_digest != m.options.plan_digest)
+      bad = FailedPrecondition(ep.ToString() + " compiled a different plan (digest " + std::to_string(join.plan_digest) +
+                               ", the coordinator's is " + std::to_string(m.options.plan_digest) + ")");
+    if (!bad.ok()) {
+      m.Log("reshard: refused " + (*ch)->peer() + ": " + bad.message());
+      refused.push_back(bad.message());
+      (*ch)->Send(RefusedMsg{bad.message()}).IgnoreError();
+      continue;
+    }
+    m.Log("reshard: " + ep.ToString() + " joined");
+    joins[ep] = std::move(join);
+    m.channels[ep] = std::move(*ch);
+  }
+  PlanPeersMsg peers;
+  for (const auto& [ep, j] : joins)
+    peers.peers.push_back({j.side, j.rank, j.transport_address, j.remote_key});
+  const Bytes payload = peers.Encode();
+  for (auto& [ep, ch] : m.channels) {
+    Status s = ch->Send(PlanPeersMsg::kType, payload);
+    if (!s.ok()) return s.WithContext("sending the peer table to " + ep.ToString());
+  }
+  for (auto& [ep, ch] : m.channels) m.StartReader(ep, ch.get());
+  return Status::Ok();
+}
+
+Result<ReshardVersionReport> ReshardCoordinator::RunVersion(uint64_t version) {
+  Impl& m = *impl_;
+  ReshardVersionReport report;
+  report.version = version;
+  const auto deadline = Clock::now() + m.options.update_timeout;
+  std::set<Endpoint> ready, done, committed;
+  size_t sources = 0, destinations = 0;
+  for (const auto& [ep, ch] : m.channels) (ep.side == PlanSide::kSource ? sources : destinations)++;
+  std::string failure;
+  Clock::time_point begin{};
+  bool begun = false;
+  auto fail = [&](const std::string& why) {
+    if (failure.empty()) failure = why;
+  };
+  for (const Endpoint& ep : m.lost) fail(ep.ToString() + " is lost");
+  while (failure.empty() && done.size() < destinations) {
+    if (!begun && ready.size() == sources) {
+      begun = true;
+      begin = Clock::now();
+      m.SendAll(MessageType::kUpdateBegin, UpdateBeginMsg{version, 0, 0}.Encode(), false, true);
+      if (destinations == 0) break;
+    }
+    auto e = m.Next(deadline);
+    if (!e) {
+      fail("version " + std::to_string(version) + " not done within " +
+           std::to_string(m.options.update_timeout.count()) + " ms (" + std::to_string(ready.size()) + " of " +
+           std::to_string(sources) + " sources ready, " + std::to_string(done.size()) + " of " +
+           std::to_string(destinations) + " destinations verified)");
+      break;
+    }
+    const std::string who = e->from.ToString();
+    if (!e->message.ok()) {
+      m.lost.insert(e->from);
+      fail(who + ": control connection lost: " + e->message.status().message());
+      continue;
+    }
+    const ControlMessage& msg = *e->message;
+    if (msg.type == MessageType::kPlanReady) {
+      auto r = PlanReadyMsg::Decode(msg.payload);
+      if (r.ok() && r->version == version) ready.insert(e->from);
+    } else if (msg.type == MessageType::kChunksVerified) {
+      auto v = ChunksVerifiedMsg::Decode(msg.payload);
+      if (!v.ok() || v->version != version) continue;
+      done.insert(e->from);
+      report.destinations.push_back({e->from, true, v->count, v->bytes, v->retries, v->elapsed_ns * 1e-9, ""});
+      report.bytes += v->bytes;
+      report.seconds = std::chrono::duration<double>(Clock::now() - begin).count();
+    } else if (msg.type == MessageType::kUpdateFailed) {
+      auto f = UpdateFailedMsg::Decode(msg.payload);
+      if (!f.ok() || f->version != version) continue;
+      report.destinations.push_back({e->from, false, 0, 0, 0, 0, f->reason});
+      fail(who + ": " + f->reason);
+    }
+  }
+  if (!failure.empty()) {
+    report.reason = failure;
+    m.Log("reshard: version " + std::to_string(version) + " aborted: " + failure);
+    m.SendAll(MessageType::kAbort, AbortMsg{version, failure}.Encode(), true, true);
+    return report;
+  }
+  m.SendAll(MessageType::kCommit, CommitMsg{version}.Encode(), true, true);
+  report.committed = true;
+  // Wait (bounded) for every destination's flip so the next version never overlaps it.
+  const auto commit_deadline = Clock::now() + m.options.update_timeout;
+  while (committed.size() < destinations) {
+    auto e = m.Next(commit_deadline);
+    if (!e) break;
+    if (!e->message.ok()) {
+      m.lost.insert(e->from);
+      continue;
+    }
+    if (e->message->type == MessageType::kCommitted) committed.insert(e->from);
+  }
+  return report;
+}
+
+void ReshardCoordinator::Finish() {
+  impl_->SendAll(MessageType::kBye, {}, true, true);
+}
+
+}  // namespace weightport
