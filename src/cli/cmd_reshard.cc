@@ -1,0 +1,57 @@
+// weightport reshard: one rank of a plan, or the coordinator, in this process. M source ranks and N
+// destination ranks (each `--role src|dst --rank R`) and one `--role coordinator` compile the same
+// plan from the same placements, join the coordinator, and move --versions versions: version v of n
+// is the source model with a mask that vanishes at v = n (reshard_common.h), so the last one is the
+// model itself, and `--verify` checks every byte of every version at the destination.
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_common.h"
+#include "reshard_common.h"
+#include "reshard_run.h"
+#include "weightport/engine/reshard.h"
+
+namespace weightport::cli {
+namespace {
+
+int RunReshard(const ReshardOptions& o) {
+  Status s = o.role == "coordinator" ? RunReshardCoordinator(o) : RunReshardRank(o);
+  if (!s.ok()) return Fail("reshard", s);
+  return kExitOk;
+}
+
+}  // namespace
+
+Command AddReshardCommand(CLI::App& app) {
+  auto o = std::make_shared<ReshardOptions>();
+  auto* sub = app.add_subcommand(
+      "reshard",
+      "Run one rank of a resharding plan (source placement -> destination placement), or its\n"
+      "coordinator; every process is given the same placements and compiles the same plan");
+  sub->add_option("--role", o->role, "coordinator, src or dst")
+      ->check(CLI::IsMember({"coordinator", "src", "dst"}))
+      ->required();
+  sub->add_option("--rank", o->rank, "This process's rank on its side")->check(CLI::NonNegativeNumber);
+  sub->add_option("--src", o->plan.src_json, "Source Placement JSON")->required()->check(CLI::ExistingFile);
+  sub->add_option("--dst", o->plan.dst_json, "Destination Placement JSON")->required()->check(CLI::ExistingFile);
+  sub->add_option("--topology", o->plan.topology_json, "Topology JSON")->check(CLI::ExistingFile);
+  sub->add_option("--chunk-kb", o->chunk_kb, "Chunk size in KiB")->check(CLI::Range(4, 1 << 20))->capture_default_str();
+  sub->add_option("--fanout", o->plan.relay_fanout, "0: every destination from the sources; 1: relay chain; k: k-ary tree")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  sub->add_option("--coordinator", o->coordinator, "HOST:PORT the coordinator listens on")->required();
+  sub->add_option("--secret-file", o->secret_file, "Shared secret (mode 600)")->required();
+  o->source.AddOptions(*sub);
+  sub->add_option("--versions", o->versions, "Versions to move")->check(CLI::Range(1, 100000))->capture_default_str();
+  sub->add_option("--transport", o->transport, "shm, tcp or auto")
+      ->check(CLI::IsMember(kTransportChoices))
+      ->capture_default_str();
+  sub->add_option("--out", o->out, "A destination rank writes its shards here (safetensors) at the end");
+  sub->add_flag("--verify", o->verify, "A destination rank checks every byte of every version against the model");
+  sub->add_option("--timeout-s", o->timeout_s, "Bound on joining and on each version")->check(CLI::Range(1, 3600))->capture_default_str();
+  sub->add_flag("--json", o->json, "Print a machine-readable summary");
+  return {sub, [o] { return RunReshard(*o); }};
+}
+
+}  // namespace weightport::cli

@@ -1,0 +1,137 @@
+#include "reshard_common.h"
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "weightport/core/placement.h"
+#include "weightport/format/safetensors.h"
+#include "weightport/plan/planner.h"
+
+namespace weightport::cli {
+namespace {
+
+Result<nlohmann::json> ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound("cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (j.is_discarded()) return InvalidArgument(path + ": not JSON");
+  return j;
+}
+
+uint8_t Mask(uint64_t distance, uint64_t position) {
+  if (distance == 0) return 0;
+  return static_cast<uint8_t>((distance * 151 + position % 251) | 1);
+}
+
+// Calls visit(tensor_offset, packed_offset, length) for each run of the shard.
+void ForRuns(const Plan& plan, const PlannedShard& shard, const std::function<void(const SliceRun&)>& visit) {
+  const TensorMeta& t = plan.tensors[shard.tensor];
+  ForEachContiguousRun(shard.slice, t.shape, DTypeSize(t.dtype), visit).IgnoreError();  // valid: the plan is
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const Plan>> BuildReshardPlan(const ReshardPlanInputs& in) {
+  WP_ASSIGN_OR_RETURN(nlohmann::json sj, ReadJson(in.src_json));
+  WP_ASSIGN_OR_RETURN(nlohmann::json dj, ReadJson(in.dst_json));
+  auto src = Placement::FromJson(sj);
+  if (!src.ok()) return src.status().WithContext(in.src_json);
+  auto dst = Placement::FromJson(dj);
+  if (!dst.ok()) return dst.status().WithContext(in.dst_json);
+  Topology topology;
+  if (!in.topology_json.empty()) {
+    WP_ASSIGN_OR_RETURN(nlohmann::json tj, ReadJson(in.topology_json));
+    auto t = Topology::FromJson(tj);
+    if (!t.ok()) return t.status().WithContext(in.topology_json);
+    topology = std::move(*t);
+  }
+  PlanOptions options;
+  options.chunk_bytes = in.chunk_bytes;
+  options.relay_fanout = in.relay_fanout;
+  WP_ASSIGN_OR_RETURN(Plan plan, MakePlan(*src, *dst, topology, options));
+  return std::make_shared<const Plan>(std::move(plan));
+}
+
+Result<ModelBytes> LoadModelFor(const ModelSource& source, const Plan& plan) {
+  WP_ASSIGN_OR_RETURN(std::vector<TensorMeta> layout, ModelLayout(source));
+  ModelBytes m;
+  uint64_t total = 0;
+  std::map<std::string, const TensorMeta*> by_name;
+  for (const TensorMeta& t : layout) {
+    m.offset[t.name] = total;
+    by_name[t.name] = &t;
+    total += t.bytes;
+  }
+  for (const TensorMeta& t : plan.tensors) {
+    auto it = by_name.find(t.name);
+    if (it == by_name.end()) return NotFound(source.Describe() + " has no tensor '" + t.name + "' the plan moves");
+    if (it->second->dtype != t.dtype || it->second->shape != t.shape)
+      return InvalidArgument(source.Describe() + ": tensor '" + t.name + "' differs from the placements' (dtype or shape)");
+  }
+  m.bytes.resize(total);
+  WP_RETURN_IF_ERROR(LoadWeights(source, layout, m.bytes, nullptr));
+  return m;
+}
+
+void WriteShardVersion(const Plan& plan, const PlannedShard& shard, const ModelBytes& model, uint64_t version,
+                       uint64_t versions, std::span<std::byte> out) {
+  const std::byte* base = model.bytes.data() + model.offset.at(plan.tensors[shard.tensor].name);
+  const uint64_t distance = versions - version;
+  ForRuns(plan, shard, [&](const SliceRun& r) {
+    std::memcpy(out.data() + r.packed_offset, base + r.tensor_offset, r.length);
+    if (distance == 0) return;
+    for (uint64_t i = 0; i < r.length; ++i)
+      out[r.packed_offset + i] ^= std::byte(Mask(distance, r.tensor_offset + i));
+  });
+}
+
+Status CheckShardVersion(const Plan& plan, const PlannedShard& shard, const ModelBytes& model, uint64_t version,
+                         uint64_t versions, std::span<const std::byte> bytes) {
+  const TensorMeta& t = plan.tensors[shard.tensor];
+  const std::byte* base = model.bytes.data() + model.offset.at(t.name);
+  const uint64_t distance = versions - version;
+  int64_t bad = -1;
+  ForRuns(plan, shard, [&](const SliceRun& r) {
+    if (bad >= 0) return;
+    for (uint64_t i = 0; i < r.length; ++i)
+      if ((base[r.tensor_offset + i] ^ std::byte(Mask(distance, r.tensor_offset + i))) != bytes[r.packed_offset + i]) {
+        bad = static_cast<int64_t>(r.tensor_offset + i);
+        return;
+      }
+  });
+  if (bad < 0) return Status::Ok();
+  return DataLoss("tensor '" + t.name + "' " + shard.slice.ToString() + ": byte " + std::to_string(bad) +
+                  " of the tensor differs from version " + std::to_string(version));
+}
+
+Status WriteShardsFile(const std::string& path, const Plan& plan, const RankBuffer& buffer,
+                       const std::function<std::span<const std::byte>(size_t)>& shard_bytes) {
+  std::vector<TensorMeta> metas;
+  nlohmann::json index = nlohmann::json::array();
+  for (size_t i = 0; i < buffer.shards.size(); ++i) {
+    const PlannedShard& s = buffer.shards[i];
+    const TensorMeta& t = plan.tensors[s.tensor];
+    const std::string entry = t.name + ".shard" + std::to_string(i);
+    std::vector<int64_t> shape = s.slice.is_box() ? s.slice.box().length : std::vector<int64_t>{s.slice.flat().length};
+    WP_ASSIGN_OR_RETURN(TensorMeta m, TensorMeta::Make(entry, t.dtype, shape));
+    metas.push_back(std::move(m));
+    nlohmann::json e = {{"entry", entry}, {"tensor", t.name}};
+    if (s.slice.is_box()) {
+      e["start"] = s.slice.box().start;
+      e["length"] = s.slice.box().length;
+    } else {
+      e["flat"] = {s.slice.flat().start, s.slice.flat().length};
+    }
+    index.push_back(std::move(e));
+  }
+  WP_ASSIGN_OR_RETURN(SafetensorsWriter w, SafetensorsWriter::Create(path, metas, {{"weightport.shards", index.dump()}}));
+  for (size_t i = 0; i < buffer.shards.size(); ++i) WP_RETURN_IF_ERROR(w.Append(shard_bytes(i)));
+  return w.Finish();
+}
+
+}  // namespace weightport::cli

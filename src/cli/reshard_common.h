@@ -1,0 +1,52 @@
+// Pieces shared by `weightport reshard` and `demo --scenario reshard`: building the plan every rank
+// compiles, the content of each version, and writing a destination's shards.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "teleport_common.h"
+#include "weightport/core/status.h"
+#include "weightport/plan/plan.h"
+
+namespace weightport::cli {
+
+struct ReshardPlanInputs {
+  std::string src_json;  // Placement JSON files
+  std::string dst_json;
+  std::string topology_json;  // optional
+  uint64_t chunk_bytes = 4ull << 20;
+  int relay_fanout = 1;
+};
+// Reads the placements (and topology) and runs the planner: every rank given the same inputs
+// compiles the same plan (the coordinator checks digests).
+Result<std::shared_ptr<const Plan>> BuildReshardPlan(const ReshardPlanInputs& in);
+
+// The source model, whole, with each tensor's offset.
+struct ModelBytes {
+  std::vector<std::byte> bytes;
+  std::map<std::string, uint64_t> offset;
+};
+// Loads the model and checks it has every tensor of the plan with the same dtype and shape.
+Result<ModelBytes> LoadModelFor(const ModelSource& source, const Plan& plan);
+
+// Version v of n: the model with every byte changed by a mask that depends on (n - v) and the byte's
+// position, so each version differs and the last one is the model itself. Writes or checks the
+// packed bytes of one shard.
+void WriteShardVersion(const Plan& plan, const PlannedShard& shard, const ModelBytes& model, uint64_t version,
+                       uint64_t versions, std::span<std::byte> out);
+// OK when `bytes` hold version v of the shard; else DataLoss naming the tensor, slice and offset.
+Status CheckShardVersion(const Plan& plan, const PlannedShard& shard, const ModelBytes& model, uint64_t version,
+                         uint64_t versions, std::span<const std::byte> bytes);
+
+// Writes one rank's shards as safetensors: entry "<tensor>.shard<i>" with the slice's packed shape
+// (a box's lengths, a flat range's length), and metadata "weightport.shards": JSON
+// [{"entry", "tensor", "start", "length"} or {"entry", "tensor", "flat": [start, length]}].
+Status WriteShardsFile(const std::string& path, const Plan& plan, const RankBuffer& buffer,
+                       const std::function<std::span<const std::byte>(size_t)>& shard_bytes);
+
+}  // namespace weightport::cli

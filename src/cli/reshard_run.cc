@@ -1,0 +1,208 @@
+#include "reshard_run.h"
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include "cli_common.h"
+#include "weightport/engine/control_channel.h"
+#include "weightport/transport/progress_loop.h"
+
+namespace weightport::cli {
+namespace {
+
+using std::chrono::milliseconds;
+
+double Gbps(uint64_t bytes, double seconds) { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
+
+Result<std::shared_ptr<const Plan>> PlanOf(const ReshardOptions& o) {
+  ReshardPlanInputs in = o.plan;
+  in.chunk_bytes = o.chunk_kb << 10;
+  return BuildReshardPlan(in);
+}
+
+// A source: writes and publishes each version, then waits for the coordinator's verdict.
+Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, ReshardMember& member,
+                 nlohmann::ordered_json& report) {
+  const RankBuffer& buffer = *plan.Buffer(rank.endpoint());
+  WP_ASSIGN_OR_RETURN(ModelBytes model, LoadModelFor(o.source, plan));
+  const milliseconds wait(o.timeout_s * 1000LL);
+  uint64_t committed = 0;
+  for (uint64_t v = 1; v <= o.versions; ++v) {
+    for (size_t i = 0; i < buffer.shards.size(); ++i)
+      WriteShardVersion(plan, buffer.shards[i], model, v, o.versions, rank.shard_bytes(i));
+    const auto t0 = std::chrono::steady_clock::now();
+    WP_RETURN_IF_ERROR(rank.Publish(v));
+    const double hash_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    WP_RETURN_IF_ERROR(member.Ready(v));
+    WP_ASSIGN_OR_RETURN(ReshardMember::Event e, member.Next(wait));
+    if (e.kind == ReshardMember::Event::kBye) return Cancelled("the coordinator ended the run early");
+    const bool ok = e.kind == ReshardMember::Event::kCommit;
+    committed += ok;
+    report["versions"].push_back({{"version", v}, {"hash_s", hash_s}, {"committed", ok}, {"reason", e.reason}});
+  }
+  WP_ASSIGN_OR_RETURN(ReshardMember::Event bye, member.Next(wait));
+  (void)bye;
+  if (committed != o.versions) return Unavailable(std::to_string(o.versions - committed) + " version(s) aborted");
+  return Status::Ok();
+}
+
+// A destination: receives each version it is told to, commits or aborts as told.
+Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank, ReshardMember& member,
+                      nlohmann::ordered_json& report) {
+  const RankBuffer& buffer = *plan.Buffer(rank.endpoint());
+  ModelBytes model;
+  if (o.verify) {
+    WP_ASSIGN_OR_RETURN(model, LoadModelFor(o.source, plan));
+  }
+  const milliseconds wait(o.timeout_s * 1000LL);
+  Status problem;
+  uint64_t committed = 0;
+  while (true) {
+    WP_ASSIGN_OR_RETURN(ReshardMember::Event e, member.Next(wait));
+    if (e.kind == ReshardMember::Event::kBye) break;
+    if (e.kind == ReshardMember::Event::kBegin) {
+      auto r = rank.Receive(e.version);
+      if (r.ok()) {
+        WP_RETURN_IF_ERROR(member.Verified(*r));
+        const double s = std::chrono::duration<double>(r->elapsed).count();
+        report["versions"].push_back({{"version", e.version},
+                                      {"bytes", r->bytes},
+                                      {"chunks", r->chunks},
+                                      {"seconds", s},
+                                      {"gbps", Gbps(r->bytes, s)},
+                                      {"retries", r->corrupt_refetched + r->errors_retried}});
+      } else {
+        WP_RETURN_IF_ERROR(member.Failed(e.version, r.status().message()));
+        report["versions"].push_back({{"version", e.version}, {"error", r.status().message()}});
+      }
+    } else if (e.kind == ReshardMember::Event::kCommit) {
+      WP_RETURN_IF_ERROR(rank.Commit(e.version));
+      ++committed;
+      if (o.verify) {
+        Status check;
+        for (size_t i = 0; i < buffer.shards.size() && check.ok(); ++i)
+          check = CheckShardVersion(plan, buffer.shards[i], model, e.version, o.versions, rank.shard_bytes(i));
+        if (!report["versions"].empty()) report["versions"].back()["verified"] = check.ok();
+        if (!check.ok() && problem.ok()) problem = check;
+      }
+      WP_RETURN_IF_ERROR(member.Committed(e.version));
+    } else {
+      rank.Abort(e.version);
+      if (problem.ok()) problem = Unavailable("version " + std::to_string(e.version) + " aborted: " + e.reason);
+    }
+  }
+  report["committed"] = committed;
+  if (!o.out.empty())
+    WP_RETURN_IF_ERROR(WriteShardsFile(o.out, plan, buffer, [&](size_t i) {
+      auto b = rank.shard_bytes(i);
+      return std::span<const std::byte>(b.data(), b.size());
+    }));
+  return problem;
+}
+
+}  // namespace
+
+std::vector<Endpoint> PlanRanks(const Plan& plan) {
+  std::vector<Endpoint> out;
+  for (const RankBuffer& b : plan.sources) out.push_back(b.endpoint);
+  for (const RankBuffer& b : plan.destinations) out.push_back(b.endpoint);
+  return out;
+}
+
+Status RunReshardRank(const ReshardOptions& o) {
+  WP_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, PlanOf(o));
+  const Endpoint me{o.role == "src" ? PlanSide::kSource : PlanSide::kDestination, o.rank};
+  WP_ASSIGN_OR_RETURN(TransportFactory factory, MakeTransportFactory(o.transport));
+  WP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, factory(ReshardName(me)));
+  ProgressLoop loop(std::move(transport));
+  PlanRankOptions ro;
+  ro.timeout = milliseconds(o.timeout_s * 1000LL);
+  WP_ASSIGN_OR_RETURN(std::unique_ptr<PlanRank> rank, PlanRank::Create(plan, me, loop, ro));
+  WP_ASSIGN_OR_RETURN(Secret secret, LoadSecret(o.secret_file, false));
+  WP_ASSIGN_OR_RETURN(std::unique_ptr<ReshardMember> member,
+                      ReshardMember::Join(o.coordinator, secret, *rank, milliseconds(o.timeout_s * 1000LL)));
+  nlohmann::ordered_json report = {{"role", o.role}, {"rank", o.rank}, {"versions", nlohmann::json::array()}};
+  Status s = me.side == PlanSide::kSource ? RunSource(o, *plan, *rank, *member, report)
+                                          : RunDestination(o, *plan, *rank, *member, report);
+  report["ok"] = s.ok();
+  if (!s.ok()) report["error"] = s.message();
+  if (o.json) {
+    std::cout << report.dump() << std::endl;
+  } else {
+    for (const auto& v : report["versions"]) std::cout << me.ToString() << ": " << v.dump() << std::endl;
+  }
+  member.reset();
+  rank.reset();
+  loop.Stop();
+  return s;
+}
+
+Result<nlohmann::ordered_json> CoordinateVersions(ReshardCoordinator& coordinator, uint64_t versions,
+                                                  const std::function<void(const std::string&)>& say,
+                                                  bool& all_committed) {
+  nlohmann::ordered_json out = nlohmann::json::array();
+  all_committed = true;
+  for (uint64_t v = 1; v <= versions; ++v) {
+    WP_ASSIGN_OR_RETURN(ReshardVersionReport r, coordinator.RunVersion(v));
+    all_committed = all_committed && r.committed;
+    nlohmann::ordered_json j = {{"version", v},
+                                {"committed", r.committed},
+                                {"bytes", r.bytes},
+                                {"seconds", r.seconds},
+                                {"gbps", Gbps(r.bytes, r.seconds)}};
+    if (!r.committed) j["reason"] = r.reason;
+    uint64_t retries = 0;
+    nlohmann::ordered_json dsts = nlohmann::json::array();
+    for (const auto& d : r.destinations) {
+      retries += d.retries;
+      dsts.push_back({{"rank", d.endpoint.rank},
+                      {"ok", d.ok},
+                      {"bytes", d.bytes},
+                      {"seconds", d.seconds},
+                      {"gbps", Gbps(d.bytes, d.seconds)},
+                      {"retries", d.retries}});
+    }
+    j["retries"] = retries;
+    j["destinations"] = dsts;
+    char line[256];
+    std::snprintf(line, sizeof line, "version %llu: %s, %s in %.3f s, %.2f GB/s over %zu destinations, %llu retries",
+                  static_cast<unsigned long long>(v), r.committed ? "committed" : "ABORTED", HumanBytes(r.bytes).c_str(),
+                  r.seconds, Gbps(r.bytes, r.seconds), r.destinations.size(), static_cast<unsigned long long>(retries));
+    say(std::string(line) + (r.committed ? "" : ": " + r.reason));
+    out.push_back(std::move(j));
+  }
+  coordinator.Finish();
+  return out;
+}
+
+Status RunReshardCoordinator(const ReshardOptions& o) {
+  WP_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, PlanOf(o));
+  WP_ASSIGN_OR_RETURN(Secret secret, LoadSecret(o.secret_file, false));
+  WP_ASSIGN_OR_RETURN(auto hp, ParseHostPort(o.coordinator, "127.0.0.1"));
+  WP_ASSIGN_OR_RETURN(auto listener, ControlListener::Listen(hp.first, hp.second, "reshard-coordinator", secret));
+  ReshardCoordinatorOptions co;
+  co.plan_digest = plan->Digest();
+  co.ranks = PlanRanks(*plan);
+  co.join_timeout = co.update_timeout = milliseconds(o.timeout_s * 1000LL);
+  co.log = [&](std::string line) {
+    if (!o.json) std::cerr << line << std::endl;
+  };
+  ReshardCoordinator coordinator(std::move(listener), co);
+  if (!o.json)
+    std::cout << "coordinator at " << coordinator.address() << ": " << plan->sources.size() << " source and "
+              << plan->destinations.size() << " destination ranks, " << plan->steps.size() << " steps, "
+              << HumanBytes(plan->TotalBytes()) << " per version" << std::endl;
+  WP_RETURN_IF_ERROR(coordinator.WaitForJoins());
+  bool all = false;
+  WP_ASSIGN_OR_RETURN(auto versions, CoordinateVersions(coordinator, o.versions, [&](const std::string& l) {
+                        if (!o.json) std::cout << l << std::endl;
+                      }, all));
+  if (o.json)
+    std::cout << nlohmann::ordered_json{{"plan_digest", plan->Digest()}, {"versions", versions}, {"ok", all}}.dump()
+              << std::endl;
+  if (!all) return Unavailable("some versions were aborted");
+  return Status::Ok();
+}
+
+}  // namespace weightport::cli

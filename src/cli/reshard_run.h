@@ -1,0 +1,43 @@
+// The processes of `weightport reshard`: a rank (source or destination) and the coordinator.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "reshard_common.h"
+#include "weightport/engine/reshard.h"
+
+namespace weightport::cli {
+
+struct ReshardOptions {
+  std::string role;
+  int rank = 0;
+  ReshardPlanInputs plan;
+  uint64_t chunk_kb = 4096;
+  std::string coordinator;
+  std::string secret_file;
+  ModelSource source;
+  uint64_t versions = 3;
+  std::string transport = "shm";
+  std::string out;
+  bool verify = false;
+  int timeout_s = 120;
+  bool json = false;
+};
+
+// A source or destination rank: joins, moves the versions, prints its report.
+Status RunReshardRank(const ReshardOptions& o);
+// The coordinator on its own.
+Status RunReshardCoordinator(const ReshardOptions& o);
+
+// Runs the coordinator's part on an already built plan and listener (shared with the demo).
+// `say` gets one line per version; the JSON array holds one object per version.
+Result<nlohmann::ordered_json> CoordinateVersions(ReshardCoordinator& coordinator, uint64_t versions,
+                                                  const std::function<void(const std::string&)>& say,
+                                                  bool& all_committed);
+// Every rank of a plan, sources first.
+std::vector<Endpoint> PlanRanks(const Plan& plan);
+
+}  // namespace weightport::cli
