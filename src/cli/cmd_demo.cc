@@ -15,6 +15,8 @@
 #include <thread>
 
 #include "cli_common.h"
+#include "demo_children.h"
+#include "demo_reshard.h"
 #include "publish_loop.h"
 #include "teleport_common.h"
 #include "weightport/engine/versioned_store.h"
@@ -36,69 +38,10 @@ struct DemoOptions {
   bool keep = false;
   bool no_verify = false;
   bool json = false;
+  std::string scenario = "publish";
+  int fanout = 1;
 };
 
-struct Child {
-  std::string name;
-  pid_t pid = -1;
-  std::string log;
-  int exit_code = -1;
-  uint64_t peak_rss = 0;          // from wait4: includes the publisher's shared pages it read
-  uint64_t peak_private_rss = 0;  // its own memory, from its --json summary
-};
-
-// Starts `weightport subscribe ...` with stdout and stderr into `log`.
-Result<pid_t> Spawn(const std::vector<std::string>& args, const std::string& log) {
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoError("cannot create " + log, errno);
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(fd);
-    return ErrnoError("fork", errno);
-  }
-  if (pid == 0) {
-    dup2(fd, STDOUT_FILENO);
-    dup2(fd, STDERR_FILENO);
-    execv("/proc/self/exe", argv.data());
-    _exit(127);
-  }
-  close(fd);
-  return pid;
-}
-
-// Waits for a child up to `timeout`, then kills it. Records its exit code and peak RSS.
-void Reap(Child& c, milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  rusage usage{};
-  int status = 0;
-  while (c.pid > 0) {
-    const pid_t r = wait4(c.pid, &status, WNOHANG, &usage);
-    if (r == c.pid) break;
-    if (r < 0) return;
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(c.pid, SIGKILL);
-      wait4(c.pid, &status, 0, &usage);
-      break;
-    }
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  c.pid = -1;
-  c.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  c.peak_rss = static_cast<uint64_t>(usage.ru_maxrss) * 1024;
-}
-
-std::string Tail(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
-  return s.size() > 2000 ? s.substr(s.size() - 2000) : s;
-}
-
-// A subscriber's peak private memory, from the --json summary at the end of its log.
 Result<uint64_t> PrivatePeakFromSummary(const std::string& log) {
   std::ifstream in(log);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -111,6 +54,13 @@ Result<uint64_t> PrivatePeakFromSummary(const std::string& log) {
 }
 
 Result<nlohmann::ordered_json> Demo(const DemoOptions& o, const fs::path& dir, std::vector<Child>& children) {
+  if (o.scenario == "reshard")
+    return ReshardDemo({.source = o.source,
+                        .versions = o.versions,
+                        .transport = o.transport,
+                        .fanout = o.fanout,
+                        .json = o.json},
+                       dir, children);
   auto say = [&](const std::string& line) {
     if (!o.json) std::cout << line << std::endl;
   };
@@ -263,6 +213,14 @@ Command AddDemoCommand(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--no-verify", o->no_verify,
                 "Subscribers skip the hash check of each chunk (measures the transport alone)");
+  sub->add_option("--scenario", o->scenario,
+                  "publish: one publisher, --subscribers subscribers; reshard: 4 FSDP source ranks feed 2\n"
+                  "replicas x TP 2 destination ranks, each its own process, through a plan")
+      ->check(CLI::IsMember({"publish", "reshard"}))
+      ->capture_default_str();
+  sub->add_option("--fanout", o->fanout, "reshard: 0 every destination from the sources, 1 relay chain, k tree")
+      ->check(CLI::Range(0, 8))
+      ->capture_default_str();
   sub->add_flag("--keep", o->keep, "Keep the work directory (secret, subscriber logs)");
   sub->add_flag("--json", o->json, "Print a machine-readable summary");
   return {sub, [o] { return RunDemo(*o); }};

@@ -1,0 +1,117 @@
+#include "demo_reshard.h"
+
+#include <fstream>
+#include <iostream>
+
+#include "cli_common.h"
+#include "reshard_run.h"
+#include "weightport/core/placement_builders.h"
+#include "weightport/engine/control_channel.h"
+
+namespace weightport::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+
+constexpr int kSources = 4;
+constexpr int kReplicas = 2;
+constexpr int kTp = 2;
+
+Status WriteText(const fs::path& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  if (!out) return IoError("cannot write " + path.string());
+  return Status::Ok();
+}
+
+std::vector<std::string> ModelArgs(const ModelSource& s) {
+  if (!s.model_dir.empty()) return {"--model", s.model_dir};
+  std::vector<std::string> a = {"--preset", s.preset, "--arch", s.arch, "--seed", std::to_string(s.seed)};
+  if (s.model_bytes > 0) a.insert(a.end(), {"--model-bytes", std::to_string(s.model_bytes)});
+  return a;
+}
+
+}  // namespace
+
+Result<nlohmann::ordered_json> ReshardDemo(const ReshardDemoOptions& o, const fs::path& dir,
+                                           std::vector<Child>& children) {
+  auto say = [&](const std::string& line) {
+    if (!o.json) std::cout << line << std::endl;
+  };
+  WP_ASSIGN_OR_RETURN(std::vector<TensorMeta> layout, ModelLayout(o.source));
+  WP_ASSIGN_OR_RETURN(Placement src, FsdpFlat(layout, kSources));
+  std::vector<MeshAxis> axes = {ReplicaAxis("dp", kReplicas), TensorParallelAxis("tp", kTp)};
+  WP_ASSIGN_OR_RETURN(Placement dst, BuildMesh(layout, axes));
+  WP_RETURN_IF_ERROR(WriteText(dir / "src.json", src.ToJson().dump()));
+  WP_RETURN_IF_ERROR(WriteText(dir / "dst.json", dst.ToJson().dump()));
+  ReshardPlanInputs in{(dir / "src.json").string(), (dir / "dst.json").string(), "", 4ull << 20, o.fanout};
+  WP_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, BuildReshardPlan(in));
+  const std::string secret_path = (dir / "secret").string();
+  WP_ASSIGN_OR_RETURN(Secret secret, LoadSecret(secret_path, /*create_if_missing=*/true));
+  WP_ASSIGN_OR_RETURN(auto listener, ControlListener::Listen("127.0.0.1", 0, "reshard-coordinator", secret));
+  ReshardCoordinatorOptions co;
+  co.plan_digest = plan->Digest();
+  co.ranks = PlanRanks(*plan);
+  co.join_timeout = milliseconds(120'000);
+  co.update_timeout = milliseconds(300'000);
+  co.log = [&](std::string line) {
+    if (!o.json && line.find("joined") == std::string::npos) std::cerr << "  coordinator: " << line << std::endl;
+  };
+  ReshardCoordinator coordinator(std::move(listener), co);
+  say("[1/3] " + o.source.Describe() + ": " + std::to_string(layout.size()) + " tensors, " +
+      HumanBytes(plan->DestinationBytes()) + " to deliver per version; FSDP flat over " + std::to_string(kSources) +
+      " source ranks -> " + std::to_string(kReplicas) + " replicas x TP " + std::to_string(kTp) + "; " +
+      std::to_string(plan->steps.size()) + " steps, relay fan-out " + std::to_string(o.fanout));
+
+  say("[2/3] starting " + std::to_string(co.ranks.size()) + " rank processes (" + o.transport +
+      "); coordinator at " + coordinator.address());
+  for (const Endpoint& ep : co.ranks) {
+    const bool is_src = ep.side == PlanSide::kSource;
+    Child c{.name = ReshardName(ep), .log = (dir / (ReshardName(ep) + ".log")).string()};
+    std::vector<std::string> args = {"weightport",  "reshard",          "--role",       is_src ? "src" : "dst",
+                                     "--rank",      std::to_string(ep.rank), "--src",    in.src_json,
+                                     "--dst",       in.dst_json,        "--fanout",     std::to_string(o.fanout),
+                                     "--coordinator", coordinator.address(), "--secret-file", secret_path,
+                                     "--versions",  std::to_string(o.versions), "--transport", o.transport,
+                                     "--timeout-s", "300",              "--json"};
+    auto model = ModelArgs(o.source);
+    args.insert(args.end(), model.begin(), model.end());
+    if (!is_src) args.push_back("--verify");
+    WP_ASSIGN_OR_RETURN(c.pid, Spawn(args, c.log));
+    children.push_back(std::move(c));
+  }
+  Status joined = coordinator.WaitForJoins();
+  if (!joined.ok()) {
+    for (Child& c : children) Reap(c, milliseconds(1));
+    std::string logs;
+    for (const Child& c : children)
+      if (c.exit_code != 0) logs += "\n" + c.name + ":\n" + Tail(c.log);
+    return joined.WithContext(logs);
+  }
+
+  say("[3/3] moving " + std::to_string(o.versions) + " versions; each destination checks every byte of each");
+  bool all = false;
+  WP_ASSIGN_OR_RETURN(nlohmann::ordered_json versions,
+                      CoordinateVersions(coordinator, o.versions, [&](const std::string& l) { say("      " + l); }, all));
+  for (Child& c : children) Reap(c, milliseconds(60'000));
+  for (const Child& c : children)
+    if (c.exit_code != 0)
+      return Internal(c.name + " exited with " + std::to_string(c.exit_code) + ":\n" + Tail(c.log));
+  if (!all) return Unavailable("some versions were aborted");
+  say("every destination byte of every version matched the source model");
+  return nlohmann::ordered_json{{"scenario", "reshard"},
+                                {"model", o.source.Describe()},
+                                {"sources", kSources},
+                                {"destinations", kReplicas * kTp},
+                                {"source_layout", "fsdp-flat 4"},
+                                {"destination_layout", "2 replicas x tp 2"},
+                                {"fanout", o.fanout},
+                                {"transport", o.transport},
+                                {"plan_steps", plan->steps.size()},
+                                {"bytes_per_version", plan->TotalBytes()},
+                                {"verified", true},
+                                {"versions", versions}};
+}
+
+}  // namespace weightport::cli
