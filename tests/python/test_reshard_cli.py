@@ -1,0 +1,212 @@
+"""End-to-end checks of `weightport reshard`: M source processes and N destination processes with
+different layouts run one plan under a coordinator process; every destination writes the shards it
+ended with, and every byte must equal the matching slice of the source checkpoint (read with the
+reference `safetensors` package). Also: a rank that compiled a different plan is refused by name.
+
+Every process started here is stopped by its pid; every wait is bounded.
+"""
+import json
+import os
+import pathlib
+import secrets
+import socket
+import subprocess
+
+import pytest
+
+np = pytest.importorskip("numpy")
+safetensors = pytest.importorskip("safetensors")
+import safetensors.numpy  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+BIN = pathlib.Path(os.environ.get("WEIGHTPORT_BIN", REPO / "build" / "weightport"))
+TIMEOUT = 180
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_secret(path):
+    path.write_bytes(secrets.token_bytes(32))
+    path.chmod(0o600)
+    return path
+
+
+class Procs:
+    def __init__(self):
+        self.procs = []
+
+    def start(self, *args):
+        p = subprocess.Popen([str(BIN), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+        self.procs.append(p)
+        return p
+
+    def finish(self, p, timeout=TIMEOUT):
+        out, _ = p.communicate(timeout=timeout)
+        return p.returncode, out
+
+    def stop_all(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+
+
+@pytest.fixture
+def procs():
+    p = Procs()
+    yield p
+    p.stop_all()
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    out = tmp_path_factory.mktemp("model")
+    gen = subprocess.run([str(BIN), "gen-model", "--preset", "tiny", "--dtype", "f16", "-q", "--out", str(out)],
+                         capture_output=True, text=True, timeout=TIMEOUT)
+    assert gen.returncode == 0, gen.stdout + gen.stderr
+    tensors = {}
+    for f in sorted(out.glob("*.safetensors")):
+        tensors.update(safetensors.numpy.load_file(str(f)))
+    return out, tensors
+
+
+def split(extent, parts):
+    """Megatron-style: the first extent % parts parts get one more."""
+    base, extra = divmod(extent, parts)
+    out, start = [], 0
+    for i in range(parts):
+        n = base + (1 if i < extra else 0)
+        out.append((start, n))
+        start += n
+    return out
+
+
+def table(tensors):
+    return [{"name": n, "dtype": "f16", "shape": list(a.shape)} for n, a in sorted(tensors.items())]
+
+
+def rows_placement(tensors, ranks):
+    """Each rank holds a block of dim 0 of every tensor."""
+    out = []
+    for r in range(ranks):
+        shards = []
+        for name, a in sorted(tensors.items()):
+            start, n = split(a.shape[0], ranks)[r]
+            shards.append({"tensor": name, "start": [start] + [0] * (a.ndim - 1), "length": [n] + list(a.shape[1:])})
+        out.append({"rank": r, "shards": shards})
+    return {"tensors": table(tensors), "ranks": out}
+
+
+def flat_placement(tensors, ranks):
+    """FSDP-like: each rank holds a contiguous range of every tensor's flat elements."""
+    out = []
+    for r in range(ranks):
+        shards = []
+        for name, a in sorted(tensors.items()):
+            start, n = split(a.size, ranks)[r]
+            shards.append({"tensor": name, "flat": [start, n]})
+        out.append({"rank": r, "shards": shards})
+    return {"tensors": table(tensors), "ranks": out}
+
+
+def columns_replicated(tensors, replicas, tp):
+    """`replicas` copies of a split of the last dim over `tp` ranks; 1-D tensors whole on each."""
+    out = []
+    for rep in range(replicas):
+        for t in range(tp):
+            shards = []
+            for name, a in sorted(tensors.items()):
+                if a.ndim < 2:
+                    shards.append({"tensor": name, "start": [0], "length": [a.shape[0]]})
+                    continue
+                start, n = split(a.shape[-1], tp)[t]
+                shards.append({"tensor": name, "start": [0] * (a.ndim - 1) + [start],
+                               "length": list(a.shape[:-1]) + [n]})
+            out.append({"rank": rep * tp + t, "shards": shards})
+    return {"tensors": table(tensors), "ranks": out}
+
+
+def check_out(path, source):
+    got = safetensors.numpy.load_file(str(path))
+    with safetensors.safe_open(str(path), framework="np") as f:
+        index = json.loads(f.metadata()["weightport.shards"])
+    assert len(index) == len(got)
+    for e in index:
+        whole = source[e["tensor"]]
+        if "flat" in e:
+            start, n = e["flat"]
+            expected = whole.reshape(-1)[start:start + n]
+        else:
+            expected = whole[tuple(slice(s, s + n) for s, n in zip(e["start"], e["length"]))]
+        assert got[e["entry"]].tobytes() == np.ascontiguousarray(expected).tobytes(), e["entry"]
+    return len(index)
+
+
+def run_plan(tmp_path, procs, model_dir, src, dst, transport, fanout, versions=3):
+    (tmp_path / "src.json").write_text(json.dumps(src))
+    (tmp_path / "dst.json").write_text(json.dumps(dst))
+    secret = write_secret(tmp_path / "secret")
+    port = free_port()
+    common = ["--src", tmp_path / "src.json", "--dst", tmp_path / "dst.json", "--coordinator", f"127.0.0.1:{port}",
+              "--secret-file", secret, "--versions", versions, "--transport", transport, "--chunk-kb", "64",
+              "--fanout", fanout, "--timeout-s", "120", "--json"]
+    coord = procs.start("reshard", "--role", "coordinator", *common)
+    ranks = [procs.start("reshard", "--role", "src", "--rank", r["rank"], "--model", model_dir, *common)
+             for r in src["ranks"]]
+    outs = {r["rank"]: tmp_path / f"dst{r['rank']}.safetensors" for r in dst["ranks"]}
+    dsts = [procs.start("reshard", "--role", "dst", "--rank", r, "--model", model_dir, "--verify", "--out", o, *common)
+            for r, o in outs.items()]
+    code, out = procs.finish(coord)
+    assert code == 0, out
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert [v["committed"] for v in summary["versions"]] == [True] * versions
+    for p in ranks + dsts:
+        code, out = procs.finish(p)
+        assert code == 0, out
+        report = json.loads(out.strip().splitlines()[-1])
+        assert report["ok"], report
+    return outs, summary
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_rows_to_flat_every_byte(tmp_path, procs, model, transport):
+    model_dir, source = model
+    outs, summary = run_plan(tmp_path, procs, model_dir, rows_placement(source, 2), flat_placement(source, 3),
+                             transport, fanout=0)
+    assert summary["versions"][-1]["bytes"] == sum(a.nbytes for a in source.values())
+    for path in outs.values():
+        assert check_out(path, source) == len(source)
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_flat_to_replicated_columns_through_relays(tmp_path, procs, model, transport):
+    model_dir, source = model
+    outs, summary = run_plan(tmp_path, procs, model_dir, flat_placement(source, 3),
+                             columns_replicated(source, 2, 2), transport, fanout=1)
+    assert summary["versions"][-1]["bytes"] == 2 * sum(a.nbytes for a in source.values())
+    for path in outs.values():
+        check_out(path, source)
+
+
+def test_rank_with_a_different_plan_is_refused_by_name(tmp_path, procs, model):
+    model_dir, source = model
+    src, dst = rows_placement(source, 1), rows_placement(source, 1)
+    (tmp_path / "src.json").write_text(json.dumps(src))
+    (tmp_path / "dst.json").write_text(json.dumps(dst))
+    (tmp_path / "other.json").write_text(json.dumps(flat_placement(source, 1)))
+    secret = write_secret(tmp_path / "secret")
+    port = free_port()
+    common = ["--coordinator", f"127.0.0.1:{port}", "--secret-file", secret, "--versions", "1", "--timeout-s", "5"]
+    coord = procs.start("reshard", "--role", "coordinator", "--src", tmp_path / "src.json", "--dst",
+                        tmp_path / "dst.json", *common)
+    bad = procs.start("reshard", "--role", "dst", "--rank", "0", "--src", tmp_path / "src.json", "--dst",
+                      tmp_path / "other.json", "--model", model_dir, *common)
+    code, out = procs.finish(bad)
+    assert code == 1 and "refused" in out and "dst rank 0" in out, out
+    code, out = procs.finish(coord)
+    assert code == 1 and "dst rank 0" in out and "different plan" in out, out
