@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <thread>
 
 #include "cli_common.h"
 #include "weightport/engine/control_channel.h"
@@ -120,11 +121,20 @@ Status RunReshardRank(const ReshardOptions& o) {
   ro.timeout = milliseconds(o.timeout_s * 1000LL);
   WP_ASSIGN_OR_RETURN(std::unique_ptr<PlanRank> rank, PlanRank::Create(plan, me, loop, ro));
   WP_ASSIGN_OR_RETURN(Secret secret, LoadSecret(o.secret_file, false));
-  WP_ASSIGN_OR_RETURN(std::unique_ptr<ReshardMember> member,
-                      ReshardMember::Join(o.coordinator, secret, *rank, milliseconds(o.timeout_s * 1000LL)));
+  // The coordinator may not listen yet: retry a refused or failed connection until the timeout; a
+  // refusal by the coordinator itself (wrong secret, different plan) is final.
+  const auto deadline = std::chrono::steady_clock::now() + milliseconds(o.timeout_s * 1000LL);
+  auto member = ReshardMember::Join(o.coordinator, secret, *rank, milliseconds(o.timeout_s * 1000LL));
+  while (!member.ok() &&
+         (member.status().code() == StatusCode::kUnavailable || member.status().code() == StatusCode::kIoError) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(200));
+    member = ReshardMember::Join(o.coordinator, secret, *rank, milliseconds(o.timeout_s * 1000LL));
+  }
+  if (!member.ok()) return member.status();
   nlohmann::ordered_json report = {{"role", o.role}, {"rank", o.rank}, {"versions", nlohmann::json::array()}};
-  Status s = me.side == PlanSide::kSource ? RunSource(o, *plan, *rank, *member, report)
-                                          : RunDestination(o, *plan, *rank, *member, report);
+  Status s = me.side == PlanSide::kSource ? RunSource(o, *plan, *rank, **member, report)
+                                          : RunDestination(o, *plan, *rank, **member, report);
   report["ok"] = s.ok();
   if (!s.ok()) report["error"] = s.message();
   if (o.json) {
@@ -132,7 +142,7 @@ Status RunReshardRank(const ReshardOptions& o) {
   } else {
     for (const auto& v : report["versions"]) std::cout << me.ToString() << ": " << v.dump() << std::endl;
   }
-  member.reset();
+  member = Status(Cancelled("done"));  // closes the control connection before the rank goes
   rank.reset();
   loop.Stop();
   return s;
