@@ -83,7 +83,9 @@ int Run(int argc, char** argv) {
   int sources = 4, replicas = 2, tp = 2, fanout = 1, versions = 5;
   bool json = false;
   app.add_option("--preset", preset, "Synthetic model: tiny, small, 1b")->capture_default_str();
-  app.add_option("--transport", transport, "fake or shm")->check(CLI::IsMember({"fake", "shm"}))->capture_default_str();
+  app.add_option("--transport", transport, "fake or shm")
+      ->check(CLI::IsMember({"fake", "shm"}))
+      ->capture_default_str();
   app.add_option("--sources", sources, "FSDP flat source ranks")->capture_default_str();
   app.add_option("--replicas", replicas, "Destination replicas")->capture_default_str();
   app.add_option("--tp", tp, "Destination TP degree")->capture_default_str();
@@ -184,9 +186,10 @@ int Run(int argc, char** argv) {
     std::printf("%s model, %s transport, %zu steps, %s per version (median of %d)\n", preset.c_str(),
                 transport.c_str(), (*first)->steps.size(), HumanSize(bytes).c_str(), versions);
     std::printf("  replay (compiled once):  %.4f s\n", r.median);
-    std::printf("  from scratch:            %.4f s  (plan %.4f, create+register %.4f, connect %.4f, transfer %.4f)\n",
-                s.median, Summarize(plan_s).median, Summarize(create_s).median, Summarize(connect_s).median,
-                Summarize(transfer_s).median);
+    std::printf(
+        "  from scratch:            %.4f s  (plan %.4f, create+register %.4f, connect %.4f, transfer %.4f)\n",
+        s.median, Summarize(plan_s).median, Summarize(create_s).median, Summarize(connect_s).median,
+        Summarize(transfer_s).median);
     std::printf("  saved per version:       %.4f s\n", s.median - r.median);
   }
   return 0;

@@ -218,7 +218,8 @@ Command AddDemoCommand(CLI::App& app) {
                   "replicas x TP 2 destination ranks, each its own process, through a plan")
       ->check(CLI::IsMember({"publish", "reshard"}))
       ->capture_default_str();
-  sub->add_option("--fanout", o->fanout, "reshard: 0 every destination from the sources, 1 relay chain, k tree")
+  sub->add_option("--fanout", o->fanout,
+                  "reshard: 0 every destination from the sources, 1 relay chain, k tree")
       ->check(CLI::Range(0, 8))
       ->capture_default_str();
   sub->add_flag("--keep", o->keep, "Keep the work directory (secret, subscriber logs)");

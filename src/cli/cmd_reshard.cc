@@ -34,22 +34,32 @@ Command AddReshardCommand(CLI::App& app) {
       ->required();
   sub->add_option("--rank", o->rank, "This process's rank on its side")->check(CLI::NonNegativeNumber);
   sub->add_option("--src", o->plan.src_json, "Source Placement JSON")->required()->check(CLI::ExistingFile);
-  sub->add_option("--dst", o->plan.dst_json, "Destination Placement JSON")->required()->check(CLI::ExistingFile);
+  sub->add_option("--dst", o->plan.dst_json, "Destination Placement JSON")
+      ->required()
+      ->check(CLI::ExistingFile);
   sub->add_option("--topology", o->plan.topology_json, "Topology JSON")->check(CLI::ExistingFile);
-  sub->add_option("--chunk-kb", o->chunk_kb, "Chunk size in KiB")->check(CLI::Range(4, 1 << 20))->capture_default_str();
-  sub->add_option("--fanout", o->plan.relay_fanout, "0: every destination from the sources; 1: relay chain; k: k-ary tree")
+  sub->add_option("--chunk-kb", o->chunk_kb, "Chunk size in KiB")
+      ->check(CLI::Range(4, 1 << 20))
+      ->capture_default_str();
+  sub->add_option("--fanout", o->plan.relay_fanout,
+                  "0: every destination from the sources; 1: relay chain; k: k-ary tree")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
   sub->add_option("--coordinator", o->coordinator, "HOST:PORT the coordinator listens on")->required();
   sub->add_option("--secret-file", o->secret_file, "Shared secret (mode 600)")->required();
   o->source.AddOptions(*sub);
-  sub->add_option("--versions", o->versions, "Versions to move")->check(CLI::Range(1, 100000))->capture_default_str();
+  sub->add_option("--versions", o->versions, "Versions to move")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
   sub->add_option("--transport", o->transport, "shm, tcp or auto")
       ->check(CLI::IsMember(kTransportChoices))
       ->capture_default_str();
   sub->add_option("--out", o->out, "A destination rank writes its shards here (safetensors) at the end");
-  sub->add_flag("--verify", o->verify, "A destination rank checks every byte of every version against the model");
-  sub->add_option("--timeout-s", o->timeout_s, "Bound on joining and on each version")->check(CLI::Range(1, 3600))->capture_default_str();
+  sub->add_flag("--verify", o->verify,
+                "A destination rank checks every byte of every version against the model");
+  sub->add_option("--timeout-s", o->timeout_s, "Bound on joining and on each version")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
   sub->add_flag("--json", o->json, "Print a machine-readable summary");
   return {sub, [o] { return RunReshard(*o); }};
 }

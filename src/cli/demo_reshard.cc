@@ -56,25 +56,33 @@ Result<nlohmann::ordered_json> ReshardDemo(const ReshardDemoOptions& o, const fs
   co.join_timeout = milliseconds(120'000);
   co.update_timeout = milliseconds(300'000);
   co.log = [&](std::string line) {
-    if (!o.json && line.find("joined") == std::string::npos) std::cerr << "  coordinator: " << line << std::endl;
+    if (!o.json && line.find("joined") == std::string::npos)
+      std::cerr << "  coordinator: " << line << std::endl;
   };
   ReshardCoordinator coordinator(std::move(listener), co);
   say("[1/3] " + o.source.Describe() + ": " + std::to_string(layout.size()) + " tensors, " +
-      HumanBytes(plan->DestinationBytes()) + " to deliver per version; FSDP flat over " + std::to_string(kSources) +
-      " source ranks -> " + std::to_string(kReplicas) + " replicas x TP " + std::to_string(kTp) + "; " +
-      std::to_string(plan->steps.size()) + " steps, relay fan-out " + std::to_string(o.fanout));
+      HumanBytes(plan->DestinationBytes()) + " to deliver per version; FSDP flat over " +
+      std::to_string(kSources) + " source ranks -> " + std::to_string(kReplicas) + " replicas x TP " +
+      std::to_string(kTp) + "; " + std::to_string(plan->steps.size()) + " steps, relay fan-out " +
+      std::to_string(o.fanout));
 
   say("[2/3] starting " + std::to_string(co.ranks.size()) + " rank processes (" + o.transport +
       "); coordinator at " + coordinator.address());
   for (const Endpoint& ep : co.ranks) {
     const bool is_src = ep.side == PlanSide::kSource;
     Child c{.name = ReshardName(ep), .log = (dir / (ReshardName(ep) + ".log")).string()};
-    std::vector<std::string> args = {"weightport",  "reshard",          "--role",       is_src ? "src" : "dst",
-                                     "--rank",      std::to_string(ep.rank), "--src",    in.src_json,
-                                     "--dst",       in.dst_json,        "--fanout",     std::to_string(o.fanout),
-                                     "--coordinator", coordinator.address(), "--secret-file", secret_path,
-                                     "--versions",  std::to_string(o.versions), "--transport", o.transport,
-                                     "--timeout-s", "300",              "--json"};
+    std::vector<std::string> args = {"weightport",    "reshard",
+                                     "--role",        is_src ? "src" : "dst",
+                                     "--rank",        std::to_string(ep.rank),
+                                     "--src",         in.src_json,
+                                     "--dst",         in.dst_json,
+                                     "--fanout",      std::to_string(o.fanout),
+                                     "--coordinator", coordinator.address(),
+                                     "--secret-file", secret_path,
+                                     "--versions",    std::to_string(o.versions),
+                                     "--transport",   o.transport,
+                                     "--timeout-s",   "300",
+                                     "--json"};
     auto model = ModelArgs(o.source);
     args.insert(args.end(), model.begin(), model.end());
     if (!is_src) args.push_back("--verify");
@@ -93,7 +101,8 @@ Result<nlohmann::ordered_json> ReshardDemo(const ReshardDemoOptions& o, const fs
   say("[3/3] moving " + std::to_string(o.versions) + " versions; each destination checks every byte of each");
   bool all = false;
   WP_ASSIGN_OR_RETURN(nlohmann::ordered_json versions,
-                      CoordinateVersions(coordinator, o.versions, [&](const std::string& l) { say("      " + l); }, all));
+                      CoordinateVersions(
+                          coordinator, o.versions, [&](const std::string& l) { say("      " + l); }, all));
   for (Child& c : children) Reap(c, milliseconds(60'000));
   for (const Child& c : children)
     if (c.exit_code != 0)

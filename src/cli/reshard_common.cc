@@ -69,9 +69,11 @@ Result<ModelBytes> LoadModelFor(const ModelSource& source, const Plan& plan) {
   }
   for (const TensorMeta& t : plan.tensors) {
     auto it = by_name.find(t.name);
-    if (it == by_name.end()) return NotFound(source.Describe() + " has no tensor '" + t.name + "' the plan moves");
+    if (it == by_name.end())
+      return NotFound(source.Describe() + " has no tensor '" + t.name + "' the plan moves");
     if (it->second->dtype != t.dtype || it->second->shape != t.shape)
-      return InvalidArgument(source.Describe() + ": tensor '" + t.name + "' differs from the placements' (dtype or shape)");
+      return InvalidArgument(source.Describe() + ": tensor '" + t.name +
+                             "' differs from the placements' (dtype or shape)");
   }
   m.bytes.resize(total);
   WP_RETURN_IF_ERROR(LoadWeights(source, layout, m.bytes, nullptr));
@@ -90,8 +92,8 @@ void WriteShardVersion(const Plan& plan, const PlannedShard& shard, const ModelB
   });
 }
 
-Status CheckShardVersion(const Plan& plan, const PlannedShard& shard, const ModelBytes& model, uint64_t version,
-                         uint64_t versions, std::span<const std::byte> bytes) {
+Status CheckShardVersion(const Plan& plan, const PlannedShard& shard, const ModelBytes& model,
+                         uint64_t version, uint64_t versions, std::span<const std::byte> bytes) {
   const TensorMeta& t = plan.tensors[shard.tensor];
   const std::byte* base = model.bytes.data() + model.offset.at(t.name);
   const uint64_t distance = versions - version;
@@ -99,7 +101,8 @@ Status CheckShardVersion(const Plan& plan, const PlannedShard& shard, const Mode
   ForRuns(plan, shard, [&](const SliceRun& r) {
     if (bad >= 0) return;
     for (uint64_t i = 0; i < r.length; ++i)
-      if ((base[r.tensor_offset + i] ^ std::byte(Mask(distance, r.tensor_offset + i))) != bytes[r.packed_offset + i]) {
+      if ((base[r.tensor_offset + i] ^ std::byte(Mask(distance, r.tensor_offset + i))) !=
+          bytes[r.packed_offset + i]) {
         bad = static_cast<int64_t>(r.tensor_offset + i);
         return;
       }
@@ -117,7 +120,8 @@ Status WriteShardsFile(const std::string& path, const Plan& plan, const RankBuff
     const PlannedShard& s = buffer.shards[i];
     const TensorMeta& t = plan.tensors[s.tensor];
     const std::string entry = t.name + ".shard" + std::to_string(i);
-    std::vector<int64_t> shape = s.slice.is_box() ? s.slice.box().length : std::vector<int64_t>{s.slice.flat().length};
+    std::vector<int64_t> shape =
+        s.slice.is_box() ? s.slice.box().length : std::vector<int64_t>{s.slice.flat().length};
     WP_ASSIGN_OR_RETURN(TensorMeta m, TensorMeta::Make(entry, t.dtype, shape));
     metas.push_back(std::move(m));
     nlohmann::json e = {{"entry", entry}, {"tensor", t.name}};
@@ -129,7 +133,8 @@ Status WriteShardsFile(const std::string& path, const Plan& plan, const RankBuff
     }
     index.push_back(std::move(e));
   }
-  WP_ASSIGN_OR_RETURN(SafetensorsWriter w, SafetensorsWriter::Create(path, metas, {{"weightport.shards", index.dump()}}));
+  WP_ASSIGN_OR_RETURN(SafetensorsWriter w,
+                      SafetensorsWriter::Create(path, metas, {{"weightport.shards", index.dump()}}));
   for (size_t i = 0; i < buffer.shards.size(); ++i) WP_RETURN_IF_ERROR(w.Append(shard_bytes(i)));
   return w.Finish();
 }

@@ -40,8 +40,8 @@ Result<ModelBytes> LoadModelFor(const ModelSource& source, const Plan& plan);
 void WriteShardVersion(const Plan& plan, const PlannedShard& shard, const ModelBytes& model, uint64_t version,
                        uint64_t versions, std::span<std::byte> out);
 // OK when `bytes` hold version v of the shard; else DataLoss naming the tensor, slice and offset.
-Status CheckShardVersion(const Plan& plan, const PlannedShard& shard, const ModelBytes& model, uint64_t version,
-                         uint64_t versions, std::span<const std::byte> bytes);
+Status CheckShardVersion(const Plan& plan, const PlannedShard& shard, const ModelBytes& model,
+                         uint64_t version, uint64_t versions, std::span<const std::byte> bytes);
 
 // Writes one rank's shards as safetensors: entry "<tensor>.shard<i>" with the slice's packed shape
 // (a box's lengths, a flat range's length), and metadata "weightport.shards": JSON

@@ -40,11 +40,13 @@ Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, Resh
     if (e.kind == ReshardMember::Event::kBye) return Cancelled("the coordinator ended the run early");
     const bool ok = e.kind == ReshardMember::Event::kCommit;
     committed += ok;
-    report["versions"].push_back({{"version", v}, {"hash_s", hash_s}, {"committed", ok}, {"reason", e.reason}});
+    report["versions"].push_back(
+        {{"version", v}, {"hash_s", hash_s}, {"committed", ok}, {"reason", e.reason}});
   }
   WP_ASSIGN_OR_RETURN(ReshardMember::Event bye, member.Next(wait));
   (void)bye;
-  if (committed != o.versions) return Unavailable(std::to_string(o.versions - committed) + " version(s) aborted");
+  if (committed != o.versions)
+    return Unavailable(std::to_string(o.versions - committed) + " version(s) aborted");
   return Status::Ok();
 }
 
@@ -83,14 +85,16 @@ Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank,
       if (o.verify) {
         Status check;
         for (size_t i = 0; i < buffer.shards.size() && check.ok(); ++i)
-          check = CheckShardVersion(plan, buffer.shards[i], model, e.version, o.versions, rank.shard_bytes(i));
+          check =
+              CheckShardVersion(plan, buffer.shards[i], model, e.version, o.versions, rank.shard_bytes(i));
         if (!report["versions"].empty()) report["versions"].back()["verified"] = check.ok();
         if (!check.ok() && problem.ok()) problem = check;
       }
       WP_RETURN_IF_ERROR(member.Committed(e.version));
     } else {
       rank.Abort(e.version);
-      if (problem.ok()) problem = Unavailable("version " + std::to_string(e.version) + " aborted: " + e.reason);
+      if (problem.ok())
+        problem = Unavailable("version " + std::to_string(e.version) + " aborted: " + e.reason);
     }
   }
   report["committed"] = committed;
@@ -126,7 +130,8 @@ Status RunReshardRank(const ReshardOptions& o) {
   const auto deadline = std::chrono::steady_clock::now() + milliseconds(o.timeout_s * 1000LL);
   auto member = ReshardMember::Join(o.coordinator, secret, *rank, milliseconds(o.timeout_s * 1000LL));
   while (!member.ok() &&
-         (member.status().code() == StatusCode::kUnavailable || member.status().code() == StatusCode::kIoError) &&
+         (member.status().code() == StatusCode::kUnavailable ||
+          member.status().code() == StatusCode::kIoError) &&
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(milliseconds(200));
     member = ReshardMember::Join(o.coordinator, secret, *rank, milliseconds(o.timeout_s * 1000LL));
@@ -176,9 +181,11 @@ Result<nlohmann::ordered_json> CoordinateVersions(ReshardCoordinator& coordinato
     j["retries"] = retries;
     j["destinations"] = dsts;
     char line[256];
-    std::snprintf(line, sizeof line, "version %llu: %s, %s in %.3f s, %.2f GB/s over %zu destinations, %llu retries",
-                  static_cast<unsigned long long>(v), r.committed ? "committed" : "ABORTED", HumanBytes(r.bytes).c_str(),
-                  r.seconds, Gbps(r.bytes, r.seconds), r.destinations.size(), static_cast<unsigned long long>(retries));
+    std::snprintf(line, sizeof line,
+                  "version %llu: %s, %s in %.3f s, %.2f GB/s over %zu destinations, %llu retries",
+                  static_cast<unsigned long long>(v), r.committed ? "committed" : "ABORTED",
+                  HumanBytes(r.bytes).c_str(), r.seconds, Gbps(r.bytes, r.seconds), r.destinations.size(),
+                  static_cast<unsigned long long>(retries));
     say(std::string(line) + (r.committed ? "" : ": " + r.reason));
     out.push_back(std::move(j));
   }
@@ -190,7 +197,8 @@ Status RunReshardCoordinator(const ReshardOptions& o) {
   WP_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, PlanOf(o));
   WP_ASSIGN_OR_RETURN(Secret secret, LoadSecret(o.secret_file, false));
   WP_ASSIGN_OR_RETURN(auto hp, ParseHostPort(o.coordinator, "127.0.0.1"));
-  WP_ASSIGN_OR_RETURN(auto listener, ControlListener::Listen(hp.first, hp.second, "reshard-coordinator", secret));
+  WP_ASSIGN_OR_RETURN(auto listener,
+                      ControlListener::Listen(hp.first, hp.second, "reshard-coordinator", secret));
   ReshardCoordinatorOptions co;
   co.plan_digest = plan->Digest();
   co.ranks = PlanRanks(*plan);
@@ -205,12 +213,16 @@ Status RunReshardCoordinator(const ReshardOptions& o) {
               << HumanBytes(plan->TotalBytes()) << " per version" << std::endl;
   WP_RETURN_IF_ERROR(coordinator.WaitForJoins());
   bool all = false;
-  WP_ASSIGN_OR_RETURN(auto versions, CoordinateVersions(coordinator, o.versions, [&](const std::string& l) {
-                        if (!o.json) std::cout << l << std::endl;
-                      }, all));
+  WP_ASSIGN_OR_RETURN(auto versions, CoordinateVersions(
+                                         coordinator, o.versions,
+                                         [&](const std::string& l) {
+                                           if (!o.json) std::cout << l << std::endl;
+                                         },
+                                         all));
   if (o.json)
-    std::cout << nlohmann::ordered_json{{"plan_digest", plan->Digest()}, {"versions", versions}, {"ok", all}}.dump()
-              << std::endl;
+    std::cout
+        << nlohmann::ordered_json{{"plan_digest", plan->Digest()}, {"versions", versions}, {"ok", all}}.dump()
+        << std::endl;
   if (!all) return Unavailable("some versions were aborted");
   return Status::Ok();
 }

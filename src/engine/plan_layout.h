@@ -50,7 +50,9 @@ std::map<Endpoint, PlanLayout> ComputeLayouts(const Plan& plan);
 
 // A counter word: bits 63..33 the version, bit 32 the copy being received into, bits 31..0 how many
 // leading chunks of the step are verified. A counter of another version never matches.
+// A prefix of kRelayFailed says the rank failed this version: whoever waits on it fails at once.
 inline constexpr uint64_t kMaxCounterVersion = (1ull << 31) - 1;
+inline constexpr uint32_t kRelayFailed = 0xffffffffu;
 inline uint64_t EncodeCounter(uint64_t version, int copy, uint32_t prefix) {
   return (version << 33) | (static_cast<uint64_t>(copy & 1) << 32) | prefix;
 }

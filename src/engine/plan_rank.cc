@@ -1,5 +1,8 @@
 #include "weightport/engine/plan_rank.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <future>
@@ -10,6 +13,7 @@
 #include "plan_rank_impl.h"
 #include "weightport/core/hash.h"
 #include "weightport/engine/arena.h"
+#include "weightport/transport/ucx_transport.h"
 
 namespace weightport {
 
@@ -140,9 +144,20 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
     in.expected_hashes = in.expected_hashes - r.remote_offset + r.mirror;
   }
   Impl* raw = impl.get();
-  WP_ASSIGN_OR_RETURN(raw->arena, loop.Call([raw, end](Transport& t) {
-    return AllocateArena(t, std::max<uint64_t>(end, 64), "plan arena");
-  }));
+  WP_ASSIGN_OR_RETURN(
+      raw->arena, loop.Call([raw, end](Transport& t) -> Result<std::unique_ptr<MemoryRegion>> {
+        const uint64_t size = std::max<uint64_t>(end, 64);
+        // UCX-allocated memory where the transport is UCX (same-host peers map it: a Get is one memcpy).
+        // Elsewhere our own mapping registered as is: the region's own type is what the transport
+        // accepts as the local side of a Get (AllocateArena's wrapper is for remote access only).
+        auto ucx = UcxAllocate(t, size);
+        if (ucx.ok() || ucx.status().code() != StatusCode::kInvalidArgument) return ucx;
+        void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (data == MAP_FAILED)
+          return ResourceExhausted("plan arena: mmap of " + std::to_string(size) + " bytes failed");
+        raw->own_memory = std::shared_ptr<void>(data, [size](void* p) { munmap(p, size); });
+        return RegisterArena(t, data, size, "plan arena");
+      }));
   if (!impl->is_source())
     for (const auto& [step, slot] : mine.counter_slot) StoreWord(raw->at(mine.counter_offset + 8 * slot), 0);
   return std::unique_ptr<PlanRank>(new PlanRank(std::move(impl)));

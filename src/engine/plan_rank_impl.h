@@ -67,7 +67,8 @@ struct PlanRank::Impl {
   std::map<Endpoint, plan_layout::PlanLayout> layouts;
   const plan_layout::PlanLayout* mine = nullptr;
   const RankBuffer* buffer = nullptr;
-  std::unique_ptr<MemoryRegion> arena;
+  std::shared_ptr<void> own_memory;     // the arena's memory when the transport did not allocate it
+  std::unique_ptr<MemoryRegion> arena;  // declared after own_memory: deregistered before unmapping
 
   std::vector<plan_rank_internal::Run> out_runs;
   std::vector<plan_rank_internal::OutChunk> out_chunks;

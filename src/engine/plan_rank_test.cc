@@ -23,7 +23,7 @@ std::vector<TensorMeta> Model() {
 
 // Every byte depends on (version, tensor, position): a misplaced or stale byte shows.
 std::vector<std::byte> TensorBytes(const TensorMeta& t, size_t index, uint64_t version) {
-  std::vector<std::byte> out(t.bytes());
+  std::vector<std::byte> out(t.bytes);
   uint64_t x = version * 0x9E3779B97F4A7C15ull + index * 0xBF58476D1CE4E5B9ull;
   for (auto& b : out) {
     x ^= x >> 31;
@@ -148,8 +148,19 @@ Result<Placement> ReplicasOfTp(int replicas, int tp) {
 
 class PlanRankReplay : public ::testing::TestWithParam<int> {};
 
+size_t RelaySteps(const Plan& plan) {
+  size_t n = 0;
+  for (const PlanStep& s : plan.steps) n += s.after >= 0;
+  return n;
+}
+
 TEST_P(PlanRankReplay, FsdpFlatToReplicatedTp) {
   Group g(MustPlan(FsdpFlat(Model(), 4), ReplicasOfTp(2, 2), GetParam()));
+  if (GetParam() == 0) {
+    EXPECT_EQ(RelaySteps(*g.plan), 0u);
+  } else {
+    EXPECT_GT(RelaySteps(*g.plan), 0u);
+  }
   for (uint64_t v = 1; v <= 3; ++v) {
     ReceiveStats s = g.Update(v);
     EXPECT_EQ(s.bytes, g.plan->TotalBytes());
@@ -195,6 +206,7 @@ TEST(PlanRank, CorruptChunkIsFetchedAgain) {
 
 TEST(PlanRank, CorruptionOnRelayHopsIsRepaired) {
   Group g(MustPlan(TensorParallel(Model(), 2), ReplicasOfTp(3, 2), 1));
+  ASSERT_GT(RelaySteps(*g.plan), 0u);
   g.faults->set_corrupt(FaultTrigger{.probability = 0.02, .ops = kFaultGet});
   for (uint64_t v = 1; v <= 2; ++v) {
     g.Update(v);
@@ -219,6 +231,30 @@ TEST(PlanRank, DeadSourceFailsTheUpdateAndKeepsTheOldVersion) {
     g.ranks.at(b.endpoint)->Abort(2);
     EXPECT_FALSE(g.ranks.at(b.endpoint)->Commit(2).ok());
   }
+  g.ExpectLive(1);
+}
+
+TEST(PlanRank, DeadRelayFailsItsDownstreamNamingIt) {
+  Group g(MustPlan(TensorParallel(Model(), 2), ReplicasOfTp(3, 2), 1));
+  g.Update(1);
+  // Some destination relays to others; kill the first relay's connections.
+  int relay = -1;
+  for (const PlanStep& s : g.plan->steps)
+    if (s.from.side == PlanSide::kDestination) relay = s.from.rank;
+  ASSERT_GE(relay, 0);
+  const std::string name = Endpoint{PlanSide::kDestination, relay}.ToString();
+  g.faults->KillPeer(name);
+  g.Publish(2);
+  // Its direct downstream fails naming it; theirs in turn fail at once naming their relay (which
+  // marked its counters failed) instead of waiting for the timeout.
+  int named = 0;
+  for (auto& [rank, result] : g.Receive(2)) {
+    if (result.ok()) continue;
+    EXPECT_NE(result.status().code(), StatusCode::kTimeout) << result.status().ToString();
+    named += result.status().message().find(name) != std::string::npos;
+  }
+  EXPECT_GT(named, 0);
+  for (const RankBuffer& b : g.plan->destinations) g.ranks.at(b.endpoint)->Abort(2);
   g.ExpectLive(1);
 }
 

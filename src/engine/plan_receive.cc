@@ -155,6 +155,9 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     bool progressed = false;
     if (s.ok()) {
       const uint64_t word = LoadWord(r_.at(step.poll_scratch));
+      if (CounterVersion(word) == v_ && CounterPrefix(word) == kRelayFailed)
+        return Fail(Unavailable(r_.StepName(step.step) + ": its relay " + step.sender.ToString() +
+                                " failed version " + std::to_string(v_)));
       if (CounterVersion(word) == v_ && CounterPrefix(word) > released_[st]) {
         sender_copy_[st] = CounterCopy(word);
         Release(st, CounterPrefix(word));
@@ -260,6 +263,10 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     if (failed_) return;
     failed_ = true;
     failure_ = std::move(s);
+    // Tell the ranks that relay from this one not to wait for it.
+    for (const InStep& step : r_.in_steps)
+      if (step.my_counter >= 0)
+        StoreWord(r_.at(static_cast<uint64_t>(step.my_counter)), EncodeCounter(v_, staging_, kRelayFailed));
     ready_.clear();
     MaybeFinish();
   }

@@ -73,7 +73,8 @@ std::string ReshardName(Endpoint endpoint) {
   return std::string(endpoint.side == PlanSide::kSource ? "src-" : "dst-") + std::to_string(endpoint.rank);
 }
 
-ReshardCoordinator::ReshardCoordinator(std::unique_ptr<ControlListener> listener, ReshardCoordinatorOptions options)
+ReshardCoordinator::ReshardCoordinator(std::unique_ptr<ControlListener> listener,
+                                       ReshardCoordinatorOptions options)
     : impl_(std::make_unique<Impl>()) {
   impl_->listener = std::move(listener);
   impl_->options = std::move(options);
@@ -99,8 +100,8 @@ Status ReshardCoordinator::WaitForJoins() {
       std::string missing;
       for (const Endpoint& ep : expected)
         if (!joins.count(ep)) missing += (missing.empty() ? "" : ", ") + ep.ToString();
-      std::string why = "ranks did not join within " + std::to_string(m.options.join_timeout.count()) +
-                        " ms: " + missing;
+      std::string why =
+          "ranks did not join within " + std::to_string(m.options.join_timeout.count()) + " ms: " + missing;
       for (const auto& r : refused) why += "; refused: " + r;
       return Timeout(why);
     }
@@ -117,18 +118,21 @@ Status ReshardCoordinator::WaitForJoins() {
     Status bad;
     PlanJoinMsg join;
     if (first->type != MessageType::kPlanJoin) {
-      bad = InvalidArgument((*ch)->peer() + " sent " + std::string(MessageTypeName(first->type)) + ", not PlanJoin");
+      bad = InvalidArgument((*ch)->peer() + " sent " + std::string(MessageTypeName(first->type)) +
+                            ", not PlanJoin");
     } else if (auto j = PlanJoinMsg::Decode(first->payload); !j.ok()) {
       bad = j.status();
     } else {
       join = *j;
     }
-    const Endpoint ep{join.side == 0 ? PlanSide::kSource : PlanSide::kDestination, static_cast<int>(join.rank)};
+    const Endpoint ep{join.side == 0 ? PlanSide::kSource : PlanSide::kDestination,
+                      static_cast<int>(join.rank)};
     if (bad.ok() && !expected.count(ep)) bad = InvalidArgument(ep.ToString() + " is not a rank of the plan");
     if (bad.ok() && joins.count(ep)) bad = AlreadyExists(ep.ToString() + " joined twice");
     if (bad.ok() && join.plan_digest != m.options.plan_digest)
-      bad = FailedPrecondition(ep.ToString() + " compiled a different plan (digest " + std::to_string(join.plan_digest) +
-                               ", the coordinator's is " + std::to_string(m.options.plan_digest) + ")");
+      bad = FailedPrecondition(ep.ToString() + " compiled a different plan (digest " +
+                               std::to_string(join.plan_digest) + ", the coordinator's is " +
+                               std::to_string(m.options.plan_digest) + ")");
     if (!bad.ok()) {
       m.Log("reshard: refused " + (*ch)->peer() + ": " + bad.message());
       refused.push_back(bad.message());
@@ -176,8 +180,8 @@ Result<ReshardVersionReport> ReshardCoordinator::RunVersion(uint64_t version) {
     auto e = m.Next(deadline);
     if (!e) {
       fail("version " + std::to_string(version) + " not done within " +
-           std::to_string(m.options.update_timeout.count()) + " ms (" + std::to_string(ready.size()) + " of " +
-           std::to_string(sources) + " sources ready, " + std::to_string(done.size()) + " of " +
+           std::to_string(m.options.update_timeout.count()) + " ms (" + std::to_string(ready.size()) +
+           " of " + std::to_string(sources) + " sources ready, " + std::to_string(done.size()) + " of " +
            std::to_string(destinations) + " destinations verified)");
       break;
     }
@@ -195,7 +199,8 @@ Result<ReshardVersionReport> ReshardCoordinator::RunVersion(uint64_t version) {
       auto v = ChunksVerifiedMsg::Decode(msg.payload);
       if (!v.ok() || v->version != version) continue;
       done.insert(e->from);
-      report.destinations.push_back({e->from, true, v->count, v->bytes, v->retries, v->elapsed_ns * 1e-9, ""});
+      report.destinations.push_back(
+          {e->from, true, v->count, v->bytes, v->retries, v->elapsed_ns * 1e-9, ""});
       report.bytes += v->bytes;
       report.seconds = std::chrono::duration<double>(Clock::now() - begin).count();
     } else if (msg.type == MessageType::kUpdateFailed) {
@@ -227,8 +232,6 @@ Result<ReshardVersionReport> ReshardCoordinator::RunVersion(uint64_t version) {
   return report;
 }
 
-void ReshardCoordinator::Finish() {
-  impl_->SendAll(MessageType::kBye, {}, true, true);
-}
+void ReshardCoordinator::Finish() { impl_->SendAll(MessageType::kBye, {}, true, true); }
 
 }  // namespace weightport

@@ -4,11 +4,13 @@
 
 namespace weightport {
 
-Result<std::unique_ptr<ReshardMember>> ReshardMember::Join(const std::string& coordinator, const Secret& secret,
-                                                           PlanRank& rank, std::chrono::milliseconds timeout) {
+Result<std::unique_ptr<ReshardMember>> ReshardMember::Join(const std::string& coordinator,
+                                                           const Secret& secret, PlanRank& rank,
+                                                           std::chrono::milliseconds timeout) {
   const Endpoint me = rank.endpoint();
   const PeerRole role = me.side == PlanSide::kSource ? PeerRole::kPublisher : PeerRole::kSubscriber;
-  WP_ASSIGN_OR_RETURN(auto channel, ControlChannel::Connect(coordinator, ReshardName(me), role, secret, timeout));
+  WP_ASSIGN_OR_RETURN(auto channel,
+                      ControlChannel::Connect(coordinator, ReshardName(me), role, secret, timeout));
   const PlanPeer info = rank.peer_info();
   PlanJoinMsg join{static_cast<uint8_t>(me.side == PlanSide::kSource ? 0 : 1), static_cast<uint32_t>(me.rank),
                    rank.plan().Digest(), info.address, info.key.Serialize()};
@@ -19,7 +21,8 @@ Result<std::unique_ptr<ReshardMember>> ReshardMember::Join(const std::string& co
     return PermissionDenied(me.ToString() + " refused by the coordinator: " + (r.ok() ? r->reason : "?"));
   }
   if (reply.type != MessageType::kPlanPeers)
-    return InvalidArgument("coordinator sent " + std::string(MessageTypeName(reply.type)) + ", not PlanPeers");
+    return InvalidArgument("coordinator sent " + std::string(MessageTypeName(reply.type)) +
+                           ", not PlanPeers");
   WP_ASSIGN_OR_RETURN(PlanPeersMsg peers, PlanPeersMsg::Decode(reply.payload));
   std::map<Endpoint, PlanPeer> table;
   for (const auto& p : peers.peers) {
@@ -38,8 +41,10 @@ ReshardMember::~ReshardMember() {
 Result<ReshardMember::Event> ReshardMember::Next(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return Timeout("no instruction from the coordinator within " + std::to_string(timeout.count()) + " ms");
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      return Timeout("no instruction from the coordinator within " + std::to_string(timeout.count()) + " ms");
     WP_ASSIGN_OR_RETURN(ControlMessage m, channel_->Receive(left));
     switch (m.type) {
       case MessageType::kUpdateBegin: {
@@ -64,7 +69,8 @@ Result<ReshardMember::Event> ReshardMember::Next(std::chrono::milliseconds timeo
 
 Status ReshardMember::Ready(uint64_t version) { return channel_->Send(PlanReadyMsg{version}); }
 Status ReshardMember::Verified(const ReceiveStats& s) {
-  return channel_->Send(ChunksVerifiedMsg{s.version, s.chunks, s.bytes, static_cast<uint64_t>(s.elapsed.count()),
+  return channel_->Send(ChunksVerifiedMsg{s.version, s.chunks, s.bytes,
+                                          static_cast<uint64_t>(s.elapsed.count()),
                                           s.corrupt_refetched + s.errors_retried});
 }
 Status ReshardMember::Failed(uint64_t version, const std::string& why) {
