@@ -3,6 +3,7 @@
 // the others and every wait is bounded.
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -31,6 +32,19 @@ struct ReshardCoordinator::Impl {
   std::condition_variable cv;
   std::deque<Event> events;  // guarded by mu
   std::set<Endpoint> lost;   // ranks whose connection failed
+  // The last version each source said it published: a source may announce v + 1 while the
+  // coordinator still collects Committed(v).
+  std::map<Endpoint, uint64_t> ready;
+
+  void NoteReady(const Endpoint& from, const ControlMessage& msg) {
+    if (msg.type != MessageType::kPlanReady) return;
+    if (auto r = PlanReadyMsg::Decode(msg.payload); r.ok()) ready[from] = std::max(ready[from], r->version);
+  }
+  size_t ReadyFor(uint64_t version) const {
+    size_t n = 0;
+    for (const auto& [ep, v] : ready) n += v >= version;
+    return n;
+  }
 
   void Log(const std::string& line) const {
     if (options.log) options.log(line);
@@ -160,7 +174,7 @@ Result<ReshardVersionReport> ReshardCoordinator::RunVersion(uint64_t version) {
   ReshardVersionReport report;
   report.version = version;
   const auto deadline = Clock::now() + m.options.update_timeout;
-  std::set<Endpoint> ready, done, committed;
+  std::set<Endpoint> done, committed;
   size_t sources = 0, destinations = 0;
   for (const auto& [ep, ch] : m.channels) (ep.side == PlanSide::kSource ? sources : destinations)++;
   std::string failure;
@@ -171,7 +185,7 @@ Result<ReshardVersionReport> ReshardCoordinator::RunVersion(uint64_t version) {
   };
   for (const Endpoint& ep : m.lost) fail(ep.ToString() + " is lost");
   while (failure.empty() && done.size() < destinations) {
-    if (!begun && ready.size() == sources) {
+    if (!begun && m.ReadyFor(version) == sources) {
       begun = true;
       begin = Clock::now();
       m.SendAll(MessageType::kUpdateBegin, UpdateBeginMsg{version, 0, 0}.Encode(), false, true);
@@ -180,7 +194,7 @@ Result<ReshardVersionReport> ReshardCoordinator::RunVersion(uint64_t version) {
     auto e = m.Next(deadline);
     if (!e) {
       fail("version " + std::to_string(version) + " not done within " +
-           std::to_string(m.options.update_timeout.count()) + " ms (" + std::to_string(ready.size()) +
+           std::to_string(m.options.update_timeout.count()) + " ms (" + std::to_string(m.ReadyFor(version)) +
            " of " + std::to_string(sources) + " sources ready, " + std::to_string(done.size()) + " of " +
            std::to_string(destinations) + " destinations verified)");
       break;
@@ -193,8 +207,7 @@ Result<ReshardVersionReport> ReshardCoordinator::RunVersion(uint64_t version) {
     }
     const ControlMessage& msg = *e->message;
     if (msg.type == MessageType::kPlanReady) {
-      auto r = PlanReadyMsg::Decode(msg.payload);
-      if (r.ok() && r->version == version) ready.insert(e->from);
+      m.NoteReady(e->from, msg);
     } else if (msg.type == MessageType::kChunksVerified) {
       auto v = ChunksVerifiedMsg::Decode(msg.payload);
       if (!v.ok() || v->version != version) continue;
@@ -228,6 +241,7 @@ Result<ReshardVersionReport> ReshardCoordinator::RunVersion(uint64_t version) {
       continue;
     }
     if (e->message->type == MessageType::kCommitted) committed.insert(e->from);
+    m.NoteReady(e->from, *e->message);
   }
   return report;
 }
