@@ -158,6 +158,9 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
         raw->own_memory = std::shared_ptr<void>(data, [size](void* p) { munmap(p, size); });
         return RegisterArena(t, data, size, "plan arena");
       }));
+  // Fault every page in now, once, so that no version pays first-touch faults (both copies of a
+  // destination would otherwise be faulted by the first two versions).
+  std::memset(raw->arena->data(), 0, raw->arena->size());
   if (!impl->is_source())
     for (const auto& [step, slot] : mine.counter_slot) StoreWord(raw->at(mine.counter_offset + 8 * slot), 0);
   return std::unique_ptr<PlanRank>(new PlanRank(std::move(impl)));
