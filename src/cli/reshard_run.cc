@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <mutex>
 #include <thread>
 
 #include "cli_common.h"
@@ -50,7 +51,8 @@ Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, Resh
   return Status::Ok();
 }
 
-// A destination: receives each version it is told to, commits or aborts as told.
+// A destination: receives each version it is told to, commits or aborts as told
+// (FollowAsDestination), checks each committed version with --verify, writes --out at the end.
 Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank, ReshardMember& member,
                       nlohmann::ordered_json& report) {
   const RankBuffer& buffer = *plan.Buffer(rank.endpoint());
@@ -58,52 +60,46 @@ Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank,
   if (o.verify) {
     WP_ASSIGN_OR_RETURN(model, LoadModelFor(o.source, plan));
   }
-  const milliseconds wait(o.timeout_s * 1000LL);
-  Status problem;
+  std::mutex mu;  // `received` runs on the receiving thread
   uint64_t committed = 0;
-  while (true) {
-    WP_ASSIGN_OR_RETURN(ReshardMember::Event e, member.Next(wait));
-    if (e.kind == ReshardMember::Event::kBye) break;
-    if (e.kind == ReshardMember::Event::kBegin) {
-      auto r = rank.Receive(e.version);
-      if (r.ok()) {
-        WP_RETURN_IF_ERROR(member.Verified(*r));
-        const double s = std::chrono::duration<double>(r->elapsed).count();
-        report["versions"].push_back({{"version", e.version},
-                                      {"bytes", r->bytes},
-                                      {"chunks", r->chunks},
-                                      {"seconds", s},
-                                      {"gbps", Gbps(r->bytes, s)},
-                                      {"retries", r->corrupt_refetched + r->errors_retried}});
-      } else {
-        WP_RETURN_IF_ERROR(member.Failed(e.version, r.status().message()));
-        report["versions"].push_back({{"version", e.version}, {"error", r.status().message()}});
-      }
-    } else if (e.kind == ReshardMember::Event::kCommit) {
-      WP_RETURN_IF_ERROR(rank.Commit(e.version));
-      ++committed;
-      if (o.verify) {
-        Status check;
-        for (size_t i = 0; i < buffer.shards.size() && check.ok(); ++i)
-          check =
-              CheckShardVersion(plan, buffer.shards[i], model, e.version, o.versions, rank.shard_bytes(i));
-        if (!report["versions"].empty()) report["versions"].back()["verified"] = check.ok();
-        if (!check.ok() && problem.ok()) problem = check;
-      }
-      WP_RETURN_IF_ERROR(member.Committed(e.version));
-    } else {
-      rank.Abort(e.version);
-      if (problem.ok())
-        problem = Unavailable("version " + std::to_string(e.version) + " aborted: " + e.reason);
+  Status aborted;
+  DestinationHooks hooks;
+  hooks.received = [&](uint64_t v, const Result<ReceiveStats>& r) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!r.ok()) {
+      report["versions"].push_back({{"version", v}, {"error", r.status().message()}});
+      return;
     }
-  }
+    const double s = std::chrono::duration<double>(r->elapsed).count();
+    report["versions"].push_back({{"version", v},
+                                  {"bytes", r->bytes},
+                                  {"chunks", r->chunks},
+                                  {"seconds", s},
+                                  {"gbps", Gbps(r->bytes, s)},
+                                  {"retries", r->corrupt_refetched + r->errors_retried}});
+  };
+  hooks.committed = [&](uint64_t v) -> Status {
+    std::lock_guard<std::mutex> lock(mu);
+    ++committed;
+    if (!o.verify) return Status::Ok();
+    Status check;
+    for (size_t i = 0; i < buffer.shards.size() && check.ok(); ++i)
+      check = CheckShardVersion(plan, buffer.shards[i], model, v, o.versions, rank.shard_bytes(i));
+    if (!report["versions"].empty()) report["versions"].back()["verified"] = check.ok();
+    return check;
+  };
+  hooks.aborted = [&](uint64_t v, const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (aborted.ok()) aborted = Unavailable("version " + std::to_string(v) + " aborted: " + why);
+  };
+  Status s = FollowAsDestination(rank, member, milliseconds(o.timeout_s * 1000LL), hooks);
   report["committed"] = committed;
   if (!o.out.empty())
     WP_RETURN_IF_ERROR(WriteShardsFile(o.out, plan, buffer, [&](size_t i) {
       auto b = rank.shard_bytes(i);
       return std::span<const std::byte>(b.data(), b.size());
     }));
-  return problem;
+  return s.ok() ? aborted : s;
 }
 
 }  // namespace

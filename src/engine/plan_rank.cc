@@ -251,6 +251,14 @@ Result<ReceiveStats> PlanRank::Receive(uint64_t version) {
   return result;
 }
 
+void PlanRank::Cancel(uint64_t version, const std::string& reason) {
+  Impl* impl = impl_.get();
+  impl->cancelled_version.store(version);
+  impl->loop->Post([impl, reason](Transport&) {
+    if (impl->cancel_receive) impl->cancel_receive(reason);
+  });
+}
+
 Status PlanRank::Commit(uint64_t version) {
   Impl& r = *impl_;
   if (r.is_source()) return Status::Ok();

@@ -2,7 +2,9 @@
 // plan_receive.cc (the per-version receive state machine).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -80,6 +82,10 @@ struct PlanRank::Impl {
 
   std::map<Endpoint, std::shared_ptr<Connection>> connections;  // used on the loop thread only
   std::map<Endpoint, RemoteKey> keys;
+
+  // Cancels the receive in progress; set and cleared on the loop thread.
+  std::function<void(const std::string&)> cancel_receive;
+  std::atomic<uint64_t> cancelled_version{0};  // a Receive of this version fails at once
 
   int live = 0;  // the live copy of a destination
   uint64_t live_version = 0;

@@ -54,6 +54,12 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
 
   void Start() {
     keep_ = shared_from_this();
+    std::weak_ptr<ReceiveRun> me = keep_;
+    r_.cancel_receive = [me](const std::string& reason) {
+      if (auto self = me.lock(); self && !self->reported_)
+        self->Fail(Cancelled("receive cancelled: " + reason));
+    };
+    if (r_.cancelled_version.load() == v_) return Fail(Cancelled("receive cancelled before it started"));
     for (const InStep& s : r_.in_steps)
       if (s.my_counter >= 0)
         StoreWord(r_.at(static_cast<uint64_t>(s.my_counter)), EncodeCounter(v_, staging_, 0));
@@ -275,6 +281,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     if (reported_ || in_flight_ > 0) return;
     if (!failed_ && (mirrors_left_ > 0 || verified_count_ < r_.in_chunks.size())) return;
     reported_ = true;
+    r_.cancel_receive = nullptr;
     stats_.elapsed = Clock::now() - start_;
     auto done = std::move(done_);
     auto keep = std::move(keep_);  // pending timers keep their own references

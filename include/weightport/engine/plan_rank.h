@@ -21,8 +21,8 @@
 //                Commit(v) then flips staging to live; Abort(v) (or no commit) keeps the old live.
 //
 // Thread-safety: Create, Connect, Publish, Receive, Commit and Abort from one thread at a time (not
-// the loop's); the data they touch is not shared with the loop except during Receive. shard_bytes
-// may be read from any thread between versions.
+// the loop's); Cancel from any thread; the data they touch is not shared with the loop except during Receive.
+// shard_bytes may be read from any thread between versions.
 #pragma once
 
 #include <chrono>
@@ -96,6 +96,9 @@ class PlanRank {
   Status Publish(uint64_t version);
   // Destination: fetches and verifies every incoming chunk into the staging copy.
   Result<ReceiveStats> Receive(uint64_t version);
+  // Destination: makes Receive(version), in progress on another thread or about to start, fail with
+  // Cancelled soon, marking this rank's relay counters failed. Any thread.
+  void Cancel(uint64_t version, const std::string& reason);
   // Destination: makes the received version live (it must be the last one received in full).
   Status Commit(uint64_t version);
   // Destination: forgets a received or failed version; the live one stays.

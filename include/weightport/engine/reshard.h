@@ -109,6 +109,24 @@ class ReshardMember {
   std::unique_ptr<ControlChannel> channel_;
 };
 
+// What a destination does around each step of FollowAsDestination; every hook is optional.
+struct DestinationHooks {
+  // Before receiving `version`; an error is reported as that update's failure instead.
+  std::function<Status(uint64_t version)> before_receive;
+  // After Receive(version), on the receiving thread.
+  std::function<void(uint64_t version, const Result<ReceiveStats>&)> received;
+  // After the flip to `version`; an error is returned at the end (the run goes on).
+  std::function<Status(uint64_t version)> committed;
+  std::function<void(uint64_t version, const std::string& why)> aborted;
+};
+
+// Runs a destination rank until the coordinator says Bye: receives each version it is told to on a
+// thread of its own (so that an Abort arriving meanwhile cancels it, and the ranks that relay from
+// this one stop waiting), reports, and commits or aborts as told. `timeout` bounds each wait for an
+// instruction. Returns the first error of a hook or of the control connection.
+Status FollowAsDestination(PlanRank& rank, ReshardMember& member, std::chrono::milliseconds timeout,
+                           const DestinationHooks& hooks);
+
 // "src-3", "dst-0": a rank's name on the control plane.
 std::string ReshardName(Endpoint endpoint);
 

@@ -1,0 +1,66 @@
+#include <thread>
+
+#include "weightport/engine/reshard.h"
+
+namespace weightport {
+
+Status FollowAsDestination(PlanRank& rank, ReshardMember& member, std::chrono::milliseconds timeout,
+                           const DestinationHooks& hooks) {
+  std::thread receiver;
+  uint64_t receiving = 0;  // the version the receiver thread works on, 0 when none
+  Status send_error;       // written by the receiver thread, read after joining it
+  Status problem;
+  auto join = [&] {
+    if (receiver.joinable()) receiver.join();
+    receiving = 0;
+    if (problem.ok() && !send_error.ok()) problem = send_error;
+  };
+  while (true) {
+    auto e = member.Next(timeout);
+    if (!e.ok()) {
+      if (receiving != 0) rank.Cancel(receiving, "lost the coordinator");
+      join();
+      return e.status();
+    }
+    const uint64_t v = e->version;
+    switch (e->kind) {
+      case ReshardMember::Event::kBegin: {
+        join();
+        if (hooks.before_receive) {
+          if (Status s = hooks.before_receive(v); !s.ok()) {
+            Status sent = member.Failed(v, s.message());
+            if (!sent.ok()) return sent;
+            continue;
+          }
+        }
+        receiving = v;
+        receiver = std::thread([&rank, &member, &hooks, &send_error, v] {
+          auto r = rank.Receive(v);
+          if (hooks.received) hooks.received(v, r);
+          send_error = r.ok() ? member.Verified(*r) : member.Failed(v, r.status().message());
+        });
+        break;
+      }
+      case ReshardMember::Event::kCommit: {
+        join();
+        Status s = rank.Commit(v);
+        if (s.ok() && hooks.committed) s = hooks.committed(v);
+        if (!s.ok() && problem.ok()) problem = s;
+        Status sent = member.Committed(v);
+        if (!sent.ok()) return sent;
+        break;
+      }
+      case ReshardMember::Event::kAbort:
+        if (receiving == v) rank.Cancel(v, "the coordinator aborted version " + std::to_string(v));
+        join();
+        rank.Abort(v);
+        if (hooks.aborted) hooks.aborted(v, e->reason);
+        break;
+      case ReshardMember::Event::kBye:
+        join();
+        return problem;
+    }
+  }
+}
+
+}  // namespace weightport
