@@ -45,7 +45,7 @@ TEST_F(CliTest, HelpAndUsageExitCodes) {
   CliRun r = Cli("--help");
   EXPECT_EQ(r.code, 0);
   for (const char* cmd :
-       {"demo", "gen-model", "inspect", "manifest", "convert", "info", "publish", "subscribe", "serve"})
+       {"demo", "gen-model", "inspect", "manifest", "convert", "info", "publish", "subscribe", "serve", "reshard"})
     EXPECT_NE(r.out.find(cmd), std::string::npos) << cmd;
   EXPECT_EQ(Cli("inspect --help").code, 0);
   EXPECT_EQ(Cli("").code, 2);                   // no command
@@ -123,6 +123,21 @@ TEST_F(CliTest, DemoRunsAndReportsJson) {
 #ifndef __SANITIZE_ADDRESS__  // AddressSanitizer's shadow memory and quarantine count as private memory
   EXPECT_TRUE(j["within_budget"].get<bool>()) << demo.out;
 #endif
+}
+
+TEST_F(CliTest, ReshardDemoVerifiesEveryVersion) {
+  CliRun demo = Cli("demo --scenario reshard --json --preset tiny --versions 2");
+  ASSERT_EQ(demo.code, 0) << demo.out;
+  auto j = nlohmann::json::parse(demo.out.substr(demo.out.find("{\n")));
+  EXPECT_EQ(j["sources"].get<int>(), 4);
+  EXPECT_EQ(j["destinations"].get<int>(), 4);
+  EXPECT_TRUE(j["verified"].get<bool>());
+  ASSERT_EQ(j["versions"].size(), 2u);
+  for (const auto& v : j["versions"]) {
+    EXPECT_TRUE(v["committed"].get<bool>());
+    EXPECT_EQ(v["bytes"].get<uint64_t>(), j["bytes_per_version"].get<uint64_t>());
+    EXPECT_EQ(v["destinations"].size(), 4u);
+  }
 }
 
 TEST_F(CliTest, InfoReportsTheBuild) {
