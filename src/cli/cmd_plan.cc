@@ -21,7 +21,7 @@ namespace {
 struct PlanCliOptions {
   std::string src, dst;
   std::string model_dir, preset, arch = "dense", manifest;
-  std::string topology, dump;
+  std::string topology, dump, plan_file;
   uint64_t chunk_bytes = PlanOptions{}.chunk_bytes;
   uint64_t split_bytes = 0;
   int relay_fanout = PlanOptions{}.relay_fanout;
@@ -43,34 +43,55 @@ Result<std::optional<std::vector<TensorMeta>>> TensorTable(const PlanCliOptions&
   return std::optional(std::move(t));
 }
 
-int RunPlan(const PlanCliOptions& o) {
-  auto tensors = TensorTable(o);
-  if (!tensors.ok()) return Fail("plan", tensors.status());
-  auto src = LoadPlacementFile(o.src, *tensors);
-  if (!src.ok()) return Fail("plan", src.status().WithContext("--src"));
-  auto dst = LoadPlacementFile(o.dst, *tensors);
-  if (!dst.ok()) return Fail("plan", dst.status().WithContext("--dst"));
+// The plan of --src and --dst, made now; `planning_s` gets the time MakePlan took.
+Result<Plan> MakePlanFromFiles(const PlanCliOptions& o, double& planning_s) {
+  WP_ASSIGN_OR_RETURN(std::optional<std::vector<TensorMeta>> tensors, TensorTable(o));
+  auto src = LoadPlacementFile(o.src, tensors);
+  if (!src.ok()) return src.status().WithContext("--src");
+  auto dst = LoadPlacementFile(o.dst, tensors);
+  if (!dst.ok()) return dst.status().WithContext("--dst");
   Topology topology;
   if (!o.topology.empty()) {
     auto t = LoadTopologyFile(o.topology);
-    if (!t.ok()) return Fail("plan", t.status().WithContext("--topology"));
+    if (!t.ok()) return t.status().WithContext("--topology");
     topology = std::move(t).value();
   }
   PlanOptions options;
   options.chunk_bytes = o.chunk_bytes;
   options.relay_fanout = o.relay_fanout;
   options.split_bytes = o.split_bytes;
-
   const auto start = std::chrono::steady_clock::now();
   auto plan = MakePlan(*src, *dst, topology, options);
-  const double planning_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!plan.ok()) return Fail("plan", plan.status().WithContext(o.src + " -> " + o.dst));
+  planning_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!plan.ok()) return plan.status().WithContext(o.src + " -> " + o.dst);
+  return plan;
+}
+
+// A plan written by --dump, read back and validated.
+Result<Plan> ReadPlanFile(const std::string& path) {
+  WP_ASSIGN_OR_RETURN(nlohmann::json json, json_util::ParseFile(path));
+  auto plan = Plan::FromJson(json);
+  if (!plan.ok()) return plan.status().WithContext(path);
+  return plan;
+}
+
+int RunPlan(const PlanCliOptions& o) {
+  std::optional<double> planning_s;
+  Result<Plan> plan = Plan();
+  if (!o.plan_file.empty()) {
+    plan = ReadPlanFile(o.plan_file);
+  } else {
+    double seconds = 0;
+    plan = MakePlanFromFiles(o, seconds);
+    planning_s = seconds;
+  }
+  if (!plan.ok()) return Fail("plan", plan.status());
 
   std::optional<double> check_s;
   if (o.check) {
     const auto check_start = std::chrono::steady_clock::now();
     Status covered = CheckCoverage(*plan);
-    if (!covered.ok()) return Fail("plan", covered.WithContext("--check: the plan does not cover " + o.dst));
+    if (!covered.ok()) return Fail("plan", covered.WithContext("--check: the plan is wrong"));
     check_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - check_start).count();
   }
   if (!o.dump.empty()) {
@@ -79,7 +100,8 @@ int RunPlan(const PlanCliOptions& o) {
   }
 
   const PlanSummary summary = SummarizePlan(*plan, planning_s);
-  const PlanLabels labels{o.src, o.dst};
+  const PlanLabels labels =
+      o.plan_file.empty() ? PlanLabels{o.src, o.dst} : PlanLabels{o.plan_file, o.plan_file};
   if (o.json) {
     nlohmann::ordered_json report = PlanReportJson(*plan, summary, labels);
     if (check_s) report["check"] = {{"coverage", "ok"}, {"seconds", *check_s}};
@@ -89,8 +111,9 @@ int RunPlan(const PlanCliOptions& o) {
   }
   PrintPlanReport(std::cout, *plan, summary, labels);
   if (check_s)
-    std::cout << "\ncoverage: ok (every destination byte written exactly once; checked in " << *check_s
-              << " s)\n";
+    std::cout << "\ncoverage: ok: every destination byte is written exactly once, every step sends bytes its "
+                 "sender has (checked in "
+              << FormatSeconds(*check_s) << ")\n";
   if (!o.dump.empty()) std::cout << "plan written to " << o.dump << "\n";
   return kExitOk;
 }
@@ -104,14 +127,21 @@ Command AddPlanCommand(CLI::App& app) {
       "Compute the transfer plan from a source layout to a destination layout (resharding, relays\n"
       "between replicas, load balance over NICs) and report steps, bytes per rank and host, and the\n"
       "predicted time");
-  sub->add_option("--src", o->src, "Source layout: a placement JSON or a layout spec (see below)")
-      ->required()
-      ->check(CLI::ExistingFile);
-  sub->add_option("--dst", o->dst, "Destination layout: a placement JSON or a layout spec")
-      ->required()
-      ->check(CLI::ExistingFile);
+  auto* src = sub->add_option("--src", o->src, "Source layout: a placement JSON or a layout spec (see below)")
+                  ->check(CLI::ExistingFile);
+  auto* dst = sub->add_option("--dst", o->dst, "Destination layout: a placement JSON or a layout spec")
+                  ->check(CLI::ExistingFile);
+  auto* plan_file =
+      sub->add_option("--plan", o->plan_file,
+                      "Instead of --src and --dst: read back a plan written by --dump and report on "
+                      "it")
+          ->check(CLI::ExistingFile);
+  src->needs(dst);
+  dst->needs(src);
+  plan_file->excludes(src)->excludes(dst);
   auto* model = sub->add_option("--model", o->model_dir,
-                                "The model's tensors from a checkpoint (a .safetensors file or a directory)");
+                                "The model's tensors from a checkpoint (a .safetensors file or a directory)")
+                    ->check(CLI::ExistingPath);
   auto* preset =
       sub->add_option("--preset", o->preset, "The model's tensors from a synthetic preset: tiny, small, 1b")
           ->check(CLI::IsMember(PresetNames()));
@@ -119,13 +149,18 @@ Command AddPlanCommand(CLI::App& app) {
       ->check(CLI::IsMember({"dense", "moe"}))
       ->capture_default_str();
   auto* manifest = sub->add_option("--manifest", o->manifest,
-                                   "The model's tensors from a manifest JSON (weightport manifest)");
+                                   "The model's tensors from a manifest JSON (weightport manifest)")
+                       ->check(CLI::ExistingFile);
   model->excludes(preset)->excludes(manifest);
   preset->excludes(manifest);
-  sub->add_option("--topology", o->topology,
-                  "Hosts, NIC and intra-host bandwidths, and which ranks run where (JSON); without it every\n"
-                  "rank is a host of its own with a 100 Gb/s NIC")
-      ->check(CLI::ExistingFile);
+  for (CLI::Option* opt : {model, preset, manifest}) opt->excludes(plan_file);
+  auto* topology =
+      sub->add_option(
+             "--topology", o->topology,
+             "Hosts, NIC and intra-host bandwidths, and which ranks run where (JSON); without it every\n"
+             "rank is a host of its own with a 100 Gb/s NIC")
+          ->check(CLI::ExistingFile);
+  topology->excludes(plan_file);
   sub->add_option("--chunk-bytes", o->chunk_bytes, "Bytes per chunk: the unit relays forward (e.g. 4MiB)")
       ->transform(CLI::AsSizeValue(false))
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))
@@ -164,8 +199,14 @@ Command AddPlanCommand(CLI::App& app) {
       "  weightport plan --preset small --src examples/plans/fsdp4.json --dst examples/plans/tp2x2.json \\\n"
       "      --topology examples/plans/topology-2hosts.json --check\n"
       "  weightport plan --preset small --src examples/plans/fsdp4.json --dst examples/plans/tp2x2.json \\\n"
-      "      --json --dump plan.json");
-  return {sub, [o] { return RunPlan(*o); }};
+      "      --json --dump plan.json\n");
+  return {sub, [o, sub] {
+            if (o->plan_file.empty() && o->src.empty()) {
+              std::cerr << "weightport plan: give --src and --dst (or --plan FILE)\n" << sub->help();
+              return kExitUsage;
+            }
+            return RunPlan(*o);
+          }};
 }
 
 }  // namespace weightport::cli

@@ -56,7 +56,9 @@ Result<std::string> GetString(const Json& obj, std::string_view key, const std::
 
 Result<int64_t> IntValue(const Json& v, const std::string& path, int64_t lo, int64_t hi) {
   if (!v.is_number_integer()) return Error(path, "must be an integer");
-  const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(hi)
+  // Parsed non-negative numbers are unsigned and may exceed INT64_MAX.
+  const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(hi) &&
+                                                 static_cast<int64_t>(v.get<uint64_t>()) >= lo
                                            : v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
   if (!fits) return Error(path, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return v.get<int64_t>();

@@ -15,8 +15,15 @@ std::string HostName(const Plan& plan, int host) {
   return hosts[host].name;
 }
 
-// "1.23 s", "45.6 ms", "789 us"
-std::string Duration(double s) {
+std::string Hex(uint64_t v) {
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+std::string FormatSeconds(double s) {
   char buf[32];
   if (s >= 1.0)
     std::snprintf(buf, sizeof buf, "%.3f s", s);
@@ -27,15 +34,7 @@ std::string Duration(double s) {
   return buf;
 }
 
-std::string Hex(uint64_t v) {
-  char buf[20];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-}  // namespace
-
-PlanSummary SummarizePlan(const Plan& plan, double planning_s) {
+PlanSummary SummarizePlan(const Plan& plan, std::optional<double> planning_s) {
   PlanSummary s;
   s.tensors = plan.tensors.size();
   for (const TensorMeta& t : plan.tensors) s.model_bytes += t.bytes;
@@ -104,7 +103,7 @@ nlohmann::ordered_json PlanReportJson(const Plan& plan, const PlanSummary& s, co
            {{"lower_bound_s", plan.estimate.lower_bound_s},
             {"predicted_s", plan.estimate.predicted_s},
             {"max_depth", plan.estimate.max_depth}}},
-          {"planning_s", s.planning_s},
+          {"planning_s", s.planning_s ? nlohmann::ordered_json(*s.planning_s) : nlohmann::ordered_json()},
           {"digest", Hex(plan.Digest())},
           {"ranks", std::move(ranks)},
           {"hosts", std::move(hosts)}};
@@ -119,9 +118,11 @@ void PrintPlanReport(std::ostream& out, const Plan& plan, const PlanSummary& s, 
   out << "  moved:       " << HumanBytes(s.bytes) << " in " << s.steps << " steps (" << s.direct_steps
       << " direct, " << s.relayed_steps << " relayed, relay depth <= " << s.max_depth << "), " << s.chunks
       << " chunks of <= " << HumanBytes(plan.options.chunk_bytes) << "\n";
-  out << "  time:        lower bound " << Duration(plan.estimate.lower_bound_s) << ", predicted "
-      << Duration(plan.estimate.predicted_s) << " (relay fan-out " << plan.options.relay_fanout << ")\n";
-  out << "  planned in:  " << Duration(s.planning_s) << "; digest " << Hex(plan.Digest()) << "\n\n";
+  out << "  time:        lower bound " << FormatSeconds(plan.estimate.lower_bound_s) << ", predicted "
+      << FormatSeconds(plan.estimate.predicted_s) << " (relay fan-out " << plan.options.relay_fanout << ")\n";
+  out << "  planned in:  "
+      << (s.planning_s ? FormatSeconds(*s.planning_s) : std::string("- (read from a file)")) << "; digest "
+      << Hex(plan.Digest()) << "\n\n";
 
   std::snprintf(line, sizeof line, "  %-14s %-12s %12s %12s %12s %8s %8s\n", "rank", "host", "holds", "sent",
                 "received", "steps>", "steps<");
@@ -141,7 +142,7 @@ void PrintPlanReport(std::ostream& out, const Plan& plan, const PlanSummary& s, 
   for (const HostLoad& h : plan.estimate.hosts) {
     std::snprintf(line, sizeof line, "  %-12s %12s %12s %12s %12s\n", HostName(plan, h.host).c_str(),
                   HumanBytes(h.nic_out).c_str(), HumanBytes(h.nic_in).c_str(), HumanBytes(h.local).c_str(),
-                  Duration(h.busy_s).c_str());
+                  FormatSeconds(h.busy_s).c_str());
     out << line;
   }
 }

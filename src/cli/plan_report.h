@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -36,21 +37,25 @@ struct PlanSummary {
   uint64_t relayed_steps = 0;  // from a destination rank that received the piece first
   uint64_t chunks = 0;
   uint32_t max_depth = 0;
-  std::vector<RankTraffic> ranks;  // sources, then destinations, ascending rank
-  double planning_s = 0;
+  std::vector<RankTraffic> ranks;    // sources, then destinations, ascending rank
+  std::optional<double> planning_s;  // none for a plan read from a file
 };
 
-// One pass over the plan's steps.
-PlanSummary SummarizePlan(const Plan& plan, double planning_s);
+// "1.234 s", "45.60 ms", "789 us"
+std::string FormatSeconds(double seconds);
 
-// Labels of the two sides (file names) for the report.
+// One pass over the plan's steps.
+PlanSummary SummarizePlan(const Plan& plan, std::optional<double> planning_s);
+
+// Labels of the two sides (file names; the plan file for a plan read back) for the report.
 struct PlanLabels {
   std::string src;
   std::string dst;
 };
 
 // {"src": {...}, "dst": {...}, "tensors", "model_bytes", "bytes", "steps": {...}, "estimate": {...},
-//  "ranks": [...], "hosts": [...], "planning_s", "digest"}. Byte counts are integers.
+//  "ranks": [...], "hosts": [...], "planning_s" (null for a plan read back), "digest"}. Byte
+// counts are integers.
 nlohmann::ordered_json PlanReportJson(const Plan& plan, const PlanSummary& summary, const PlanLabels& labels);
 
 // The same for people: a few lines of totals, then one line per rank and per host.
