@@ -159,4 +159,61 @@ Result<uint64_t> ParseHexU64(const Json& v, std::string_view ctx) {
   return x;
 }
 
+Status CheckKeys(const Json& obj, std::initializer_list<std::string_view> allowed, const std::string& path) {
+  if (!obj.is_object()) return InvalidArgument(path + ": expected a JSON object");
+  for (const auto& [key, value] : obj.items()) {
+    bool known = false;
+    for (std::string_view a : allowed) known |= key == a;
+    if (!known) return InvalidArgument(path + ": unknown field '" + key + "'");
+  }
+  return Status::Ok();
+}
+
+std::string At(const std::string& path, size_t i) { return path + "[" + std::to_string(i) + "]"; }
+
+void PutSlice(Json& obj, const Slice& slice) {
+  if (slice.is_flat()) {
+    obj["flat"] = {slice.flat().start, slice.flat().length};
+  } else {
+    obj["start"] = slice.box().start;
+    obj["length"] = slice.box().length;
+  }
+}
+
+Result<Slice> ReadSlice(const Json& j, const std::string& path) {
+  const bool flat = j.contains("flat"), box = j.contains("start") || j.contains("length");
+  if (flat == box) return InvalidArgument(path + ": needs either 'flat' or 'start' and 'length'");
+  if (flat) {
+    WP_ASSIGN_OR_RETURN(const Json* flat_json, Field(j, "flat", path));
+    WP_ASSIGN_OR_RETURN(std::vector<int64_t> f, AsI64Array(*flat_json, path + ".flat"));
+    if (f.size() != 2) return InvalidArgument(path + ".flat must be [start, length]");
+    return Slice::MakeFlat(f[0], f[1]);
+  }
+  WP_ASSIGN_OR_RETURN(const Json* start_json, Field(j, "start", path));
+  WP_ASSIGN_OR_RETURN(const Json* length_json, Field(j, "length", path));
+  WP_ASSIGN_OR_RETURN(std::vector<int64_t> start, AsI64Array(*start_json, path + ".start"));
+  WP_ASSIGN_OR_RETURN(std::vector<int64_t> length, AsI64Array(*length_json, path + ".length"));
+  if (start.size() != length.size())
+    return InvalidArgument(path + ": start has " + std::to_string(start.size()) + " entries, length has " +
+                           std::to_string(length.size()));
+  return Slice::MakeBox(std::move(start), std::move(length));
+}
+
+Json TensorToJson(const TensorMeta& t) {
+  return {{"name", t.name}, {"dtype", std::string(DTypeName(t.dtype))}, {"shape", t.shape}};
+}
+
+Result<TensorMeta> ReadTensor(const Json& tj, const std::string& path) {
+  WP_RETURN_IF_ERROR(CheckKeys(tj, {"name", "dtype", "shape"}, path));
+  WP_ASSIGN_OR_RETURN(std::string name, GetString(tj, "name", path));
+  WP_ASSIGN_OR_RETURN(std::string dtype_name, GetString(tj, "dtype", path));
+  auto dtype = ParseDTypeName(dtype_name);
+  if (!dtype.ok()) return dtype.status().WithContext(path + ".dtype");
+  WP_ASSIGN_OR_RETURN(const Json* shape_json, Field(tj, "shape", path));
+  WP_ASSIGN_OR_RETURN(Shape shape, AsI64Array(*shape_json, path + ".shape"));
+  auto meta = TensorMeta::Make(std::move(name), *dtype, std::move(shape));
+  if (!meta.ok()) return meta.status().WithContext(path);
+  return meta;
+}
+
 }  // namespace weightport::json_util

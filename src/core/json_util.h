@@ -3,13 +3,16 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "weightport/core/slice.h"
 #include "weightport/core/status.h"
+#include "weightport/core/tensor_meta.h"
 
 namespace weightport::json_util {
 
@@ -36,6 +39,20 @@ Result<uint64_t> AsU64(const Json& v, std::string_view ctx);
 Result<int64_t> AsI64(const Json& v, std::string_view ctx);
 Result<std::vector<int64_t>> AsI64Array(const Json& v, std::string_view ctx);
 Result<std::vector<uint64_t>> AsU64Array(const Json& v, std::string_view ctx);
+
+// Rejects keys outside `allowed` (typos must not silently drop data); errors name `path`.
+Status CheckKeys(const Json& obj, std::initializer_list<std::string_view> allowed, const std::string& path);
+// "path[i]".
+std::string At(const std::string& path, size_t i);
+
+// A slice as {"flat": [start, length]} or {"start": [..], "length": [..]}, merged into `obj`.
+void PutSlice(Json& obj, const Slice& slice);
+// Reads the slice keys of `obj` (other keys are the caller's to check); errors name `path`.
+Result<Slice> ReadSlice(const Json& obj, const std::string& path);
+
+// A tensor as {"name", "dtype", "shape"}, and back (strict; errors name `path`).
+Json TensorToJson(const TensorMeta& tensor);
+Result<TensorMeta> ReadTensor(const Json& obj, const std::string& path);
 
 // Hashes travel as 16-digit hex strings (JSON numbers lose precision above 2^53 in many readers).
 Result<uint64_t> ParseHexU64(const Json& v, std::string_view ctx);

@@ -32,6 +32,9 @@
 
 namespace weightport {
 
+// Shards start at multiples of this in their rank's buffer.
+inline constexpr uint64_t kPlanAlignment = 64;
+
 // What happens to the bytes of a step on the way. Only kIdentity for now: the placements of a plan
 // must agree on every tensor's dtype.
 enum class TransformKind : uint8_t { kIdentity };
@@ -148,6 +151,7 @@ struct StepRun {
 };
 // Visits the runs of `step` in piece order, split at chunk boundaries, so each run lies in chunk
 // piece_offset / chunk_bytes. One walk over the step; O(runs).
-Status ForEachStepRun(const Plan& plan, const PlanStep& step, const std::function<void(const StepRun&)>& visit);
+Status ForEachStepRun(const Plan& plan, const PlanStep& step,
+                      const std::function<void(const StepRun&)>& visit);
 
 }  // namespace weightport

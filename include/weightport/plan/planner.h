@@ -7,9 +7,11 @@
 //     earlier step delivered to the relay;
 //   - balance: a piece several sources hold goes to the one whose NIC is least loaded (large pieces
 //     are first split among them), so the busiest NIC carries as little as greedy assignment finds;
-//   - fan-out: destination ranks needing the same slice (replicas) get it from the sources once and
-//     relay it among themselves in a chain or tree (options.relay_fanout), the chain rotated per
-//     piece so every replica relays its share.
+//   - locality: a destination rank on the same host as a source holding a piece copies it locally;
+//   - fan-out: the other destination ranks needing the same slice (replicas) get it from the
+//     sources once and relay it among themselves in a chain or tree (options.relay_fanout); each
+//     piece's chain starts where it leaves the busiest host least busy, so every replica relays
+//     its share.
 //
 // Thread-safety: reentrant.
 #pragma once
@@ -26,9 +28,10 @@ namespace weightport {
 Result<Plan> MakePlan(const Placement& src, const Placement& dst, const Topology& topology,
                       const PlanOptions& options = {});
 
-// Independent check of a plan's coverage, element by element over box pieces with a sweep, for
-// tests and `plan --check`: every destination shard byte written exactly once, every step's bytes
-// available at its sender (held by a source, or delivered by `after`). Slow on huge plans.
+// Independent check of a plan's coverage, for tests and `plan --check`: Validate() (every step's
+// piece inside its sender's and receiver's shards; a relay's `after` delivers that piece to it),
+// then per destination shard: its steps' pieces are pairwise disjoint and add up to the whole
+// shard, so every byte is written exactly once. Pairs are tested only where bounding intervals meet.
 Status CheckCoverage(const Plan& plan);
 
 // Recomputes the estimate of a plan's steps (MakePlan does this; after editing steps, call again).

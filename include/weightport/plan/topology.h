@@ -9,7 +9,8 @@
 // JSON:
 //   {"nic_gbps": 100, "intra_host_gbps": 800,
 //    "hosts": [{"name": "h0", "nic_gbps": 100, "src_ranks": [0, 1], "dst_ranks": [0]}, ...]}
-// Bandwidths are in gigabits per second in JSON (as NICs are sold) and bytes per second in code.
+// Bandwidths are given in gigabits per second (as NICs are sold), kept as given so that JSON round
+// trips exactly, and read in bytes per second.
 //
 // Thread-safety: a plain value.
 #pragma once
@@ -37,21 +38,20 @@ struct Endpoint {
 
 struct HostSpec {
   std::string name;
-  double nic_bytes_per_s = 0;  // each way
+  double nic_gbps = 0;  // each way
   std::vector<int> src_ranks;
   std::vector<int> dst_ranks;
 };
 
 class Topology {
  public:
-  static constexpr double kDefaultNicBytesPerS = 100e9 / 8;        // 100 Gb/s
-  static constexpr double kDefaultIntraHostBytesPerS = 800e9 / 8;  // 800 Gb/s
+  static constexpr double kDefaultNicGbps = 100;
+  static constexpr double kDefaultIntraHostGbps = 800;
 
   Topology() = default;
   // Errors: empty or duplicate host names, bandwidth <= 0, a rank placed on two hosts.
-  static Result<Topology> Make(std::vector<HostSpec> hosts,
-                               double default_nic_bytes_per_s = kDefaultNicBytesPerS,
-                               double intra_host_bytes_per_s = kDefaultIntraHostBytesPerS);
+  static Result<Topology> Make(std::vector<HostSpec> hosts, double default_nic_gbps = kDefaultNicGbps,
+                               double intra_host_gbps = kDefaultIntraHostGbps);
   static Result<Topology> FromJson(const nlohmann::json& json);
   nlohmann::json ToJson() const;
 
@@ -60,8 +60,8 @@ class Topology {
   void Place(PlanSide side, const std::vector<int>& ranks);
 
   const std::vector<HostSpec>& hosts() const { return hosts_; }
-  double intra_host_bytes_per_s() const { return intra_host_bytes_per_s_; }
-  double default_nic_bytes_per_s() const { return default_nic_bytes_per_s_; }
+  double nic_bytes_per_s(int host) const { return hosts_[host].nic_gbps * (1e9 / 8); }
+  double intra_host_bytes_per_s() const { return intra_host_gbps_ * (1e9 / 8); }
   // The host index of a rank, or -1 when it is not placed.
   int HostOf(Endpoint endpoint) const;
 
@@ -72,8 +72,8 @@ class Topology {
   Status Index();
 
   std::vector<HostSpec> hosts_;
-  double default_nic_bytes_per_s_ = kDefaultNicBytesPerS;
-  double intra_host_bytes_per_s_ = kDefaultIntraHostBytesPerS;
+  double default_nic_gbps_ = kDefaultNicGbps;
+  double intra_host_gbps_ = kDefaultIntraHostGbps;
   std::map<Endpoint, int> host_of_;
 };
 

@@ -1,0 +1,165 @@
+#include "weightport/plan/plan.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "weightport/core/dtype.h"
+#include "weightport/core/hash.h"
+
+namespace weightport {
+namespace {
+
+const RankBuffer* FindBuffer(const std::vector<RankBuffer>& buffers, int rank) {
+  auto it = std::lower_bound(buffers.begin(), buffers.end(), rank,
+                             [](const RankBuffer& b, int r) { return b.endpoint.rank < r; });
+  return it != buffers.end() && it->endpoint.rank == rank ? &*it : nullptr;
+}
+
+std::string StepName(const Plan& plan, const PlanStep& step) {
+  std::string name = "plan step " + std::to_string(step.id);
+  if (step.tensor < plan.tensors.size()) name += " (tensor '" + plan.tensors[step.tensor].name + "')";
+  return name;
+}
+
+Status ValidateBuffers(const Plan& plan, const std::vector<RankBuffer>& buffers, PlanSide side) {
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const RankBuffer& b = buffers[i];
+    const std::string what = Endpoint{side, b.endpoint.rank}.ToString();
+    if (b.endpoint.side != side) return InvalidArgument(what + ": listed on the wrong side");
+    if (i > 0 && buffers[i - 1].endpoint.rank >= b.endpoint.rank)
+      return InvalidArgument(what + ": ranks must be unique and ascending");
+    if (b.host < 0 || static_cast<size_t>(b.host) >= plan.topology.hosts().size())
+      return InvalidArgument(what + ": host " + std::to_string(b.host) + " is not in the topology");
+    uint64_t end = 0;
+    for (size_t s = 0; s < b.shards.size(); ++s) {
+      const PlannedShard& shard = b.shards[s];
+      const std::string shard_what = what + " shard " + std::to_string(s);
+      if (shard.tensor >= plan.tensors.size()) return InvalidArgument(shard_what + ": no such tensor");
+      const TensorMeta& t = plan.tensors[shard.tensor];
+      Status valid = ValidateSlice(shard.slice, t.shape);
+      if (!valid.ok()) return valid.WithContext(shard_what + " of tensor '" + t.name + "'");
+      if (shard.bytes != static_cast<uint64_t>(shard.slice.num_elements()) * DTypeSize(t.dtype))
+        return InvalidArgument(shard_what + ": byte count does not match its slice");
+      if (shard.offset % kPlanAlignment != 0 || shard.offset < end)
+        return InvalidArgument(shard_what + ": offset " + std::to_string(shard.offset) +
+                               " is unaligned or overlaps the shard before it");
+      end = shard.offset + shard.bytes;
+    }
+    if (end > b.bytes)
+      return InvalidArgument(what + ": shards run past the buffer's " + std::to_string(b.bytes) + " bytes");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+const char* TransformName(TransformKind kind) {
+  switch (kind) {
+    case TransformKind::kIdentity:
+      return "identity";
+  }
+  return "unknown";
+}
+
+const RankBuffer* Plan::Buffer(Endpoint endpoint) const {
+  return FindBuffer(endpoint.side == PlanSide::kSource ? sources : destinations, endpoint.rank);
+}
+
+uint64_t Plan::TotalBytes() const {
+  uint64_t total = 0;
+  for (const PlanStep& s : steps) total += s.bytes;
+  return total;
+}
+
+uint64_t Plan::DestinationBytes() const {
+  uint64_t total = 0;
+  for (const RankBuffer& b : destinations)
+    for (const PlannedShard& s : b.shards) total += s.bytes;
+  return total;
+}
+
+uint64_t Plan::Digest() const {
+  const std::string text = ToJson().dump();
+  return Xxh3(text.data(), text.size());
+}
+
+Status Plan::Validate() const {
+  if (options.chunk_bytes == 0) return InvalidArgument("plan: chunk_bytes must be positive");
+  WP_RETURN_IF_ERROR(ValidateBuffers(*this, sources, PlanSide::kSource));
+  WP_RETURN_IF_ERROR(ValidateBuffers(*this, destinations, PlanSide::kDestination));
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const PlanStep& step = steps[i];
+    const std::string what = StepName(*this, step);
+    if (step.id != i) return InvalidArgument(what + ": id does not match its position " + std::to_string(i));
+    if (step.tensor >= tensors.size()) return InvalidArgument(what + ": no such tensor");
+    const TensorMeta& t = tensors[step.tensor];
+    const RankBuffer* from = Buffer(step.from);
+    const RankBuffer* to = Buffer({PlanSide::kDestination, step.to_rank});
+    if (!from || step.from_shard >= from->shards.size())
+      return InvalidArgument(what + ": sender " + step.from.ToString() + " shard " +
+                             std::to_string(step.from_shard) + " does not exist");
+    if (!to || step.to_shard >= to->shards.size())
+      return InvalidArgument(what + ": receiver dst rank " + std::to_string(step.to_rank) + " shard " +
+                             std::to_string(step.to_shard) + " does not exist");
+    const PlannedShard& fs = from->shards[step.from_shard];
+    const PlannedShard& ts = to->shards[step.to_shard];
+    if (fs.tensor != step.tensor || ts.tensor != step.tensor)
+      return InvalidArgument(what + ": its shards hold another tensor");
+    WP_ASSIGN_OR_RETURN(bool in_from, Contains(fs.slice, step.piece, t.shape));
+    WP_ASSIGN_OR_RETURN(bool in_to, Contains(ts.slice, step.piece, t.shape));
+    if (!in_from || !in_to)
+      return InvalidArgument(what + ": piece " + step.piece.ToString() + " is not inside " +
+                             (in_from ? "the receiver's" : "the sender's") + " shard");
+    if (step.bytes != static_cast<uint64_t>(step.piece.num_elements()) * DTypeSize(t.dtype) ||
+        step.bytes == 0)
+      return InvalidArgument(what + ": byte count does not match its piece");
+    if (step.chunks != (step.bytes + options.chunk_bytes - 1) / options.chunk_bytes)
+      return InvalidArgument(what + ": chunk count does not match bytes / chunk_bytes");
+    if (step.after < 0) {
+      if (step.from.side != PlanSide::kSource || step.root != step.id || step.depth != 0)
+        return InvalidArgument(what +
+                               ": a step without `after` must come from a source, be its own root, depth 0");
+      continue;
+    }
+    if (step.after >= static_cast<int64_t>(i))
+      return InvalidArgument(what + ": `after` must be an earlier step");
+    const PlanStep& prev = steps[step.after];
+    if (step.from.side != PlanSide::kDestination || prev.to_rank != step.from.rank ||
+        prev.to_shard != step.from_shard || !(prev.piece == step.piece))
+      return InvalidArgument(what + ": step " + std::to_string(step.after) +
+                             " (its `after`) does not deliver the same piece to its sender");
+    if (step.root != prev.root || step.depth != prev.depth + 1)
+      return InvalidArgument(what + ": root or depth disagrees with step " + std::to_string(step.after));
+  }
+  return Status::Ok();
+}
+
+Status ForEachStepRun(const Plan& plan, const PlanStep& step,
+                      const std::function<void(const StepRun&)>& visit) {
+  const RankBuffer* from = plan.Buffer(step.from);
+  const RankBuffer* to = plan.Buffer({PlanSide::kDestination, step.to_rank});
+  if (!from || !to || step.from_shard >= from->shards.size() || step.to_shard >= to->shards.size() ||
+      step.tensor >= plan.tensors.size())
+    return InvalidArgument("plan step " + std::to_string(step.id) +
+                           ": sender or receiver shard does not exist");
+  const PlannedShard& fs = from->shards[step.from_shard];
+  const PlannedShard& ts = to->shards[step.to_shard];
+  const TensorMeta& t = plan.tensors[step.tensor];
+  const uint64_t chunk = plan.options.chunk_bytes;
+  uint64_t piece_offset = 0;
+  return ForEachCopyRun(step.piece, t.shape, DTypeSize(t.dtype), fs.slice, ts.slice, [&](const CopyRun& run) {
+    uint64_t done = 0;
+    while (done < run.length) {
+      // Cut the run where the next chunk starts, so every visited run lies in one chunk.
+      const uint64_t at = piece_offset + done;
+      const uint64_t room = chunk - at % chunk;
+      const uint64_t length = std::min(room, run.length - done);
+      visit(StepRun{fs.offset + run.src_offset + done, ts.offset + run.dst_offset + done, at, length});
+      done += length;
+    }
+    piece_offset += run.length;
+  });
+}
+
+}  // namespace weightport

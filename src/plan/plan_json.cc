@@ -1,0 +1,226 @@
+// Plan <-> JSON. Strict reader: every key checked, errors name the JSON path. The estimate is
+// written for readers and recomputed on reading (it is derived from the steps and topology).
+#include <climits>
+
+#include <nlohmann/json.hpp>
+
+#include "core/json_util.h"
+#include "weightport/plan/plan.h"
+#include "weightport/plan/planner.h"
+
+namespace weightport {
+namespace {
+
+using namespace json_util;
+
+Json OptionsToJson(const PlanOptions& o) {
+  Json transforms = Json::array();
+  for (const TransformRule& r : o.transforms)
+    transforms.push_back({{"glob", r.glob}, {"kind", TransformName(r.kind)}});
+  return {{"chunk_bytes", o.chunk_bytes},
+          {"relay_fanout", o.relay_fanout},
+          {"split_bytes", o.split_bytes},
+          {"per_chunk_overhead_s", o.per_chunk_overhead_s},
+          {"transforms", std::move(transforms)}};
+}
+
+Result<TransformKind> ParseTransform(const std::string& name, const std::string& path) {
+  if (name == TransformName(TransformKind::kIdentity)) return TransformKind::kIdentity;
+  return InvalidArgument(path + ": unknown transform '" + name + "' (known: identity)");
+}
+
+Result<int> ReadInt(const Json& obj, const char* key, const std::string& path, int64_t min) {
+  WP_ASSIGN_OR_RETURN(int64_t v, GetI64(obj, key, path));
+  if (v < min || v > INT_MAX)
+    return InvalidArgument(path + "." + key + ": " + std::to_string(v) + " is out of range");
+  return static_cast<int>(v);
+}
+
+Result<uint32_t> ReadU32(const Json& obj, const char* key, const std::string& path) {
+  WP_ASSIGN_OR_RETURN(uint64_t v, GetU64(obj, key, path));
+  if (v > UINT32_MAX)
+    return InvalidArgument(path + "." + key + ": " + std::to_string(v) + " is out of range");
+  return static_cast<uint32_t>(v);
+}
+
+Result<PlanOptions> OptionsFromJson(const Json& j, const std::string& path) {
+  WP_RETURN_IF_ERROR(CheckKeys(
+      j, {"chunk_bytes", "relay_fanout", "split_bytes", "per_chunk_overhead_s", "transforms"}, path));
+  PlanOptions o;
+  WP_ASSIGN_OR_RETURN(o.chunk_bytes, GetU64(j, "chunk_bytes", path));
+  WP_ASSIGN_OR_RETURN(o.relay_fanout, ReadInt(j, "relay_fanout", path, 0));
+  WP_ASSIGN_OR_RETURN(o.split_bytes, GetU64(j, "split_bytes", path));
+  WP_ASSIGN_OR_RETURN(o.per_chunk_overhead_s, GetDouble(j, "per_chunk_overhead_s", path));
+  WP_ASSIGN_OR_RETURN(const Json* transforms, GetArray(j, "transforms", path));
+  for (size_t i = 0; i < transforms->size(); ++i) {
+    const std::string at = At(path + ".transforms", i);
+    WP_RETURN_IF_ERROR(CheckKeys((*transforms)[i], {"glob", "kind"}, at));
+    TransformRule rule;
+    WP_ASSIGN_OR_RETURN(rule.glob, GetString((*transforms)[i], "glob", at));
+    WP_ASSIGN_OR_RETURN(std::string kind, GetString((*transforms)[i], "kind", at));
+    WP_ASSIGN_OR_RETURN(rule.kind, ParseTransform(kind, at + ".kind"));
+    o.transforms.push_back(std::move(rule));
+  }
+  return o;
+}
+
+Json BuffersToJson(const std::vector<RankBuffer>& buffers) {
+  Json list = Json::array();
+  for (const RankBuffer& b : buffers) {
+    Json shards = Json::array();
+    for (const PlannedShard& s : b.shards) {
+      Json js = {{"tensor", s.tensor}, {"offset", s.offset}, {"bytes", s.bytes}};
+      PutSlice(js, s.slice);
+      shards.push_back(std::move(js));
+    }
+    list.push_back(
+        {{"rank", b.endpoint.rank}, {"host", b.host}, {"bytes", b.bytes}, {"shards", std::move(shards)}});
+  }
+  return list;
+}
+
+Result<std::vector<RankBuffer>> BuffersFromJson(const Json& j, const std::string& path, PlanSide side) {
+  if (!j.is_array()) return InvalidArgument(path + ": expected an array");
+  std::vector<RankBuffer> buffers;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const std::string at = At(path, i);
+    WP_RETURN_IF_ERROR(CheckKeys(j[i], {"rank", "host", "bytes", "shards"}, at));
+    RankBuffer b;
+    b.endpoint.side = side;
+    WP_ASSIGN_OR_RETURN(b.endpoint.rank, ReadInt(j[i], "rank", at, 0));
+    WP_ASSIGN_OR_RETURN(b.host, ReadInt(j[i], "host", at, 0));
+    WP_ASSIGN_OR_RETURN(b.bytes, GetU64(j[i], "bytes", at));
+    WP_ASSIGN_OR_RETURN(const Json* shards, GetArray(j[i], "shards", at));
+    for (size_t s = 0; s < shards->size(); ++s) {
+      const Json& sj = (*shards)[s];
+      const std::string sat = At(at + ".shards", s);
+      WP_RETURN_IF_ERROR(CheckKeys(sj, {"tensor", "offset", "bytes", "start", "length", "flat"}, sat));
+      PlannedShard shard;
+      WP_ASSIGN_OR_RETURN(shard.tensor, ReadU32(sj, "tensor", sat));
+      WP_ASSIGN_OR_RETURN(shard.offset, GetU64(sj, "offset", sat));
+      WP_ASSIGN_OR_RETURN(shard.bytes, GetU64(sj, "bytes", sat));
+      WP_ASSIGN_OR_RETURN(shard.slice, ReadSlice(sj, sat));
+      b.shards.push_back(std::move(shard));
+    }
+    buffers.push_back(std::move(b));
+  }
+  return buffers;
+}
+
+Json StepToJson(const PlanStep& s) {
+  Json piece = Json::object();
+  PutSlice(piece, s.piece);
+  return {{"id", s.id},
+          {"tensor", s.tensor},
+          {"from", {{"side", PlanSideName(s.from.side)}, {"rank", s.from.rank}, {"shard", s.from_shard}}},
+          {"to", {{"rank", s.to_rank}, {"shard", s.to_shard}}},
+          {"piece", std::move(piece)},
+          {"bytes", s.bytes},
+          {"chunks", s.chunks},
+          {"transform", TransformName(s.transform)},
+          {"after", s.after},
+          {"root", s.root},
+          {"depth", s.depth}};
+}
+
+Result<PlanStep> StepFromJson(const Json& j, const std::string& path) {
+  WP_RETURN_IF_ERROR(CheckKeys(
+      j, {"id", "tensor", "from", "to", "piece", "bytes", "chunks", "transform", "after", "root", "depth"},
+      path));
+  PlanStep s;
+  WP_ASSIGN_OR_RETURN(s.id, ReadU32(j, "id", path));
+  WP_ASSIGN_OR_RETURN(s.tensor, ReadU32(j, "tensor", path));
+  WP_ASSIGN_OR_RETURN(const Json* from, GetObject(j, "from", path));
+  WP_RETURN_IF_ERROR(CheckKeys(*from, {"side", "rank", "shard"}, path + ".from"));
+  WP_ASSIGN_OR_RETURN(std::string side, GetString(*from, "side", path + ".from"));
+  if (side != "src" && side != "dst") return InvalidArgument(path + ".from.side must be \"src\" or \"dst\"");
+  s.from.side = side == "src" ? PlanSide::kSource : PlanSide::kDestination;
+  WP_ASSIGN_OR_RETURN(s.from.rank, ReadInt(*from, "rank", path + ".from", 0));
+  WP_ASSIGN_OR_RETURN(s.from_shard, ReadU32(*from, "shard", path + ".from"));
+  WP_ASSIGN_OR_RETURN(const Json* to, GetObject(j, "to", path));
+  WP_RETURN_IF_ERROR(CheckKeys(*to, {"rank", "shard"}, path + ".to"));
+  WP_ASSIGN_OR_RETURN(s.to_rank, ReadInt(*to, "rank", path + ".to", 0));
+  WP_ASSIGN_OR_RETURN(s.to_shard, ReadU32(*to, "shard", path + ".to"));
+  WP_ASSIGN_OR_RETURN(const Json* piece, GetObject(j, "piece", path));
+  WP_RETURN_IF_ERROR(CheckKeys(*piece, {"start", "length", "flat"}, path + ".piece"));
+  WP_ASSIGN_OR_RETURN(s.piece, ReadSlice(*piece, path + ".piece"));
+  WP_ASSIGN_OR_RETURN(s.bytes, GetU64(j, "bytes", path));
+  WP_ASSIGN_OR_RETURN(s.chunks, ReadU32(j, "chunks", path));
+  WP_ASSIGN_OR_RETURN(std::string transform, GetString(j, "transform", path));
+  WP_ASSIGN_OR_RETURN(s.transform, ParseTransform(transform, path + ".transform"));
+  WP_ASSIGN_OR_RETURN(s.after, GetI64(j, "after", path));
+  WP_ASSIGN_OR_RETURN(s.root, ReadU32(j, "root", path));
+  WP_ASSIGN_OR_RETURN(s.depth, ReadU32(j, "depth", path));
+  return s;
+}
+
+Json EstimateToJson(const PlanEstimate& e) {
+  Json hosts = Json::array();
+  for (const HostLoad& h : e.hosts)
+    hosts.push_back({{"host", h.host},
+                     {"nic_out", h.nic_out},
+                     {"nic_in", h.nic_in},
+                     {"local", h.local},
+                     {"busy_s", h.busy_s}});
+  return {{"lower_bound_s", e.lower_bound_s},
+          {"predicted_s", e.predicted_s},
+          {"max_depth", e.max_depth},
+          {"hosts", std::move(hosts)}};
+}
+
+}  // namespace
+
+nlohmann::json Plan::ToJson() const {
+  Json tensor_list = Json::array();
+  for (const TensorMeta& t : tensors) tensor_list.push_back(TensorToJson(t));
+  Json step_list = Json::array();
+  for (const PlanStep& s : steps) step_list.push_back(StepToJson(s));
+  return {{"format", "weightport-plan"},
+          {"version", 1},
+          {"options", OptionsToJson(options)},
+          {"topology", topology.ToJson()},
+          {"tensors", std::move(tensor_list)},
+          {"sources", BuffersToJson(sources)},
+          {"destinations", BuffersToJson(destinations)},
+          {"steps", std::move(step_list)},
+          {"estimate", EstimateToJson(estimate)}};
+}
+
+Result<Plan> Plan::FromJson(const nlohmann::json& json) {
+  const std::string root = "plan";
+  WP_RETURN_IF_ERROR(CheckKeys(
+      json,
+      {"format", "version", "options", "topology", "tensors", "sources", "destinations", "steps", "estimate"},
+      root));
+  WP_ASSIGN_OR_RETURN(std::string format, GetString(json, "format", root));
+  WP_ASSIGN_OR_RETURN(uint64_t version, GetU64(json, "version", root));
+  if (format != "weightport-plan" || version != 1)
+    return InvalidArgument(root + ": not a weightport plan of version 1 (format '" + format + "', version " +
+                           std::to_string(version) + ")");
+  Plan plan;
+  WP_ASSIGN_OR_RETURN(const Json* options, GetObject(json, "options", root));
+  WP_ASSIGN_OR_RETURN(plan.options, OptionsFromJson(*options, root + ".options"));
+  WP_ASSIGN_OR_RETURN(const Json* topology, GetObject(json, "topology", root));
+  WP_ASSIGN_OR_RETURN(plan.topology, Topology::FromJson(*topology));
+  WP_ASSIGN_OR_RETURN(const Json* tensors, GetArray(json, "tensors", root));
+  for (size_t i = 0; i < tensors->size(); ++i) {
+    WP_ASSIGN_OR_RETURN(TensorMeta t, ReadTensor((*tensors)[i], At(root + ".tensors", i)));
+    plan.tensors.push_back(std::move(t));
+  }
+  WP_ASSIGN_OR_RETURN(const Json* sources, Field(json, "sources", root));
+  WP_ASSIGN_OR_RETURN(plan.sources, BuffersFromJson(*sources, root + ".sources", PlanSide::kSource));
+  WP_ASSIGN_OR_RETURN(const Json* destinations, Field(json, "destinations", root));
+  WP_ASSIGN_OR_RETURN(plan.destinations,
+                      BuffersFromJson(*destinations, root + ".destinations", PlanSide::kDestination));
+  WP_ASSIGN_OR_RETURN(const Json* steps, GetArray(json, "steps", root));
+  plan.steps.reserve(steps->size());
+  for (size_t i = 0; i < steps->size(); ++i) {
+    WP_ASSIGN_OR_RETURN(PlanStep step, StepFromJson((*steps)[i], At(root + ".steps", i)));
+    plan.steps.push_back(std::move(step));
+  }
+  WP_RETURN_IF_ERROR(plan.Validate());
+  plan.estimate = EstimatePlan(plan);
+  return plan;
+}
+
+}  // namespace weightport

@@ -1,0 +1,260 @@
+#include "plan/plan_pieces.h"
+
+#include <algorithm>
+
+#include "weightport/core/dtype.h"
+#include "weightport/core/placement_builders.h"
+
+namespace weightport::plan_internal {
+namespace {
+
+bool SliceLess(const Slice& a, const Slice& b) {
+  if (a.is_flat() != b.is_flat()) return a.is_flat();
+  if (a.is_flat())
+    return std::pair(a.flat().start, a.flat().length) < std::pair(b.flat().start, b.flat().length);
+  return std::tie(a.box().start, a.box().length) < std::tie(b.box().start, b.box().length);
+}
+
+}  // namespace
+
+std::pair<int64_t, int64_t> SliceBounds(const Slice& s, const Shape& shape) {
+  if (s.is_flat()) return {s.flat().start, s.flat().end()};
+  const Box& b = s.box();
+  int64_t lo = 0, last = 0, stride = 1;
+  for (size_t d = b.rank(); d-- > 0;) {
+    lo += b.start[d] * stride;
+    last += (b.start[d] + b.length[d] - 1) * stride;
+    stride *= shape[d];
+  }
+  return {lo, last + 1};
+}
+
+namespace {
+
+struct Entry {
+  const Slice* slice;
+  Holder holder;
+  int host;
+  int rank;
+};
+
+// Groups one tensor's entries by equal slice; empty slices hold nothing and are dropped.
+void GroupEntries(std::vector<Entry>& entries, uint32_t tensor, const Shape& shape, bool by_host,
+                  std::vector<ShardGroup>& out) {
+  std::stable_sort(entries.begin(), entries.end(), [&](const Entry& a, const Entry& b) {
+    if (SliceLess(*a.slice, *b.slice)) return true;
+    if (SliceLess(*b.slice, *a.slice)) return false;
+    return by_host ? std::pair(a.host, a.rank) < std::pair(b.host, b.rank) : a.rank < b.rank;
+  });
+  for (size_t i = 0; i < entries.size();) {
+    size_t j = i;
+    ShardGroup g;
+    g.tensor = tensor;
+    g.slice = *entries[i].slice;
+    while (j < entries.size() && *entries[j].slice == g.slice) g.holders.push_back(entries[j++].holder);
+    i = j;
+    if (g.slice.empty()) continue;
+    std::tie(g.lo, g.hi) = SliceBounds(g.slice, shape);
+    out.push_back(std::move(g));
+  }
+}
+
+std::vector<Box> ToBoxes(const Slice& s, const Shape& shape) {
+  if (s.is_box()) return {s.box()};
+  auto boxes = FlatToBoxes(s.flat(), shape);
+  return boxes.ok() ? *boxes : std::vector<Box>{};
+}
+
+// The source groups of one tensor, sorted by lo, with a running maximum of hi for the search.
+struct SourceIndex {
+  std::vector<ShardGroup> groups;
+  std::vector<int64_t> max_hi;
+
+  void Build() {
+    std::stable_sort(groups.begin(), groups.end(),
+                     [](const ShardGroup& a, const ShardGroup& b) { return a.lo < b.lo; });
+    max_hi.resize(groups.size());
+    int64_t m = INT64_MIN;
+    for (size_t i = 0; i < groups.size(); ++i) max_hi[i] = m = std::max(m, groups[i].hi);
+  }
+  // Groups whose bounding interval meets [lo, hi), ascending by lo.
+  std::vector<const ShardGroup*> Near(int64_t lo, int64_t hi) const {
+    std::vector<const ShardGroup*> out;
+    size_t i = std::upper_bound(max_hi.begin(), max_hi.end(), lo) - max_hi.begin();
+    for (; i < groups.size() && groups[i].lo < hi; ++i)
+      if (groups[i].hi > lo) out.push_back(&groups[i]);
+    return out;
+  }
+};
+
+class PieceFinder {
+ public:
+  explicit PieceFinder(const Plan& plan) : plan_(plan) {}
+
+  Result<PieceSet> Run() {
+    const size_t n = plan_.tensors.size();
+    std::vector<std::vector<Entry>> src(n), dst(n);
+    Collect(plan_.sources, src);
+    Collect(plan_.destinations, dst);
+    for (uint32_t t = 0; t < n; ++t) {
+      if (dst[t].empty()) continue;
+      const Shape& shape = plan_.tensors[t].shape;
+      SourceIndex index;
+      GroupEntries(src[t], t, shape, false, index.groups);
+      index.Build();
+      std::vector<ShardGroup> groups;
+      GroupEntries(dst[t], t, shape, true, groups);
+      if (plan_.options.relay_fanout == 0) groups = Singletons(std::move(groups));
+      for (ShardGroup& g : groups) {
+        const uint32_t id = static_cast<uint32_t>(out_.dst_groups.size());
+        out_.dst_groups.push_back(std::move(g));
+        WP_RETURN_IF_ERROR(Cut(id, index));
+      }
+    }
+    return std::move(out_);
+  }
+
+ private:
+  void Collect(const std::vector<RankBuffer>& buffers, std::vector<std::vector<Entry>>& by_tensor) {
+    for (uint32_t b = 0; b < buffers.size(); ++b)
+      for (uint32_t s = 0; s < buffers[b].shards.size(); ++s) {
+        const PlannedShard& shard = buffers[b].shards[s];
+        by_tensor[shard.tensor].push_back({&shard.slice, {b, s}, buffers[b].host, buffers[b].endpoint.rank});
+      }
+  }
+
+  static std::vector<ShardGroup> Singletons(std::vector<ShardGroup> groups) {
+    std::vector<ShardGroup> out;
+    for (ShardGroup& g : groups)
+      for (const Holder& h : g.holders) {
+        ShardGroup one = g;
+        one.holders = {h};
+        out.push_back(std::move(one));
+      }
+    return out;
+  }
+
+  // Cuts destination group `id` into pieces by the source groups it overlaps.
+  Status Cut(uint32_t id, const SourceIndex& index) {
+    const ShardGroup& g = out_.dst_groups[id];
+    const TensorMeta& t = plan_.tensors[g.tensor];
+    std::vector<const ShardGroup*> near = index.Near(g.lo, g.hi);
+    WP_ASSIGN_OR_RETURN(bool overlapping, SourcesOverlap(near, t.shape));
+    int64_t covered = 0;
+    if (!overlapping) {
+      for (const ShardGroup* s : near) {
+        WP_ASSIGN_OR_RETURN(std::vector<Slice> parts, Intersect(g.slice, s->slice, t.shape));
+        for (Slice& part : parts) {
+          covered += part.num_elements();
+          WP_RETURN_IF_ERROR(Add(id, std::move(part), s->holders));
+        }
+      }
+    } else {
+      // Sources holding overlapping slices: each element goes to the first group holding it, and
+      // every group holding a whole piece may send it.
+      std::vector<Box> done;
+      for (const ShardGroup* s : near) {
+        WP_ASSIGN_OR_RETURN(std::vector<Slice> parts, Intersect(g.slice, s->slice, t.shape));
+        for (const Slice& part : parts)
+          for (Box& box : ToBoxes(part, t.shape)) {
+            std::vector<Box> left = {std::move(box)};
+            for (const Box& d : done) {
+              std::vector<Box> next;
+              for (const Box& l : left)
+                for (Box& r : SubtractBox(l, d))
+                  if (r.num_elements() > 0) next.push_back(std::move(r));
+              left = std::move(next);
+            }
+            for (Box& l : left) {
+              std::vector<Holder> holders;
+              for (const ShardGroup* o : near) {
+                WP_ASSIGN_OR_RETURN(bool has, Contains(o->slice, Slice(l), t.shape));
+                if (has) holders.insert(holders.end(), o->holders.begin(), o->holders.end());
+              }
+              covered += l.num_elements();
+              done.push_back(l);
+              WP_RETURN_IF_ERROR(Add(id, Slice(std::move(l)), holders));
+            }
+          }
+      }
+    }
+    if (covered != g.slice.num_elements()) {
+      std::string ranks;
+      for (const Holder& h : g.holders)
+        ranks += (ranks.empty() ? "" : ", ") + std::to_string(plan_.destinations[h.buffer].endpoint.rank);
+      return NotFound("tensor '" + t.name + "': destination rank(s) " + ranks + " need " +
+                      g.slice.ToString() + " but the sources hold only " + std::to_string(covered) +
+                      " of its " + std::to_string(g.slice.num_elements()) + " elements");
+    }
+    return Status::Ok();
+  }
+
+  Result<bool> SourcesOverlap(const std::vector<const ShardGroup*>& near, const Shape& shape) const {
+    for (size_t i = 0; i < near.size(); ++i)
+      for (size_t j = i + 1; j < near.size() && near[j]->lo < near[i]->hi; ++j) {
+        WP_ASSIGN_OR_RETURN(bool overlap, Overlaps(near[i]->slice, near[j]->slice, shape));
+        if (overlap) return true;
+      }
+    return false;
+  }
+
+  // Adds a piece, split among its sources when it is large and several hold it.
+  Status Add(uint32_t group, Slice slice, const std::vector<Holder>& sources) {
+    const TensorMeta& t = plan_.tensors[out_.dst_groups[group].tensor];
+    const uint64_t element = DTypeSize(t.dtype);
+    const uint64_t bytes = static_cast<uint64_t>(slice.num_elements()) * element;
+    const uint64_t split = plan_.options.split_bytes ? plan_.options.split_bytes : plan_.options.chunk_bytes;
+    std::vector<Slice> parts;
+    if (sources.size() > 1 && bytes > split) {
+      const uint64_t want = std::min<uint64_t>(sources.size(), (bytes + split - 1) / split);
+      WP_ASSIGN_OR_RETURN(parts, SplitSlice(slice, static_cast<int>(want)));
+    } else {
+      parts.push_back(std::move(slice));
+    }
+    for (Slice& part : parts) {
+      Piece p;
+      p.tensor = out_.dst_groups[group].tensor;
+      p.bytes = static_cast<uint64_t>(part.num_elements()) * element;
+      p.slice = std::move(part);
+      p.dst_group = group;
+      p.sources = sources;
+      out_.pieces.push_back(std::move(p));
+    }
+    return Status::Ok();
+  }
+
+  const Plan& plan_;
+  PieceSet out_;
+};
+
+}  // namespace
+
+Result<std::vector<Slice>> SplitSlice(const Slice& slice, int parts) {
+  if (parts <= 1 || slice.num_elements() <= 1) return std::vector<Slice>{slice};
+  std::vector<Slice> out;
+  if (slice.is_flat()) {
+    WP_ASSIGN_OR_RETURN(std::vector<SplitRange> ranges, EvenSplit(slice.flat().length, parts));
+    for (const SplitRange& r : ranges)
+      if (r.length > 0) out.push_back(Slice::MakeFlat(slice.flat().start + r.start, r.length));
+    return out;
+  }
+  const Box& box = slice.box();
+  // The first dimension long enough for every part, else the longest.
+  size_t dim = box.rank();
+  for (size_t d = 0; d < box.rank() && dim == box.rank(); ++d)
+    if (box.length[d] >= parts) dim = d;
+  if (dim == box.rank()) dim = std::max_element(box.length.begin(), box.length.end()) - box.length.begin();
+  WP_ASSIGN_OR_RETURN(std::vector<SplitRange> ranges, EvenSplit(box.length[dim], parts));
+  for (const SplitRange& r : ranges) {
+    if (r.length == 0) continue;
+    Box part = box;
+    part.start[dim] += r.start;
+    part.length[dim] = r.length;
+    out.push_back(Slice(std::move(part)));
+  }
+  return out;
+}
+
+Result<PieceSet> FindPieces(const Plan& plan) { return PieceFinder(plan).Run(); }
+
+}  // namespace weightport::plan_internal

@@ -1,0 +1,108 @@
+// Test helpers for plans: a byte-level run of a plan in one address space, to check that it
+// delivers exactly the destination shards' bytes.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "weightport/core/dtype.h"
+#include "weightport/plan/plan.h"
+
+namespace weightport::plan_test {
+
+// The byte at position `b` of element `flat` of tensor `t`: distinct across tensors and elements.
+inline std::byte ElementByte(uint32_t t, int64_t flat, uint64_t b) {
+  uint64_t x =
+      (static_cast<uint64_t>(t) << 40) ^ (static_cast<uint64_t>(flat) * 0x9E3779B97F4A7C15ull) ^ (b << 56);
+  x ^= x >> 29;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 32;
+  return static_cast<std::byte>(x & 0xff);
+}
+
+// Calls visit(flat index) for every element of `slice` in its packed (row-major) order.
+template <typename Visit>
+void ForEachElement(const Slice& slice, const Shape& shape, Visit visit) {
+  if (slice.is_flat()) {
+    for (int64_t i = 0; i < slice.flat().length; ++i) visit(slice.flat().start + i);
+    return;
+  }
+  const Box& box = slice.box();
+  if (box.num_elements() == 0) return;
+  std::vector<int64_t> idx(box.rank(), 0);
+  while (true) {
+    int64_t flat = 0;
+    for (size_t d = 0; d < box.rank(); ++d) flat = flat * shape[d] + box.start[d] + idx[d];
+    visit(flat);
+    size_t d = box.rank();
+    while (d > 0 && ++idx[d - 1] == box.length[d - 1]) idx[--d] = 0;
+    if (d == 0) return;
+  }
+}
+
+// A buffer laid out as `buffer` says, each shard filled with its tensor's bytes.
+inline std::vector<std::byte> FilledBuffer(const Plan& plan, const RankBuffer& buffer) {
+  std::vector<std::byte> out(buffer.bytes, std::byte{0});
+  for (const PlannedShard& s : buffer.shards) {
+    const TensorMeta& t = plan.tensors[s.tensor];
+    const uint64_t es = DTypeSize(t.dtype);
+    uint64_t at = s.offset;
+    ForEachElement(s.slice, t.shape, [&](int64_t flat) {
+      for (uint64_t b = 0; b < es; ++b) out[at++] = ElementByte(s.tensor, flat, b);
+    });
+  }
+  return out;
+}
+
+// Runs every step in order with memcpy (a relay reads what an earlier step wrote) and checks each
+// destination buffer against FilledBuffer, and that no destination byte is written twice.
+// Returns "" or a description of the first problem.
+inline std::string RunPlanInMemory(const Plan& plan) {
+  std::vector<std::vector<std::byte>> src, dst;
+  std::vector<std::vector<uint8_t>> writes;
+  for (const RankBuffer& b : plan.sources) src.push_back(FilledBuffer(plan, b));
+  for (const RankBuffer& b : plan.destinations) {
+    dst.emplace_back(b.bytes, std::byte{0});
+    writes.emplace_back(b.bytes, 0);
+  }
+  std::string problem;
+  for (const PlanStep& step : plan.steps) {
+    const RankBuffer* from = plan.Buffer(step.from);
+    const RankBuffer* to = plan.Buffer({PlanSide::kDestination, step.to_rank});
+    std::vector<std::byte>& in = step.from.side == PlanSide::kSource ? src[from - plan.sources.data()]
+                                                                     : dst[from - plan.destinations.data()];
+    const size_t out_index = to - plan.destinations.data();
+    uint64_t moved = 0, expect_piece_offset = 0;
+    Status st = ForEachStepRun(plan, step, [&](const StepRun& run) {
+      if (run.piece_offset != expect_piece_offset && problem.empty())
+        problem = "step " + std::to_string(step.id) + ": runs out of piece order";
+      if ((run.piece_offset % plan.options.chunk_bytes) + run.length > plan.options.chunk_bytes &&
+          problem.empty())
+        problem = "step " + std::to_string(step.id) + ": a run crosses a chunk boundary";
+      expect_piece_offset += run.length;
+      std::memcpy(dst[out_index].data() + run.to_offset, in.data() + run.from_offset, run.length);
+      for (uint64_t i = 0; i < run.length; ++i)
+        if (writes[out_index][run.to_offset + i]++ && problem.empty())
+          problem = "step " + std::to_string(step.id) + ": writes a byte written before";
+      moved += run.length;
+    });
+    if (!st.ok()) return st.ToString();
+    if (moved != step.bytes && problem.empty())
+      problem = "step " + std::to_string(step.id) + ": moved the wrong count";
+    if (!problem.empty()) return problem;
+  }
+  for (size_t b = 0; b < plan.destinations.size(); ++b) {
+    const std::vector<std::byte> want = FilledBuffer(plan, plan.destinations[b]);
+    for (const PlannedShard& s : plan.destinations[b].shards)
+      for (uint64_t i = s.offset; i < s.offset + s.bytes; ++i)
+        if (dst[b][i] != want[i] || writes[b][i] != 1)
+          return "dst rank " + std::to_string(plan.destinations[b].endpoint.rank) + " tensor '" +
+                 plan.tensors[s.tensor].name + "' byte " + std::to_string(i - s.offset) +
+                 (writes[b][i] != 1 ? " written " + std::to_string(writes[b][i]) + " times" : " differs");
+  }
+  return "";
+}
+
+}  // namespace weightport::plan_test

@@ -1,0 +1,305 @@
+// MakePlan: pieces (what each group of identical destination shards needs from each group of
+// identical source shards), then a greedy assignment of every piece to a source and a relay tree,
+// largest pieces first, each to the choice that leaves the busiest host least busy. See planner.h.
+#include "weightport/plan/planner.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "plan/plan_pieces.h"
+#include "weightport/core/dtype.h"
+
+namespace weightport {
+namespace {
+
+using plan_internal::Piece;
+using plan_internal::ShardGroup;
+
+uint64_t AlignUp(uint64_t v) { return (v + kPlanAlignment - 1) / kPlanAlignment * kPlanAlignment; }
+
+// Lays out one side's ranks: shards packed at aligned offsets, in placement order.
+Result<std::vector<RankBuffer>> BuildBuffers(const Placement& placement, PlanSide side, const Plan& plan,
+                                             const std::vector<int>& tensor_index) {
+  std::vector<RankBuffer> buffers;
+  for (int rank : placement.ranks()) {
+    RankBuffer b;
+    b.endpoint = {side, rank};
+    b.host = plan.topology.HostOf(b.endpoint);
+    for (const Shard& shard : placement.shards(rank)) {
+      const TensorMeta* meta = placement.FindTensor(shard.tensor);
+      const int t = tensor_index[meta - placement.tensors().data()];
+      if (t < 0)
+        return InvalidArgument("tensor '" + shard.tensor + "' held by " + b.endpoint.ToString() +
+                               " is not held by any source rank");
+      PlannedShard ps;
+      ps.tensor = static_cast<uint32_t>(t);
+      ps.slice = shard.slice;
+      ps.bytes = static_cast<uint64_t>(shard.slice.num_elements()) * DTypeSize(meta->dtype);
+      ps.offset = AlignUp(b.bytes);
+      b.bytes = ps.offset + ps.bytes;
+      b.shards.push_back(std::move(ps));
+    }
+    buffers.push_back(std::move(b));
+  }
+  return buffers;
+}
+
+// Maps each destination tensor to its index in the source table; errors on disagreements.
+Result<std::vector<int>> MatchTensors(const Placement& src, const Placement& dst) {
+  std::vector<int> index(dst.tensors().size(), -1);
+  for (size_t i = 0; i < dst.tensors().size(); ++i) {
+    const TensorMeta& d = dst.tensors()[i];
+    const TensorMeta* s = src.FindTensor(d.name);
+    if (!s) continue;  // an error only if some destination rank holds part of it (BuildBuffers)
+    if (s->dtype != d.dtype)
+      return InvalidArgument("tensor '" + d.name + "': sources hold " + std::string(DTypeName(s->dtype)) +
+                             ", destinations want " + std::string(DTypeName(d.dtype)) +
+                             " (plans move bytes unchanged; convert with a transform when one exists)");
+    if (s->shape != d.shape)
+      return InvalidArgument("tensor '" + d.name + "': source and destination shapes differ");
+    index[i] = static_cast<int>(s - src.tensors().data());
+  }
+  return index;
+}
+
+// Per-host busy time in seconds, the quantity the greedy keeps low.
+class HostLoads {
+ public:
+  explicit HostLoads(const Topology& topo)
+      : topo_(topo),
+        out_(topo.hosts().size(), 0),
+        in_(topo.hosts().size(), 0),
+        local_(topo.hosts().size(), 0),
+        d_out_(out_.size(), 0),
+        d_in_(out_.size(), 0),
+        d_local_(out_.size(), 0) {}
+
+  // Stages one transfer; Peak() then Commit() or Reset().
+  void Stage(int from_host, int to_host, uint64_t bytes) {
+    if (from_host == to_host) {
+      Touch(from_host);
+      d_local_[from_host] += bytes / topo_.intra_host_bytes_per_s();
+    } else {
+      Touch(from_host);
+      Touch(to_host);
+      d_out_[from_host] += bytes / topo_.nic_bytes_per_s(from_host);
+      d_in_[to_host] += bytes / topo_.nic_bytes_per_s(to_host);
+    }
+  }
+  // The staged hosts' loads if the staged transfers were committed: the busiest one's time, and
+  // the sum of squares of every touched resource's time, which breaks ties towards spreading.
+  std::pair<double, double> Cost() const {
+    double peak = 0, squares = 0;
+    for (int h : touched_) {
+      const double o = out_[h] + d_out_[h], i = in_[h] + d_in_[h], l = local_[h] + d_local_[h];
+      peak = std::max({peak, o, i, l});
+      squares += o * o + i * i + l * l;
+    }
+    return {peak, squares};
+  }
+  void Commit() {
+    for (int h : touched_) {
+      out_[h] += d_out_[h];
+      in_[h] += d_in_[h];
+      local_[h] += d_local_[h];
+    }
+    Reset();
+  }
+  void Reset() {
+    for (int h : touched_) d_out_[h] = d_in_[h] = d_local_[h] = 0;
+    touched_.clear();
+  }
+
+ private:
+  void Touch(int h) {
+    if (d_out_[h] == 0 && d_in_[h] == 0 && d_local_[h] == 0 &&
+        std::find(touched_.begin(), touched_.end(), h) == touched_.end())
+      touched_.push_back(h);
+  }
+
+  const Topology& topo_;
+  std::vector<double> out_, in_, local_;
+  std::vector<double> d_out_, d_in_, d_local_;
+  std::vector<int> touched_;
+};
+
+// Position p > 0 of a k-ary relay tree receives from position Parent(p).
+size_t Parent(size_t p, int fanout) { return (p - 1) / static_cast<size_t>(fanout); }
+
+struct Choice {
+  size_t source = 0;  // index into the piece's candidates
+  size_t root = 0;    // rotation of the destination group's chain order
+};
+
+class Planner {
+ public:
+  Planner(Plan& plan, std::vector<ShardGroup> dst_groups, std::vector<Piece> pieces)
+      : plan_(plan), dst_groups_(std::move(dst_groups)), pieces_(std::move(pieces)), loads_(plan.topology) {}
+
+  void Run() {
+    std::vector<size_t> order(pieces_.size());
+    std::iota(order.begin(), order.end(), 0);
+    // Largest first: the greedy then places the small pieces into the gaps.
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return pieces_[a].bytes > pieces_[b].bytes; });
+    choices_.resize(pieces_.size());
+    for (size_t i : order) choices_[i] = Assign(pieces_[i]);
+    for (size_t i = 0; i < pieces_.size(); ++i) Emit(pieces_[i], choices_[i]);
+  }
+
+ private:
+  int Host(const plan_internal::Holder& h, PlanSide side) const {
+    return (side == PlanSide::kSource ? plan_.sources : plan_.destinations)[h.buffer].host;
+  }
+
+  // Destination holders with a source of the piece on their own host take a local copy from it;
+  // the others form the relay tree.
+  struct Members {
+    std::vector<std::pair<size_t, size_t>> local;  // (holder, source candidate)
+    std::vector<size_t> remote;                    // holders, in chain order
+  };
+  Members Partition(const Piece& piece) const {
+    const std::vector<plan_internal::Holder>& holders = dst_groups_[piece.dst_group].holders;
+    Members m;
+    for (size_t h = 0; h < holders.size(); ++h) {
+      const int host = Host(holders[h], PlanSide::kDestination);
+      size_t s = 0;
+      while (s < piece.sources.size() && Host(piece.sources[s], PlanSide::kSource) != host) ++s;
+      if (s < piece.sources.size()) {
+        m.local.emplace_back(h, s);
+      } else {
+        m.remote.push_back(h);
+      }
+    }
+    return m;
+  }
+
+  // Stages the local copies, and the transfers of `piece` sent by candidate `source` down the tree
+  // of remote holders rooted at rotation `root`.
+  void Stage(const Piece& piece, const Members& m, size_t source, size_t root) {
+    const std::vector<plan_internal::Holder>& holders = dst_groups_[piece.dst_group].holders;
+    for (auto [h, s] : m.local)
+      loads_.Stage(Host(piece.sources[s], PlanSide::kSource), Host(holders[h], PlanSide::kDestination),
+                   piece.bytes);
+    const size_t r = m.remote.size();
+    if (r == 0) return;
+    auto node = [&](size_t p) { return Host(holders[m.remote[(root + p) % r]], PlanSide::kDestination); };
+    loads_.Stage(Host(piece.sources[source], PlanSide::kSource), node(0), piece.bytes);
+    for (size_t p = 1; p < r; ++p) loads_.Stage(node(Parent(p, fanout())), node(p), piece.bytes);
+  }
+
+  int fanout() const { return std::max(plan_.options.relay_fanout, 1); }
+
+  Choice Assign(const Piece& piece) {
+    const Members m = Partition(piece);
+    const size_t roots = std::max<size_t>(m.remote.size(), 1);
+    const size_t sources = m.remote.empty() ? 1 : piece.sources.size();
+    Choice best;
+    std::pair<double, double> best_cost;
+    for (size_t s = 0; s < sources; ++s) {
+      for (size_t root = 0; root < roots; ++root) {
+        Stage(piece, m, s, root);
+        const std::pair<double, double> cost = loads_.Cost();
+        loads_.Reset();
+        if ((s == 0 && root == 0) || cost < best_cost) best = {s, root}, best_cost = cost;
+      }
+    }
+    Stage(piece, m, best.source, best.root);
+    loads_.Commit();
+    return best;
+  }
+
+  PlanStep NewStep(const Piece& piece, const plan_internal::Holder& to) const {
+    PlanStep step;
+    step.id = static_cast<uint32_t>(plan_.steps.size());
+    step.tensor = piece.tensor;
+    step.to_rank = plan_.destinations[to.buffer].endpoint.rank;
+    step.to_shard = to.shard;
+    step.piece = piece.slice;
+    step.bytes = piece.bytes;
+    step.chunks =
+        static_cast<uint32_t>((piece.bytes + plan_.options.chunk_bytes - 1) / plan_.options.chunk_bytes);
+    step.root = step.id;
+    return step;
+  }
+
+  void Emit(const Piece& piece, const Choice& choice) {
+    const std::vector<plan_internal::Holder>& holders = dst_groups_[piece.dst_group].holders;
+    const Members m = Partition(piece);
+    for (auto [h, s] : m.local) {
+      PlanStep step = NewStep(piece, holders[h]);
+      step.from = plan_.sources[piece.sources[s].buffer].endpoint;
+      step.from_shard = piece.sources[s].shard;
+      plan_.steps.push_back(std::move(step));
+    }
+    const size_t r = m.remote.size();
+    std::vector<uint32_t> step_of(r);  // the step delivering the piece to tree position p
+    for (size_t p = 0; p < r; ++p) {
+      PlanStep step = NewStep(piece, holders[m.remote[(choice.root + p) % r]]);
+      if (p == 0) {
+        const plan_internal::Holder& from = piece.sources[choice.source];
+        step.from = plan_.sources[from.buffer].endpoint;
+        step.from_shard = from.shard;
+      } else {
+        const size_t parent = Parent(p, fanout());
+        const plan_internal::Holder& from = holders[m.remote[(choice.root + parent) % r]];
+        const PlanStep& prev = plan_.steps[step_of[parent]];
+        step.from = plan_.destinations[from.buffer].endpoint;
+        step.from_shard = from.shard;
+        step.after = prev.id;
+        step.root = prev.root;
+        step.depth = prev.depth + 1;
+      }
+      step_of[p] = step.id;
+      plan_.steps.push_back(std::move(step));
+    }
+  }
+
+  Plan& plan_;
+  std::vector<ShardGroup> dst_groups_;
+  std::vector<Piece> pieces_;
+  HostLoads loads_;
+  std::vector<Choice> choices_;
+};
+
+Status CheckOptions(const PlanOptions& o) {
+  if (o.chunk_bytes == 0) return InvalidArgument("plan options: chunk_bytes must be positive");
+  if (o.relay_fanout < 0) return InvalidArgument("plan options: relay_fanout must be >= 0");
+  if (!(o.per_chunk_overhead_s >= 0))
+    return InvalidArgument("plan options: per_chunk_overhead_s must be >= 0");
+  for (const TransformRule& r : o.transforms)
+    if (r.glob.empty()) return InvalidArgument("plan options: a transform rule has an empty glob");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Plan> MakePlan(const Placement& src, const Placement& dst, const Topology& topology,
+                      const PlanOptions& options) {
+  WP_RETURN_IF_ERROR(CheckOptions(options));
+  Status valid = src.Validate();
+  if (!valid.ok()) return valid.WithContext("source placement");
+  valid = dst.Validate();
+  if (!valid.ok()) return valid.WithContext("destination placement");
+
+  Plan plan;
+  plan.options = options;
+  if (plan.options.split_bytes == 0) plan.options.split_bytes = plan.options.chunk_bytes;
+  plan.topology = topology;
+  plan.topology.Place(PlanSide::kSource, src.ranks());
+  plan.topology.Place(PlanSide::kDestination, dst.ranks());
+  plan.tensors = src.tensors();
+
+  std::vector<int> identity(src.tensors().size());
+  std::iota(identity.begin(), identity.end(), 0);
+  WP_ASSIGN_OR_RETURN(plan.sources, BuildBuffers(src, PlanSide::kSource, plan, identity));
+  WP_ASSIGN_OR_RETURN(std::vector<int> dst_index, MatchTensors(src, dst));
+  WP_ASSIGN_OR_RETURN(plan.destinations, BuildBuffers(dst, PlanSide::kDestination, plan, dst_index));
+
+  WP_ASSIGN_OR_RETURN(plan_internal::PieceSet set, plan_internal::FindPieces(plan));
+  Planner(plan, std::move(set.dst_groups), std::move(set.pieces)).Run();
+  plan.estimate = EstimatePlan(plan);
+  return plan;
+}
+
+}  // namespace weightport
