@@ -64,19 +64,18 @@ ModelSpec MoeSpec(const Args& a) {
 
 Result<Topology> HostsOf(const Args& a, int src_ranks, int dst_ranks) {
   std::vector<HostSpec> hosts;
-  if (a.gpus_per_host < 1) return Topology::Make({}, a.nic_gbps * 1e9 / 8, a.intra_host_gbps * 1e9 / 8);
-  const double nic = a.nic_gbps * 1e9 / 8;
+  if (a.gpus_per_host < 1) return Topology::Make({}, a.nic_gbps, a.intra_host_gbps);
   for (int r = 0; r < src_ranks; r += a.gpus_per_host) {
-    HostSpec h{"train" + std::to_string(r / a.gpus_per_host), nic, {}, {}};
+    HostSpec h{"train" + std::to_string(r / a.gpus_per_host), a.nic_gbps, {}, {}};
     for (int i = r; i < std::min(src_ranks, r + a.gpus_per_host); ++i) h.src_ranks.push_back(i);
     hosts.push_back(std::move(h));
   }
   for (int r = 0; r < dst_ranks; r += a.gpus_per_host) {
-    HostSpec h{"infer" + std::to_string(r / a.gpus_per_host), nic, {}, {}};
+    HostSpec h{"infer" + std::to_string(r / a.gpus_per_host), a.nic_gbps, {}, {}};
     for (int i = r; i < std::min(dst_ranks, r + a.gpus_per_host); ++i) h.dst_ranks.push_back(i);
     hosts.push_back(std::move(h));
   }
-  return Topology::Make(std::move(hosts), nic, a.intra_host_gbps * 1e9 / 8);
+  return Topology::Make(std::move(hosts), a.nic_gbps, a.intra_host_gbps);
 }
 
 size_t CountShards(const Placement& p) {

@@ -243,7 +243,8 @@ TEST_F(PlanInputsFileTest, TopologyFile) {
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   ASSERT_EQ(t->hosts().size(), 2u);
   EXPECT_EQ(t->hosts()[0].name, "a");
-  EXPECT_DOUBLE_EQ(t->hosts()[0].nic_bytes_per_s, 400e9 / 8);
+  EXPECT_DOUBLE_EQ(t->hosts()[0].nic_gbps, 400);
+  EXPECT_DOUBLE_EQ(t->hosts()[1].nic_gbps, 200);  // the default
   EXPECT_EQ(t->HostOf({PlanSide::kSource, 3}), 1);
   EXPECT_EQ(t->HostOf({PlanSide::kDestination, 0}), 0);
 
