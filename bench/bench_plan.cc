@@ -162,7 +162,7 @@ int Run(const Args& a) {
               a.dst_ep, dst->num_ranks(), CountShards(*dst), dst_build_s);
   std::printf("MakePlan     median %.3f s (min %.3f, max %.3f, %d runs)\n", st.median, st.min, st.max,
               a.runs);
-  std::printf("plan         %zu steps (%llu relayed), %llu chunks, %s moved, %s per destination copy\n",
+  std::printf("plan         %zu steps (%llu relayed), %llu chunks, %s moved, destination holds %s\n",
               plan.steps.size(), static_cast<unsigned long long>(relayed),
               static_cast<unsigned long long>(chunks), HumanSize(plan.TotalBytes()).c_str(),
               HumanSize(plan.DestinationBytes()).c_str());
