@@ -133,8 +133,7 @@ Command AddPlanCommand(CLI::App& app) {
                   ->check(CLI::ExistingFile);
   auto* plan_file =
       sub->add_option("--plan", o->plan_file,
-                      "Instead of --src and --dst: read back a plan written by --dump and report on "
-                      "it")
+                      "Instead of --src and --dst: read back a plan written by --dump and report on it")
           ->check(CLI::ExistingFile);
   src->needs(dst);
   dst->needs(src);
@@ -161,19 +160,23 @@ Command AddPlanCommand(CLI::App& app) {
              "rank is a host of its own with a 100 Gb/s NIC")
           ->check(CLI::ExistingFile);
   topology->excludes(plan_file);
-  sub->add_option("--chunk-bytes", o->chunk_bytes, "Bytes per chunk: the unit relays forward (e.g. 4MiB)")
-      ->transform(CLI::AsSizeValue(false))
-      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))
-      ->capture_default_str();
-  sub->add_option("--relay-fanout", o->relay_fanout,
-                  "How replicas share bytes: 0 every destination rank fed by the sources, 1 a pipelined\n"
-                  "relay chain, K > 1 a K-ary tree")
-      ->check(CLI::Range(0, 1024))
-      ->capture_default_str();
-  sub->add_option("--split-bytes", o->split_bytes,
-                  "Split a piece several sources hold among them when larger than this (0: chunk size)")
-      ->transform(CLI::AsSizeValue(false))
-      ->capture_default_str();
+  auto* chunk =
+      sub->add_option("--chunk-bytes", o->chunk_bytes, "Bytes per chunk: the unit relays forward (e.g. 4MiB)")
+          ->transform(CLI::AsSizeValue(false))
+          ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))
+          ->capture_default_str();
+  auto* fanout =
+      sub->add_option("--relay-fanout", o->relay_fanout,
+                      "How replicas share bytes: 0 every destination rank fed by the sources, 1 a pipelined\n"
+                      "relay chain, K > 1 a K-ary tree")
+          ->check(CLI::Range(0, 1024))
+          ->capture_default_str();
+  auto* split =
+      sub->add_option("--split-bytes", o->split_bytes,
+                      "Split a piece several sources hold among them when larger than this (0: chunk size)")
+          ->transform(CLI::AsSizeValue(false))
+          ->capture_default_str();
+  for (CLI::Option* opt : {chunk, fanout, split}) opt->excludes(plan_file);  // a plan file carries its own
   sub->add_flag("--json", o->json, "Print the report as JSON");
   sub->add_option("--dump", o->dump, "Write the plan itself (every step) as JSON to this file");
   sub->add_flag("--check", o->check,

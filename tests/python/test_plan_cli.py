@@ -144,3 +144,6 @@ def test_spec_needs_a_model_and_usage_errors():
     assert run("--preset", "small")[0] == 2  # neither --src/--dst nor --plan
     assert run("--preset", "small", "--src", PLANS / "fsdp4.json")[0] == 2  # --src needs --dst
     assert run("--preset", "small", "--src", PLANS / "fsdp4.json", "--dst", PLANS / "missing.json")[0] == 2
+    # A dumped plan carries its own options and layouts.
+    assert run("--plan", PLANS / "fsdp4.json", "--relay-fanout", "0")[0] == 2
+    assert run("--plan", PLANS / "fsdp4.json", "--src", PLANS / "fsdp4.json", "--dst", PLANS / "tp2x2.json")[0] == 2
