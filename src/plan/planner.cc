@@ -25,8 +25,10 @@ Result<std::vector<RankBuffer>> BuildBuffers(const Placement& placement, PlanSid
     RankBuffer b;
     b.endpoint = {side, rank};
     b.host = plan.topology.HostOf(b.endpoint);
+    size_t hint = 0;
     for (const Shard& shard : placement.shards(rank)) {
-      const TensorMeta* meta = placement.FindTensor(shard.tensor);
+      const TensorMeta* meta = placement.FindTensor(shard.tensor, hint);
+      hint = static_cast<size_t>(meta - placement.tensors().data()) + 1;
       const int t = tensor_index[meta - placement.tensors().data()];
       if (t < 0)
         return InvalidArgument("tensor '" + shard.tensor + "' held by " + b.endpoint.ToString() +
@@ -72,7 +74,8 @@ class HostLoads {
         local_(topo.hosts().size(), 0),
         d_out_(out_.size(), 0),
         d_in_(out_.size(), 0),
-        d_local_(out_.size(), 0) {}
+        d_local_(out_.size(), 0),
+        staged_(out_.size(), 0) {}
 
   // Stages one transfer; Peak() then Commit() or Reset().
   void Stage(int from_host, int to_host, uint64_t bytes) {
@@ -106,20 +109,22 @@ class HostLoads {
     Reset();
   }
   void Reset() {
-    for (int h : touched_) d_out_[h] = d_in_[h] = d_local_[h] = 0;
+    for (int h : touched_) d_out_[h] = d_in_[h] = d_local_[h] = 0, staged_[h] = 0;
     touched_.clear();
   }
+  // The NIC time of `host` sending `bytes` more, for choosing among senders.
+  double OutAfter(int host, uint64_t bytes) const { return out_[host] + bytes / topo_.nic_bytes_per_s(host); }
+  double Total(int host) const { return out_[host] + in_[host] + local_[host]; }
 
  private:
   void Touch(int h) {
-    if (d_out_[h] == 0 && d_in_[h] == 0 && d_local_[h] == 0 &&
-        std::find(touched_.begin(), touched_.end(), h) == touched_.end())
-      touched_.push_back(h);
+    if (!staged_[h]) staged_[h] = 1, touched_.push_back(h);
   }
 
   const Topology& topo_;
   std::vector<double> out_, in_, local_;
   std::vector<double> d_out_, d_in_, d_local_;
+  std::vector<uint8_t> staged_;
   std::vector<int> touched_;
 };
 
@@ -190,19 +195,26 @@ class Planner {
 
   int fanout() const { return std::max(plan_.options.relay_fanout, 1); }
 
+  // A remote holder's host has no source of the piece (else it would copy locally), so the sender
+  // touches only its own NIC: the best sender is the one whose NIC ends least busy, whatever the
+  // chain. Then every rotation of the chain is staged and the best kept.
   Choice Assign(const Piece& piece) {
     const Members m = Partition(piece);
-    const size_t roots = std::max<size_t>(m.remote.size(), 1);
-    const size_t sources = m.remote.empty() ? 1 : piece.sources.size();
     Choice best;
-    std::pair<double, double> best_cost;
-    for (size_t s = 0; s < sources; ++s) {
-      for (size_t root = 0; root < roots; ++root) {
-        Stage(piece, m, s, root);
-        const std::pair<double, double> cost = loads_.Cost();
-        loads_.Reset();
-        if ((s == 0 && root == 0) || cost < best_cost) best = {s, root}, best_cost = cost;
+    if (!m.remote.empty()) {
+      for (size_t s = 1; s < piece.sources.size(); ++s) {
+        const int a = Host(piece.sources[s], PlanSide::kSource);
+        const int b = Host(piece.sources[best.source], PlanSide::kSource);
+        const double ta = loads_.OutAfter(a, piece.bytes), tb = loads_.OutAfter(b, piece.bytes);
+        if (ta < tb || (ta == tb && loads_.Total(a) < loads_.Total(b))) best.source = s;
       }
+    }
+    std::pair<double, double> best_cost;
+    for (size_t root = 0; root < std::max<size_t>(m.remote.size(), 1); ++root) {
+      Stage(piece, m, best.source, root);
+      const std::pair<double, double> cost = loads_.Cost();
+      loads_.Reset();
+      if (root == 0 || cost < best_cost) best.root = root, best_cost = cost;
     }
     Stage(piece, m, best.source, best.root);
     loads_.Commit();
