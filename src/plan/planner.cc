@@ -115,6 +115,7 @@ class HostLoads {
   // The NIC time of `host` sending `bytes` more, for choosing among senders.
   double OutAfter(int host, uint64_t bytes) const { return out_[host] + bytes / topo_.nic_bytes_per_s(host); }
   double Total(int host) const { return out_[host] + in_[host] + local_[host]; }
+  double Out(int host) const { return out_[host]; }
 
  private:
   void Touch(int h) {
@@ -131,7 +132,15 @@ class HostLoads {
 // Position p > 0 of a k-ary relay tree receives from position Parent(p).
 size_t Parent(size_t p, int fanout) { return (p - 1) / static_cast<size_t>(fanout); }
 
+// Destination holders with a source of the piece on their own host take a local copy from it;
+// the others form the relay tree.
+struct Members {
+  std::vector<std::pair<size_t, size_t>> local;  // (holder, source candidate)
+  std::vector<size_t> remote;                    // holders, in chain order
+};
+
 struct Choice {
+  Members members;
   size_t source = 0;  // index into the piece's candidates
   size_t root = 0;    // rotation of the destination group's chain order
 };
@@ -157,12 +166,6 @@ class Planner {
     return (side == PlanSide::kSource ? plan_.sources : plan_.destinations)[h.buffer].host;
   }
 
-  // Destination holders with a source of the piece on their own host take a local copy from it;
-  // the others form the relay tree.
-  struct Members {
-    std::vector<std::pair<size_t, size_t>> local;  // (holder, source candidate)
-    std::vector<size_t> remote;                    // holders, in chain order
-  };
   Members Partition(const Piece& piece) const {
     const std::vector<plan_internal::Holder>& holders = dst_groups_[piece.dst_group].holders;
     Members m;
@@ -195,12 +198,38 @@ class Planner {
 
   int fanout() const { return std::max(plan_.options.relay_fanout, 1); }
 
+  // The rotations of the relay tree worth staging. Leaves send nothing, so a rotation decides which
+  // holders relay. Small groups: all of them. A chain: the ones whose tail (the holder that relays
+  // nothing) is among the few whose hosts already send the most. A tree: a few evenly spaced.
+  std::vector<size_t> Rotations(const Members& m) const {
+    constexpr size_t kExact = 6, kTried = 4;
+    const size_t r = m.remote.size();
+    std::vector<size_t> out;
+    if (r <= kExact) {
+      for (size_t i = 0; i < std::max<size_t>(r, 1); ++i) out.push_back(i);
+      return out;
+    }
+    if (fanout() > 1) {
+      for (size_t i = 0; i < kExact; ++i) out.push_back(i * r / kExact);
+      return out;
+    }
+    const std::vector<plan_internal::Holder>& holders = dst_groups_[current_group_].holders;
+    std::vector<std::pair<double, size_t>> sending(r);  // (-out load, holder position)
+    for (size_t i = 0; i < r; ++i)
+      sending[i] = {-loads_.Out(Host(holders[m.remote[i]], PlanSide::kDestination)), i};
+    std::partial_sort(sending.begin(), sending.begin() + kTried, sending.end());
+    for (size_t k = 0; k < kTried; ++k) out.push_back((sending[k].second + 1) % r);  // tail = that holder
+    return out;
+  }
+
   // A remote holder's host has no source of the piece (else it would copy locally), so the sender
   // touches only its own NIC: the best sender is the one whose NIC ends least busy, whatever the
-  // chain. Then every rotation of the chain is staged and the best kept.
+  // tree. Then the rotations worth trying are staged and the best kept.
   Choice Assign(const Piece& piece) {
-    const Members m = Partition(piece);
+    current_group_ = piece.dst_group;
     Choice best;
+    best.members = Partition(piece);
+    const Members& m = best.members;
     if (!m.remote.empty()) {
       for (size_t s = 1; s < piece.sources.size(); ++s) {
         const int a = Host(piece.sources[s], PlanSide::kSource);
@@ -210,11 +239,12 @@ class Planner {
       }
     }
     std::pair<double, double> best_cost;
-    for (size_t root = 0; root < std::max<size_t>(m.remote.size(), 1); ++root) {
+    bool first = true;
+    for (size_t root : Rotations(m)) {
       Stage(piece, m, best.source, root);
       const std::pair<double, double> cost = loads_.Cost();
       loads_.Reset();
-      if (root == 0 || cost < best_cost) best.root = root, best_cost = cost;
+      if (first || cost < best_cost) best.root = root, best_cost = cost, first = false;
     }
     Stage(piece, m, best.source, best.root);
     loads_.Commit();
@@ -237,7 +267,7 @@ class Planner {
 
   void Emit(const Piece& piece, const Choice& choice) {
     const std::vector<plan_internal::Holder>& holders = dst_groups_[piece.dst_group].holders;
-    const Members m = Partition(piece);
+    const Members& m = choice.members;
     for (auto [h, s] : m.local) {
       PlanStep step = NewStep(piece, holders[h]);
       step.from = plan_.sources[piece.sources[s].buffer].endpoint;
@@ -272,6 +302,7 @@ class Planner {
   std::vector<Piece> pieces_;
   HostLoads loads_;
   std::vector<Choice> choices_;
+  uint32_t current_group_ = 0;  // the group of the piece being assigned
 };
 
 Status CheckOptions(const PlanOptions& o) {
