@@ -157,7 +157,12 @@ class Planner {
     std::stable_sort(order.begin(), order.end(),
                      [&](size_t a, size_t b) { return pieces_[a].bytes > pieces_[b].bytes; });
     choices_.resize(pieces_.size());
-    for (size_t i : order) choices_[i] = Assign(pieces_[i]);
+    size_t steps = plan_.steps.size();
+    for (size_t i : order) {
+      choices_[i] = Assign(pieces_[i]);
+      steps += choices_[i].members.local.size() + choices_[i].members.remote.size();
+    }
+    plan_.steps.reserve(steps);
     for (size_t i = 0; i < pieces_.size(); ++i) Emit(pieces_[i], choices_[i]);
   }
 
