@@ -34,7 +34,7 @@ PlanEstimate EstimatePlan(const Plan& plan) {
       const double hop_s =
           static_cast<double>(std::min(plan.options.chunk_bytes, step.bytes)) /
           (from->host == to->host ? topo.intra_host_bytes_per_s() : topo.nic_bytes_per_s(to->host));
-      fill_s = std::max(fill_s, step.depth * hop_s);
+      fill_s = std::max(fill_s, step.depth * (hop_s + plan.options.per_chunk_overhead_s));
     }
   }
   double overhead_s = 0;
