@@ -55,6 +55,7 @@ Command AddDemoCommand(CLI::App& app);
 Command AddPublishCommand(CLI::App& app);
 Command AddSubscribeCommand(CLI::App& app);
 Command AddServeCommand(CLI::App& app);
+Command AddPlanCommand(CLI::App& app);
 Command AddReshardCommand(CLI::App& app);
 
 }  // namespace weightport::cli

@@ -44,14 +44,16 @@ class CliTest : public ::testing::Test {
 TEST_F(CliTest, HelpAndUsageExitCodes) {
   CliRun r = Cli("--help");
   EXPECT_EQ(r.code, 0);
-  for (const char* cmd :
-       {"demo", "gen-model", "inspect", "manifest", "convert", "info", "publish", "subscribe", "serve", "reshard"})
+  for (const char* cmd : {"demo", "gen-model", "inspect", "manifest", "convert", "info", "publish",
+                          "subscribe", "serve", "plan", "reshard"})
     EXPECT_NE(r.out.find(cmd), std::string::npos) << cmd;
   EXPECT_EQ(Cli("inspect --help").code, 0);
-  EXPECT_EQ(Cli("").code, 2);                   // no command
-  EXPECT_EQ(Cli("frobnicate").code, 2);         // unknown command
-  EXPECT_EQ(Cli("inspect").code, 2);            // missing argument
-  EXPECT_EQ(Cli("gen-model --out x").code, 2);  // neither --preset nor --from
+  EXPECT_EQ(Cli("plan --help").code, 0);
+  EXPECT_EQ(Cli("plan --preset small").code, 2);  // neither --src/--dst nor --plan
+  EXPECT_EQ(Cli("").code, 2);                     // no command
+  EXPECT_EQ(Cli("frobnicate").code, 2);           // unknown command
+  EXPECT_EQ(Cli("inspect").code, 2);              // missing argument
+  EXPECT_EQ(Cli("gen-model --out x").code, 2);    // neither --preset nor --from
   EXPECT_EQ(Cli("gen-model --preset huge --out x").code, 2);
   EXPECT_EQ(Cli("gen-model --from a --out b").code, 2);  // --from needs --perturb
 }

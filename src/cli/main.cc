@@ -16,10 +16,9 @@ int main(int argc, char** argv) {
       "options.");
 
   const std::vector<Command> commands = {
-      AddDemoCommand(app),     AddGenModelCommand(app),  AddInspectCommand(app),
-      AddManifestCommand(app), AddConvertCommand(app),   AddInfoCommand(app),
-      AddPublishCommand(app),  AddSubscribeCommand(app), AddServeCommand(app),
-      AddReshardCommand(app)};
+      AddDemoCommand(app),    AddGenModelCommand(app), AddInspectCommand(app), AddManifestCommand(app),
+      AddConvertCommand(app), AddInfoCommand(app),     AddPublishCommand(app), AddSubscribeCommand(app),
+      AddServeCommand(app),   AddPlanCommand(app),     AddReshardCommand(app)};
 
   try {
     app.parse(argc, argv);

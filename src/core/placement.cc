@@ -66,8 +66,13 @@ void Placement::AddRank(int rank) { shards_[rank]; }
 void Placement::AddShard(int rank, Shard shard) { shards_[rank].push_back(std::move(shard)); }
 
 const TensorMeta* Placement::FindTensor(std::string_view name) const {
-  auto it = index_.find(std::string(name));
+  auto it = index_.find(name);
   return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+const TensorMeta* Placement::FindTensor(std::string_view name, size_t hint) const {
+  if (hint < tensors_.size() && tensors_[hint].name == name) return &tensors_[hint];
+  return FindTensor(name);
 }
 
 std::vector<int> Placement::ranks() const {
@@ -126,18 +131,25 @@ uint64_t Placement::ModelBytes() const {
 Status Placement::Validate() const {
   for (const auto& [rank, shards] : shards_) {
     if (rank < 0) return InvalidArgument("placement: rank " + std::to_string(rank) + " is negative");
-    // Shards of this rank grouped by tensor, for the overlap test.
-    std::map<size_t, std::vector<size_t>> by_tensor;  // tensor index -> shard indices
+    // (tensor index, shard index) of this rank's shards, sorted to group them for the overlap test.
+    std::vector<std::pair<size_t, size_t>> by_tensor;
+    by_tensor.reserve(shards.size());
+    size_t hint = 0;
     for (size_t i = 0; i < shards.size(); ++i) {
       const Shard& s = shards[i];
-      const TensorMeta* t = FindTensor(s.tensor);
+      const TensorMeta* t = FindTensor(s.tensor, hint);
       if (!t) return NotFound(RankTensor(rank, s.tensor) + ": no such tensor in the placement");
       Status valid = ValidateSlice(s.slice, t->shape);
       if (!valid.ok()) return valid.WithContext(RankTensor(rank, s.tensor) + ": slice " + s.slice.ToString());
-      by_tensor[static_cast<size_t>(t - tensors_.data())].push_back(i);
+      hint = static_cast<size_t>(t - tensors_.data()) + 1;
+      by_tensor.emplace_back(hint - 1, i);
     }
+    std::sort(by_tensor.begin(), by_tensor.end());
     // Pairwise within a tensor: a rank holds few shards of one tensor.
-    for (const auto& [ti, idx] : by_tensor) {
+    for (size_t g = 0; g < by_tensor.size();) {
+      const size_t ti = by_tensor[g].first;
+      std::vector<size_t> idx;
+      for (; g < by_tensor.size() && by_tensor[g].first == ti; ++g) idx.push_back(by_tensor[g].second);
       if (idx.size() < 2) continue;
       const TensorMeta* t = &tensors_[ti];
       std::vector<std::vector<Box>> boxes;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <functional>
 
 namespace weightport {
 namespace {
@@ -126,23 +127,35 @@ Result<Placement> BuildMesh(std::vector<TensorMeta> tensors, std::span<const Mes
     if (!axes[i].selects) order.push_back(i);
   std::vector<Shard> whole;
   for (const TensorMeta& t : table.tensors()) whole.push_back({t.name, Slice::Full(t.shape)});
-  std::vector<int> coord(axes.size());
-  for (int64_t rank = 0; rank < world; ++rank) {
-    for (size_t i = axes.size(), rest = rank; i-- > 0;) {
-      coord[i] = static_cast<int>(rest % axes[i].size);
-      rest /= axes[i].size;
+  // Depth-first over the axes in `order`: what a coordinate holds after the first k axes depends on
+  // those k coordinates alone, so each prefix is computed once (a 16 x 16 mesh maps 16 + 256
+  // shard lists, not 256 full tables through both axes).
+  std::vector<std::vector<Shard>> held_by_rank(world);
+  std::vector<int> coord(axes.size(), 0);
+  std::function<Status(size_t, const std::vector<Shard>&)> descend =
+      [&](size_t depth, const std::vector<Shard>& held) -> Status {
+    if (depth == order.size()) {
+      int64_t rank = 0;
+      for (size_t i = 0; i < axes.size(); ++i) rank = rank * axes[i].size + coord[i];
+      held_by_rank[rank] = held;
+      return Status::Ok();
     }
-    std::vector<Shard> held = whole;
-    for (size_t a : order) {
-      auto next = maps[a](std::move(held), coord[a]);
+    const size_t a = order[depth];
+    for (int c = 0; c < axes[a].size; ++c) {
+      coord[a] = c;
+      auto next = maps[a](held, c);
       if (!next.ok())
-        return next.status().WithContext("mesh rank " + std::to_string(rank + rank_offset) + " (axis '" +
-                                         axes[a].name + "' index " + std::to_string(coord[a]) + ")");
-      held = std::move(next).value();
+        return next.status().WithContext("mesh axis '" + axes[a].name + "' index " + std::to_string(c));
+      WP_RETURN_IF_ERROR(descend(depth + 1, *next));
     }
+    coord[a] = 0;
+    return Status::Ok();
+  };
+  WP_RETURN_IF_ERROR(descend(0, whole));
+  for (int64_t rank = 0; rank < world; ++rank) {
     const int id = static_cast<int>(rank) + rank_offset;
     out.AddRank(id);
-    for (Shard& s : held)
+    for (Shard& s : held_by_rank[rank])
       if (!s.slice.empty()) out.AddShard(id, std::move(s));
   }
   WP_RETURN_IF_ERROR(out.Validate());

@@ -11,7 +11,8 @@ PlanEstimate EstimatePlan(const Plan& plan) {
   const size_t n = topo.hosts().size();
   PlanEstimate e;
   e.hosts.resize(n);
-  std::vector<uint64_t> chunks_in(n, 0);
+  // Chunks each destination rank receives: each rank's own process and cores handle its completions.
+  std::vector<uint64_t> chunks_in(plan.destinations.size(), 0);
   double fill_s = 0;
   for (size_t h = 0; h < n; ++h) e.hosts[h].host = static_cast<int>(h);
   for (const PlanStep& step : plan.steps) {
@@ -26,14 +27,14 @@ PlanEstimate EstimatePlan(const Plan& plan) {
       e.hosts[from->host].nic_out += step.bytes;
       e.hosts[to->host].nic_in += step.bytes;
     }
-    chunks_in[to->host] += step.chunks;
+    chunks_in[to - plan.destinations.data()] += step.chunks;
     e.max_depth = std::max(e.max_depth, step.depth);
     if (step.depth > 0) {
       // A relay's first chunk leaves only once it has crossed every hop before it.
       const double hop_s =
           static_cast<double>(std::min(plan.options.chunk_bytes, step.bytes)) /
           (from->host == to->host ? topo.intra_host_bytes_per_s() : topo.nic_bytes_per_s(to->host));
-      fill_s = std::max(fill_s, step.depth * hop_s);
+      fill_s = std::max(fill_s, step.depth * (hop_s + plan.options.per_chunk_overhead_s));
     }
   }
   double overhead_s = 0;
@@ -43,8 +44,9 @@ PlanEstimate EstimatePlan(const Plan& plan) {
     load.busy_s =
         std::max({load.nic_out / nic, load.nic_in / nic, load.local / topo.intra_host_bytes_per_s()});
     e.lower_bound_s = std::max(e.lower_bound_s, load.busy_s);
-    overhead_s = std::max(overhead_s, chunks_in[h] * plan.options.per_chunk_overhead_s);
   }
+  for (uint64_t chunks : chunks_in)
+    overhead_s = std::max(overhead_s, chunks * plan.options.per_chunk_overhead_s);
   e.predicted_s = e.lower_bound_s + fill_s + overhead_s;
   return e;
 }

@@ -36,12 +36,16 @@ struct Entry {
   Holder holder;
   int host;
   int rank;
+  int64_t lo = 0, hi = 0;  // SliceBounds: cheap to compare, and unequal for most unequal slices
 };
 
 // Groups one tensor's entries by equal slice; empty slices hold nothing and are dropped.
 void GroupEntries(std::vector<Entry>& entries, uint32_t tensor, const Shape& shape, bool by_host,
                   std::vector<ShardGroup>& out) {
+  for (Entry& e : entries)
+    if (!e.slice->empty()) std::tie(e.lo, e.hi) = SliceBounds(*e.slice, shape);
   std::stable_sort(entries.begin(), entries.end(), [&](const Entry& a, const Entry& b) {
+    if (a.lo != b.lo || a.hi != b.hi) return std::pair(a.lo, a.hi) < std::pair(b.lo, b.hi);
     if (SliceLess(*a.slice, *b.slice)) return true;
     if (SliceLess(*b.slice, *a.slice)) return false;
     return by_host ? std::pair(a.host, a.rank) < std::pair(b.host, b.rank) : a.rank < b.rank;
@@ -51,10 +55,12 @@ void GroupEntries(std::vector<Entry>& entries, uint32_t tensor, const Shape& sha
     ShardGroup g;
     g.tensor = tensor;
     g.slice = *entries[i].slice;
-    while (j < entries.size() && *entries[j].slice == g.slice) g.holders.push_back(entries[j++].holder);
+    while (j < entries.size() && entries[j].lo == entries[i].lo && entries[j].hi == entries[i].hi &&
+           *entries[j].slice == g.slice)
+      g.holders.push_back(entries[j++].holder);
+    g.lo = entries[i].lo, g.hi = entries[i].hi;
     i = j;
     if (g.slice.empty()) continue;
-    std::tie(g.lo, g.hi) = SliceBounds(g.slice, shape);
     out.push_back(std::move(g));
   }
 }

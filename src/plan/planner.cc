@@ -25,8 +25,10 @@ Result<std::vector<RankBuffer>> BuildBuffers(const Placement& placement, PlanSid
     RankBuffer b;
     b.endpoint = {side, rank};
     b.host = plan.topology.HostOf(b.endpoint);
+    size_t hint = 0;
     for (const Shard& shard : placement.shards(rank)) {
-      const TensorMeta* meta = placement.FindTensor(shard.tensor);
+      const TensorMeta* meta = placement.FindTensor(shard.tensor, hint);
+      hint = static_cast<size_t>(meta - placement.tensors().data()) + 1;
       const int t = tensor_index[meta - placement.tensors().data()];
       if (t < 0)
         return InvalidArgument("tensor '" + shard.tensor + "' held by " + b.endpoint.ToString() +
@@ -72,7 +74,8 @@ class HostLoads {
         local_(topo.hosts().size(), 0),
         d_out_(out_.size(), 0),
         d_in_(out_.size(), 0),
-        d_local_(out_.size(), 0) {}
+        d_local_(out_.size(), 0),
+        staged_(out_.size(), 0) {}
 
   // Stages one transfer; Peak() then Commit() or Reset().
   void Stage(int from_host, int to_host, uint64_t bytes) {
@@ -106,27 +109,38 @@ class HostLoads {
     Reset();
   }
   void Reset() {
-    for (int h : touched_) d_out_[h] = d_in_[h] = d_local_[h] = 0;
+    for (int h : touched_) d_out_[h] = d_in_[h] = d_local_[h] = 0, staged_[h] = 0;
     touched_.clear();
   }
+  // The NIC time of `host` sending `bytes` more, for choosing among senders.
+  double OutAfter(int host, uint64_t bytes) const { return out_[host] + bytes / topo_.nic_bytes_per_s(host); }
+  double Total(int host) const { return out_[host] + in_[host] + local_[host]; }
+  double Out(int host) const { return out_[host]; }
 
  private:
   void Touch(int h) {
-    if (d_out_[h] == 0 && d_in_[h] == 0 && d_local_[h] == 0 &&
-        std::find(touched_.begin(), touched_.end(), h) == touched_.end())
-      touched_.push_back(h);
+    if (!staged_[h]) staged_[h] = 1, touched_.push_back(h);
   }
 
   const Topology& topo_;
   std::vector<double> out_, in_, local_;
   std::vector<double> d_out_, d_in_, d_local_;
+  std::vector<uint8_t> staged_;
   std::vector<int> touched_;
 };
 
 // Position p > 0 of a k-ary relay tree receives from position Parent(p).
 size_t Parent(size_t p, int fanout) { return (p - 1) / static_cast<size_t>(fanout); }
 
+// Destination holders with a source of the piece on their own host take a local copy from it;
+// the others form the relay tree.
+struct Members {
+  std::vector<std::pair<size_t, size_t>> local;  // (holder, source candidate)
+  std::vector<size_t> remote;                    // holders, in chain order
+};
+
 struct Choice {
+  Members members;
   size_t source = 0;  // index into the piece's candidates
   size_t root = 0;    // rotation of the destination group's chain order
 };
@@ -143,7 +157,12 @@ class Planner {
     std::stable_sort(order.begin(), order.end(),
                      [&](size_t a, size_t b) { return pieces_[a].bytes > pieces_[b].bytes; });
     choices_.resize(pieces_.size());
-    for (size_t i : order) choices_[i] = Assign(pieces_[i]);
+    size_t steps = plan_.steps.size();
+    for (size_t i : order) {
+      choices_[i] = Assign(pieces_[i]);
+      steps += choices_[i].members.local.size() + choices_[i].members.remote.size();
+    }
+    plan_.steps.reserve(steps);
     for (size_t i = 0; i < pieces_.size(); ++i) Emit(pieces_[i], choices_[i]);
   }
 
@@ -152,12 +171,6 @@ class Planner {
     return (side == PlanSide::kSource ? plan_.sources : plan_.destinations)[h.buffer].host;
   }
 
-  // Destination holders with a source of the piece on their own host take a local copy from it;
-  // the others form the relay tree.
-  struct Members {
-    std::vector<std::pair<size_t, size_t>> local;  // (holder, source candidate)
-    std::vector<size_t> remote;                    // holders, in chain order
-  };
   Members Partition(const Piece& piece) const {
     const std::vector<plan_internal::Holder>& holders = dst_groups_[piece.dst_group].holders;
     Members m;
@@ -190,19 +203,53 @@ class Planner {
 
   int fanout() const { return std::max(plan_.options.relay_fanout, 1); }
 
+  // The rotations of the relay tree worth staging. Leaves send nothing, so a rotation decides which
+  // holders relay. Small groups: all of them. A chain: the ones whose tail (the holder that relays
+  // nothing) is among the few whose hosts already send the most. A tree: a few evenly spaced.
+  std::vector<size_t> Rotations(const Members& m) const {
+    constexpr size_t kExact = 6, kTried = 4;
+    const size_t r = m.remote.size();
+    std::vector<size_t> out;
+    if (r <= kExact) {
+      for (size_t i = 0; i < std::max<size_t>(r, 1); ++i) out.push_back(i);
+      return out;
+    }
+    if (fanout() > 1) {
+      for (size_t i = 0; i < kExact; ++i) out.push_back(i * r / kExact);
+      return out;
+    }
+    const std::vector<plan_internal::Holder>& holders = dst_groups_[current_group_].holders;
+    std::vector<std::pair<double, size_t>> sending(r);  // (-out load, holder position)
+    for (size_t i = 0; i < r; ++i)
+      sending[i] = {-loads_.Out(Host(holders[m.remote[i]], PlanSide::kDestination)), i};
+    std::partial_sort(sending.begin(), sending.begin() + kTried, sending.end());
+    for (size_t k = 0; k < kTried; ++k) out.push_back((sending[k].second + 1) % r);  // tail = that holder
+    return out;
+  }
+
+  // A remote holder's host has no source of the piece (else it would copy locally), so the sender
+  // touches only its own NIC: the best sender is the one whose NIC ends least busy, whatever the
+  // tree. Then the rotations worth trying are staged and the best kept.
   Choice Assign(const Piece& piece) {
-    const Members m = Partition(piece);
-    const size_t roots = std::max<size_t>(m.remote.size(), 1);
-    const size_t sources = m.remote.empty() ? 1 : piece.sources.size();
+    current_group_ = piece.dst_group;
     Choice best;
-    std::pair<double, double> best_cost;
-    for (size_t s = 0; s < sources; ++s) {
-      for (size_t root = 0; root < roots; ++root) {
-        Stage(piece, m, s, root);
-        const std::pair<double, double> cost = loads_.Cost();
-        loads_.Reset();
-        if ((s == 0 && root == 0) || cost < best_cost) best = {s, root}, best_cost = cost;
+    best.members = Partition(piece);
+    const Members& m = best.members;
+    if (!m.remote.empty()) {
+      for (size_t s = 1; s < piece.sources.size(); ++s) {
+        const int a = Host(piece.sources[s], PlanSide::kSource);
+        const int b = Host(piece.sources[best.source], PlanSide::kSource);
+        const double ta = loads_.OutAfter(a, piece.bytes), tb = loads_.OutAfter(b, piece.bytes);
+        if (ta < tb || (ta == tb && loads_.Total(a) < loads_.Total(b))) best.source = s;
       }
+    }
+    std::pair<double, double> best_cost;
+    bool first = true;
+    for (size_t root : Rotations(m)) {
+      Stage(piece, m, best.source, root);
+      const std::pair<double, double> cost = loads_.Cost();
+      loads_.Reset();
+      if (first || cost < best_cost) best.root = root, best_cost = cost, first = false;
     }
     Stage(piece, m, best.source, best.root);
     loads_.Commit();
@@ -225,7 +272,7 @@ class Planner {
 
   void Emit(const Piece& piece, const Choice& choice) {
     const std::vector<plan_internal::Holder>& holders = dst_groups_[piece.dst_group].holders;
-    const Members m = Partition(piece);
+    const Members& m = choice.members;
     for (auto [h, s] : m.local) {
       PlanStep step = NewStep(piece, holders[h]);
       step.from = plan_.sources[piece.sources[s].buffer].endpoint;
@@ -260,6 +307,7 @@ class Planner {
   std::vector<Piece> pieces_;
   HostLoads loads_;
   std::vector<Choice> choices_;
+  uint32_t current_group_ = 0;  // the group of the piece being assigned
 };
 
 Status CheckOptions(const PlanOptions& o) {

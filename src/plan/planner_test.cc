@@ -194,7 +194,7 @@ TEST(Planner, ChunksPipelineAlongTheChain) {
   // Pipelined: the fill is two hops of one chunk, not two hops of the tensor.
   const double nic = plan->topology.nic_bytes_per_s(0);
   EXPECT_NEAR(plan->estimate.predicted_s - plan->estimate.lower_bound_s,
-              2 * 16 / nic + 7 * o.per_chunk_overhead_s, 1e-12);
+              2 * (16 / nic + o.per_chunk_overhead_s) + 7 * o.per_chunk_overhead_s, 1e-12);
   EXPECT_NEAR(plan->estimate.lower_bound_s, 100 / nic, 1e-15);
 }
 

@@ -69,6 +69,9 @@ class Placement {
   const std::vector<TensorMeta>& tensors() const { return tensors_; }
   // nullptr when the placement has no such tensor.
   const TensorMeta* FindTensor(std::string_view name) const;
+  // The same, trying tensors()[hint] first: loops over shards added in table order (as the builders
+  // add them) pass the last index + 1 and skip the hash lookup.
+  const TensorMeta* FindTensor(std::string_view name, size_t hint) const;
   // The declared ranks, ascending.
   std::vector<int> ranks() const;
   size_t num_ranks() const { return shards_.size(); }
@@ -116,7 +119,12 @@ class Placement {
 
  private:
   std::vector<TensorMeta> tensors_;
-  std::unordered_map<std::string, size_t> index_;
+  // Transparent hashing: lookups by string_view allocate nothing.
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, size_t, NameHash, std::equal_to<>> index_;
   std::map<int, std::vector<Shard>> shards_;
 };
 

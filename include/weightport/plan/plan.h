@@ -108,8 +108,9 @@ struct HostLoad {
 struct PlanEstimate {
   // max over hosts of HostLoad::busy_s: no schedule of this plan's traffic finishes sooner.
   double lower_bound_s = 0;
-  // lower bound + the pipeline fill of the deepest relay chain (depth chunks at the slowest NIC)
-  // + per-chunk overhead on the busiest receiver.
+  // lower bound + the pipeline fill of the deepest relay chain (per hop: one chunk at that hop's
+  // bandwidth plus the per-chunk overhead) + the per-chunk overhead on the destination rank
+  // receiving the most chunks.
   double predicted_s = 0;
   uint32_t max_depth = 0;
   std::vector<HostLoad> hosts;
