@@ -33,8 +33,10 @@ Command AddReshardCommand(CLI::App& app) {
       ->check(CLI::IsMember({"coordinator", "src", "dst"}))
       ->required();
   sub->add_option("--rank", o->rank, "This process's rank on its side")->check(CLI::NonNegativeNumber);
-  sub->add_option("--src", o->plan.src_json, "Source Placement JSON")->required()->check(CLI::ExistingFile);
-  sub->add_option("--dst", o->plan.dst_json, "Destination Placement JSON")
+  sub->add_option("--src", o->plan.src_json, "Source layout: Placement JSON or layout spec (see plan --help)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub->add_option("--dst", o->plan.dst_json, "Destination layout: Placement JSON or layout spec")
       ->required()
       ->check(CLI::ExistingFile);
   sub->add_option("--topology", o->plan.topology_json, "Topology JSON")->check(CLI::ExistingFile);

@@ -46,7 +46,7 @@ Result<nlohmann::ordered_json> ReshardDemo(const ReshardDemoOptions& o, const fs
   WP_RETURN_IF_ERROR(WriteText(dir / "src.json", src.ToJson().dump()));
   WP_RETURN_IF_ERROR(WriteText(dir / "dst.json", dst.ToJson().dump()));
   ReshardPlanInputs in{(dir / "src.json").string(), (dir / "dst.json").string(), "", 4ull << 20, o.fanout};
-  WP_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, BuildReshardPlan(in));
+  WP_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, BuildReshardPlan(in, o.source));
   const std::string secret_path = (dir / "secret").string();
   WP_ASSIGN_OR_RETURN(Secret secret, LoadSecret(secret_path, /*create_if_missing=*/true));
   WP_ASSIGN_OR_RETURN(auto listener, ControlListener::Listen("127.0.0.1", 0, "reshard-coordinator", secret));

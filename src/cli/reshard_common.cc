@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "plan_inputs.h"
 #include "weightport/core/placement.h"
 #include "weightport/format/safetensors.h"
 #include "weightport/plan/planner.h"
@@ -36,24 +37,24 @@ void ForRuns(const Plan& plan, const PlannedShard& shard, const std::function<vo
 
 }  // namespace
 
-Result<std::shared_ptr<const Plan>> BuildReshardPlan(const ReshardPlanInputs& in) {
-  WP_ASSIGN_OR_RETURN(nlohmann::json sj, ReadJson(in.src_json));
-  WP_ASSIGN_OR_RETURN(nlohmann::json dj, ReadJson(in.dst_json));
-  auto src = Placement::FromJson(sj);
-  if (!src.ok()) return src.status().WithContext(in.src_json);
-  auto dst = Placement::FromJson(dj);
-  if (!dst.ok()) return dst.status().WithContext(in.dst_json);
+Result<std::shared_ptr<const Plan>> BuildReshardPlan(const ReshardPlanInputs& in, const ModelSource& model) {
+  // A Placement JSON stands alone; a layout spec (plan_inputs.h) is built over the model's tensors.
+  auto load = [&](const std::string& path) -> Result<Placement> {
+    WP_ASSIGN_OR_RETURN(nlohmann::json j, ReadJson(path));
+    if (!IsLayoutSpec(j)) return LoadPlacementFile(path, std::nullopt);
+    WP_ASSIGN_OR_RETURN(std::vector<TensorMeta> tensors, ModelLayout(model));
+    return PlacementFromLayoutSpec(j, std::move(tensors), path);
+  };
+  WP_ASSIGN_OR_RETURN(Placement src, load(in.src_json));
+  WP_ASSIGN_OR_RETURN(Placement dst, load(in.dst_json));
   Topology topology;
   if (!in.topology_json.empty()) {
-    WP_ASSIGN_OR_RETURN(nlohmann::json tj, ReadJson(in.topology_json));
-    auto t = Topology::FromJson(tj);
-    if (!t.ok()) return t.status().WithContext(in.topology_json);
-    topology = std::move(*t);
+    WP_ASSIGN_OR_RETURN(topology, LoadTopologyFile(in.topology_json));
   }
   PlanOptions options;
   options.chunk_bytes = in.chunk_bytes;
   options.relay_fanout = in.relay_fanout;
-  WP_ASSIGN_OR_RETURN(Plan plan, MakePlan(*src, *dst, topology, options));
+  WP_ASSIGN_OR_RETURN(Plan plan, MakePlan(src, dst, topology, options));
   return std::make_shared<const Plan>(std::move(plan));
 }
 

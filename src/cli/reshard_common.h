@@ -22,9 +22,10 @@ struct ReshardPlanInputs {
   uint64_t chunk_bytes = 4ull << 20;
   int relay_fanout = 1;
 };
-// Reads the placements (and topology) and runs the planner: every rank given the same inputs
-// compiles the same plan (the coordinator checks digests).
-Result<std::shared_ptr<const Plan>> BuildReshardPlan(const ReshardPlanInputs& in);
+// Reads the placements (Placement JSON, or a layout spec built over `model`'s tensors) and the
+// topology, and runs the planner: every rank given the same inputs compiles the same plan (the
+// coordinator checks digests).
+Result<std::shared_ptr<const Plan>> BuildReshardPlan(const ReshardPlanInputs& in, const ModelSource& model);
 
 // The source model, whole, with each tensor's offset.
 struct ModelBytes {

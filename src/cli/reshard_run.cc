@@ -20,7 +20,7 @@ double Gbps(uint64_t bytes, double seconds) { return seconds > 0 ? bytes / secon
 Result<std::shared_ptr<const Plan>> PlanOf(const ReshardOptions& o) {
   ReshardPlanInputs in = o.plan;
   in.chunk_bytes = o.chunk_kb << 10;
-  return BuildReshardPlan(in);
+  return BuildReshardPlan(in, o.source);
 }
 
 // A source: writes and publishes each version, then waits for the coordinator's verdict.

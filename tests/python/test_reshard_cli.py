@@ -194,6 +194,29 @@ def test_flat_to_replicated_columns_through_relays(tmp_path, procs, model, trans
         check_out(path, source)
 
 
+def test_layout_specs_fsdp_to_replicated_tp(tmp_path, procs, model):
+    """The layout specs of examples/plans: FSDP1 over 4 source ranks -> 2 replicas x TP 2."""
+    model_dir, source = model
+    plans = REPO / "examples" / "plans"
+    secret = write_secret(tmp_path / "secret")
+    port = free_port()
+    common = ["--src", plans / "fsdp4.json", "--dst", plans / "tp2x2.json", "--coordinator", f"127.0.0.1:{port}",
+              "--secret-file", secret, "--versions", "2", "--chunk-kb", "256", "--model", model_dir,
+              "--timeout-s", "120", "--json"]
+    coord = procs.start("reshard", "--role", "coordinator", *common)
+    ranks = [procs.start("reshard", "--role", "src", "--rank", r, *common) for r in range(4)]
+    outs = [tmp_path / f"dst{r}.safetensors" for r in range(4)]
+    ranks += [procs.start("reshard", "--role", "dst", "--rank", r, "--verify", "--out", outs[r], *common)
+              for r in range(4)]
+    code, out = procs.finish(coord)
+    assert code == 0, out
+    for p in ranks:
+        code, out = procs.finish(p)
+        assert code == 0, out
+    for path in outs:
+        check_out(path, source)
+
+
 def test_rank_with_a_different_plan_is_refused_by_name(tmp_path, procs, model):
     model_dir, source = model
     src, dst = rows_placement(source, 1), rows_placement(source, 1)
