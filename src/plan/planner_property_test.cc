@@ -91,13 +91,16 @@ Placement RandomPlacement(Rng& rng, const std::vector<TensorMeta>& tensors, int 
       for (int c = 0; c < std::min(copies, ranks); ++c) p.AddShard(order[c], t.name, part);
     }
     // A whole copy on one more rank that holds nothing of this tensor yet: overlapping sources.
-    if (extra_overlap)
-      for (int r = 0; r < ranks; ++r)
-        if (p.HoldersOf(t.name).end() == std::find_if(p.HoldersOf(t.name).begin(), p.HoldersOf(t.name).end(),
-                                                      [&](const Holding& h) { return h.rank == r; })) {
+    if (extra_overlap) {
+      const std::vector<Holding> holders = p.HoldersOf(t.name);
+      for (int r = 0; r < ranks; ++r) {
+        auto holds = [&](const Holding& h) { return h.rank == r; };
+        if (std::none_of(holders.begin(), holders.end(), holds)) {
           p.AddShard(r, t.name, Slice::Full(t.shape));
           break;
         }
+      }
+    }
   }
   return p;
 }
