@@ -6,10 +6,6 @@ Prometheus metrics naming each subscriber, and refuse a peer with the wrong secr
 
 Every process started here is stopped by its pid; every wait is bounded.
 """
-import os
-import pathlib
-import secrets
-import socket
 import subprocess
 import time
 import urllib.request
@@ -20,51 +16,7 @@ np = pytest.importorskip("numpy")
 safetensors = pytest.importorskip("safetensors")
 import safetensors.numpy  # noqa: E402
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-BIN = pathlib.Path(os.environ.get("WEIGHTPORT_BIN", REPO / "build" / "weightport"))
-TIMEOUT = 120
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def write_secret(path):
-    path.write_bytes(secrets.token_bytes(32))
-    path.chmod(0o600)
-    return path
-
-
-class Procs:
-    """Starts processes and makes sure each one is stopped."""
-
-    def __init__(self):
-        self.procs = []
-
-    def start(self, *args):
-        p = subprocess.Popen([str(BIN), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True)
-        self.procs.append(p)
-        return p
-
-    def finish(self, p, timeout=TIMEOUT):
-        out, _ = p.communicate(timeout=timeout)
-        return p.returncode, out
-
-    def stop_all(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(timeout=10)
-
-
-@pytest.fixture
-def procs():
-    p = Procs()
-    yield p
-    p.stop_all()
+from cli_procs import BIN, TIMEOUT, free_port, write_secret  # noqa: E402
 
 
 def tensors_of(path):

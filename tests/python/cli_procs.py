@@ -1,0 +1,46 @@
+"""Helpers shared by the end-to-end CLI tests: where the binary is, free ports, secrets, and a
+process list that stops every process it started (by its pid) when the test ends."""
+import os
+import pathlib
+import secrets
+import socket
+import subprocess
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+BIN = pathlib.Path(os.environ.get("WEIGHTPORT_BIN", REPO / "build" / "weightport"))
+TIMEOUT = 180  # bound on any one process of these tests, in seconds
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_secret(path):
+    path.write_bytes(secrets.token_bytes(32))
+    path.chmod(0o600)
+    return path
+
+
+class Procs:
+    """Starts weightport processes and makes sure each one is stopped."""
+
+    def __init__(self):
+        self.procs = []
+
+    def start(self, *args):
+        p = subprocess.Popen([str(BIN), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+        self.procs.append(p)
+        return p
+
+    def finish(self, p, timeout=TIMEOUT):
+        out, _ = p.communicate(timeout=timeout)
+        return p.returncode, out
+
+    def stop_all(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
