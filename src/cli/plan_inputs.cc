@@ -261,6 +261,12 @@ Result<Placement> PlacementFromLayoutSpec(const nlohmann::json& spec, std::vecto
 Result<Placement> LoadPlacementFile(const std::string& path,
                                     const std::optional<std::vector<TensorMeta>>& tensors) {
   WP_ASSIGN_OR_RETURN(Json json, json_util::ParseFile(path));
+  return PlacementFromJson(json, tensors, path);
+}
+
+Result<Placement> PlacementFromJson(const nlohmann::json& json,
+                                    const std::optional<std::vector<TensorMeta>>& tensors,
+                                    const std::string& path) {
   if (IsLayoutSpec(json)) {
     if (!tensors)
       return InvalidArgument(

@@ -52,6 +52,11 @@ Result<Placement> PlacementFromLayoutSpec(const nlohmann::json& spec, std::vecto
 Result<Placement> LoadPlacementFile(const std::string& path,
                                     const std::optional<std::vector<TensorMeta>>& tensors);
 
+// LoadPlacementFile on JSON already read from `path`.
+Result<Placement> PlacementFromJson(const nlohmann::json& json,
+                                    const std::optional<std::vector<TensorMeta>>& tensors,
+                                    const std::string& path);
+
 // The tensors of a manifest JSON file (`weightport manifest` output). Errors name `path`.
 Result<std::vector<TensorMeta>> LoadManifestTensors(const std::string& path);
 

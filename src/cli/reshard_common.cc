@@ -1,11 +1,10 @@
 #include "reshard_common.h"
 
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_util.h"
 #include "plan_inputs.h"
 #include "weightport/core/placement.h"
 #include "weightport/format/safetensors.h"
@@ -13,16 +12,6 @@
 
 namespace weightport::cli {
 namespace {
-
-Result<nlohmann::json> ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return NotFound("cannot read " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
-  if (j.is_discarded()) return InvalidArgument(path + ": not JSON");
-  return j;
-}
 
 uint8_t Mask(uint64_t distance, uint64_t position) {
   if (distance == 0) return 0;
@@ -38,12 +27,13 @@ void ForRuns(const Plan& plan, const PlannedShard& shard, const std::function<vo
 }  // namespace
 
 Result<std::shared_ptr<const Plan>> BuildReshardPlan(const ReshardPlanInputs& in, const ModelSource& model) {
-  // A Placement JSON stands alone; a layout spec (plan_inputs.h) is built over the model's tensors.
+  // A Placement JSON stands alone; a layout spec (plan_inputs.h) is built over the model's tensors,
+  // read only then (the coordinator may have no model).
   auto load = [&](const std::string& path) -> Result<Placement> {
-    WP_ASSIGN_OR_RETURN(nlohmann::json j, ReadJson(path));
-    if (!IsLayoutSpec(j)) return LoadPlacementFile(path, std::nullopt);
+    WP_ASSIGN_OR_RETURN(nlohmann::json j, json_util::ParseFile(path));
+    if (!IsLayoutSpec(j)) return PlacementFromJson(j, std::nullopt, path);
     WP_ASSIGN_OR_RETURN(std::vector<TensorMeta> tensors, ModelLayout(model));
-    return PlacementFromLayoutSpec(j, std::move(tensors), path);
+    return PlacementFromJson(j, std::move(tensors), path);
   };
   WP_ASSIGN_OR_RETURN(Placement src, load(in.src_json));
   WP_ASSIGN_OR_RETURN(Placement dst, load(in.dst_json));
@@ -126,12 +116,7 @@ Status WriteShardsFile(const std::string& path, const Plan& plan, const RankBuff
     WP_ASSIGN_OR_RETURN(TensorMeta m, TensorMeta::Make(entry, t.dtype, shape));
     metas.push_back(std::move(m));
     nlohmann::json e = {{"entry", entry}, {"tensor", t.name}};
-    if (s.slice.is_box()) {
-      e["start"] = s.slice.box().start;
-      e["length"] = s.slice.box().length;
-    } else {
-      e["flat"] = {s.slice.flat().start, s.slice.flat().length};
-    }
+    json_util::PutSlice(e, s.slice);
     index.push_back(std::move(e));
   }
   WP_ASSIGN_OR_RETURN(SafetensorsWriter w,

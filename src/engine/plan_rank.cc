@@ -24,10 +24,6 @@ using namespace plan_rank_internal;
 
 namespace {
 
-void StoreWord(std::byte* at, uint64_t value) {
-  std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(at)).store(value, std::memory_order_release);
-}
-
 // The runs of one step, grouped by chunk, checked against both buffers.
 Status CompileStep(const Plan& plan, const PlanStep& s, uint64_t from_bytes, uint64_t to_bytes,
                    const std::function<void(uint32_t chunk, const Run&)>& add) {
@@ -45,6 +41,14 @@ Status CompileStep(const Plan& plan, const PlanStep& s, uint64_t from_bytes, uin
 }
 
 }  // namespace
+
+uint64_t plan_rank_internal::HashRuns(const std::byte* base, const std::vector<Run>& runs, uint32_t begin,
+                                      uint32_t end, uint64_t Run::*offset) {
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  for (uint32_t i = begin; i < end; ++i) XXH3_64bits_update(&state, base + runs[i].*offset, runs[i].length);
+  return XXH3_64bits_digest(&state);
+}
 
 std::string PlanRank::Impl::StepName(uint32_t step) const {
   const PlanStep& s = plan->steps[step];
@@ -219,12 +223,8 @@ Status PlanRank::Publish(uint64_t version) {
   if (r.mine->hash_bytes == 0) return Status::Ok();
   std::byte* header = r.at(r.mine->hash_offset);
   StoreWord(header, 0);  // readers see "not published" while the hashes change
-  XXH3_state_t state;
   for (const OutChunk& c : r.out_chunks) {
-    XXH3_64bits_reset(&state);
-    for (uint32_t i = c.run_begin; i < c.run_end; ++i)
-      XXH3_64bits_update(&state, r.at(r.out_runs[i].from), r.out_runs[i].length);
-    const uint64_t h = XXH3_64bits_digest(&state);
+    const uint64_t h = HashRuns(r.at(0), r.out_runs, c.run_begin, c.run_end, &Run::from);
     std::memcpy(r.at(c.hash_offset), &h, 8);
   }
   StoreWord(header + 8, Xxh3(header + kHashHeaderBytes, r.mine->hash_bytes - kHashHeaderBytes));

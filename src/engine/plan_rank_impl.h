@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -23,6 +24,21 @@ struct Run {
   uint64_t to = 0;
   uint64_t length = 0;
 };
+
+// Words other ranks read one-sidedly (counters, hash headers): stored with release order.
+inline uint64_t LoadWord(const std::byte* at) {
+  uint64_t v;
+  std::memcpy(&v, at, 8);
+  return v;
+}
+inline void StoreWord(std::byte* at, uint64_t value) {
+  std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(at)).store(value, std::memory_order_release);
+}
+
+// xxh3-64 of runs [begin, end) read at base + (run.*offset): a chunk's bytes in piece order, on the
+// sender's side (&Run::from) or the receiver's (&Run::to).
+uint64_t HashRuns(const std::byte* base, const std::vector<Run>& runs, uint32_t begin, uint32_t end,
+                  uint64_t Run::*offset);
 
 // A chunk this source hashes on Publish.
 struct OutChunk {

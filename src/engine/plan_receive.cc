@@ -8,9 +8,6 @@
 #include <cstring>
 #include <deque>
 
-#define XXH_STATIC_LINKING_ONLY
-#include <xxhash.h>
-
 #include "plan_rank_impl.h"
 #include "weightport/core/hash.h"
 
@@ -21,14 +18,6 @@ using namespace plan_rank_internal;
 using namespace plan_layout;
 using Clock = std::chrono::steady_clock;
 
-uint64_t LoadWord(const std::byte* at) {
-  uint64_t v;
-  std::memcpy(&v, at, 8);
-  return v;
-}
-void StoreWord(std::byte* at, uint64_t value) {
-  std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(at)).store(value, std::memory_order_release);
-}
 bool Fatal(const Status& s, const Connection& c) {
   const StatusCode k = s.code();
   return k == StatusCode::kUnavailable || k == StatusCode::kCancelled ||
@@ -228,12 +217,9 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
       ++stats_.errors_retried;
       return Retry(c, run_error_[c], what);
     }
-    XXH3_state_t state;
-    XXH3_64bits_reset(&state);
-    const uint64_t local_base = r_.mine->CopyOffset(staging_);
-    for (uint32_t i = chunk.run_begin; i < chunk.run_end; ++i)
-      XXH3_64bits_update(&state, r_.at(local_base + r_.in_runs[i].to), r_.in_runs[i].length);
-    if (XXH3_64bits_digest(&state) != LoadWord(r_.at(step.expected_hashes + 8 * chunk.k))) {
+    const uint64_t got =
+        HashRuns(r_.at(r_.mine->CopyOffset(staging_)), r_.in_runs, chunk.run_begin, chunk.run_end, &Run::to);
+    if (got != LoadWord(r_.at(step.expected_hashes + 8 * chunk.k))) {
       ++stats_.corrupt_refetched;
       return Retry(c, DataLoss("hash mismatch"), what);
     }

@@ -206,7 +206,7 @@ class Planner {
   // The rotations of the relay tree worth staging. Leaves send nothing, so a rotation decides which
   // holders relay. Small groups: all of them. A chain: the ones whose tail (the holder that relays
   // nothing) is among the few whose hosts already send the most. A tree: a few evenly spaced.
-  std::vector<size_t> Rotations(const Members& m) const {
+  std::vector<size_t> Rotations(const Piece& piece, const Members& m) const {
     constexpr size_t kExact = 6, kTried = 4;
     const size_t r = m.remote.size();
     std::vector<size_t> out;
@@ -218,7 +218,7 @@ class Planner {
       for (size_t i = 0; i < kExact; ++i) out.push_back(i * r / kExact);
       return out;
     }
-    const std::vector<plan_internal::Holder>& holders = dst_groups_[current_group_].holders;
+    const std::vector<plan_internal::Holder>& holders = dst_groups_[piece.dst_group].holders;
     std::vector<std::pair<double, size_t>> sending(r);  // (-out load, holder position)
     for (size_t i = 0; i < r; ++i)
       sending[i] = {-loads_.Out(Host(holders[m.remote[i]], PlanSide::kDestination)), i};
@@ -231,7 +231,6 @@ class Planner {
   // touches only its own NIC: the best sender is the one whose NIC ends least busy, whatever the
   // tree. Then the rotations worth trying are staged and the best kept.
   Choice Assign(const Piece& piece) {
-    current_group_ = piece.dst_group;
     Choice best;
     best.members = Partition(piece);
     const Members& m = best.members;
@@ -245,7 +244,7 @@ class Planner {
     }
     std::pair<double, double> best_cost;
     bool first = true;
-    for (size_t root : Rotations(m)) {
+    for (size_t root : Rotations(piece, m)) {
       Stage(piece, m, best.source, root);
       const std::pair<double, double> cost = loads_.Cost();
       loads_.Reset();
@@ -307,7 +306,6 @@ class Planner {
   std::vector<Piece> pieces_;
   HostLoads loads_;
   std::vector<Choice> choices_;
-  uint32_t current_group_ = 0;  // the group of the piece being assigned
 };
 
 Status CheckOptions(const PlanOptions& o) {
