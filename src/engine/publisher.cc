@@ -267,8 +267,8 @@ void Publisher::Close() {
   d.closing.store(true);
   if (d.reader.joinable()) d.reader.join();
   if (d.channel) {
-    d.channel->Send(ByeMsg{}).IgnoreError();
-    d.channel->Close();
+    // Waits for the coordinator to take the Bye, so a successor is not refused as a duplicate.
+    d.channel->Goodbye(d.options.timing.goodbye_timeout).IgnoreError();
   }
   if (d.coordinator) d.coordinator->Stop();
   d.loop->Call([&d](Transport&) {

@@ -108,8 +108,8 @@ void Subscriber::Close() {
     if (d.updating != 0 && d.store && d.store->updating()) d.store->Abort().IgnoreError();
   }
   if (d.channel) {
-    d.channel->Send(ByeMsg{}).IgnoreError();
-    d.channel->Close();
+    // Waits for the coordinator to take the Bye, so a successor is not refused as a duplicate.
+    d.channel->Goodbye(d.options.timing.goodbye_timeout).IgnoreError();
   }
   d.loop->Call([&d](Transport&) {
     d.connection.reset();

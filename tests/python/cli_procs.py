@@ -9,6 +9,12 @@ import subprocess
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BIN = pathlib.Path(os.environ.get("WEIGHTPORT_BIN", REPO / "build" / "weightport"))
 TIMEOUT = 180  # bound on any one process of these tests, in seconds
+TESTBED = REPO / "scripts" / "testbed"
+
+
+def run_testbed(*args, check=True, timeout=60):
+    return subprocess.run([str(TESTBED), *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          check=check)
 
 
 def free_port():
@@ -30,8 +36,15 @@ class Procs:
         self.procs = []
 
     def start(self, *args):
-        p = subprocess.Popen([str(BIN), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True)
+        return self.run_argv([str(BIN), *map(str, args)])
+
+    def start_on(self, host, *args):
+        """Starts weightport inside testbed host `host` (its pid is the weightport process itself:
+        `testbed exec` and `ip netns exec` both exec)."""
+        return self.run_argv([str(TESTBED), "exec", host, str(BIN), *map(str, args)])
+
+    def run_argv(self, argv):
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.procs.append(p)
         return p
 

@@ -1,6 +1,9 @@
+import os
+import shutil
+
 import pytest
 
-from cli_procs import Procs
+from cli_procs import Procs, run_testbed
 
 
 @pytest.fixture
@@ -8,3 +11,35 @@ def procs():
     p = Procs()
     yield p
     p.stop_all()
+
+
+@pytest.fixture
+def testbed():
+    """A function that brings testbed hosts up (`testbed(n, "--rate", "1gbit")`), skipping with the
+    reason where this machine cannot (not root, no iproute2, namespaces refused); every host is
+    taken down when the test ends."""
+    if os.geteuid() != 0:
+        pytest.skip("the testbed needs root (network namespaces, bridges, tc)")
+    if not shutil.which("ip") or not shutil.which("tc"):
+        pytest.skip("the testbed needs iproute2 (ip, tc)")
+
+    def up(n, *shape):
+        r = run_testbed("up", n, *shape, check=False)
+        if r.returncode == 77 or "Operation not permitted" in r.stderr or "Permission denied" in r.stderr:
+            pytest.skip("network namespaces are not available here: " + r.stderr.strip())
+        assert r.returncode == 0, r.stderr
+
+    yield up
+    run_testbed("down", check=False)
+
+
+@pytest.fixture
+def netem_built():
+    """Delay and loss need weightport-netem, built with the project when libnetfilter_queue is present."""
+    from cli_procs import BIN
+    path = BIN.parent / "weightport-netem"
+    if not path.exists():
+        pytest.skip(f"{path} was not built (libnetfilter_queue missing: run scripts/setup)")
+    if not shutil.which("iptables"):
+        pytest.skip("delay and loss need iptables (run scripts/setup)")
+    return path

@@ -15,6 +15,7 @@ safetensors = pytest.importorskip("safetensors")
 import safetensors.numpy  # noqa: E402
 
 from cli_procs import BIN, REPO, TIMEOUT, free_port, write_secret  # noqa: E402
+from shard_check import check_out  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -83,22 +84,6 @@ def columns_replicated(tensors, replicas, tp):
                                "length": list(a.shape[:-1]) + [n]})
             out.append({"rank": rep * tp + t, "shards": shards})
     return {"tensors": table(tensors), "ranks": out}
-
-
-def check_out(path, source):
-    got = safetensors.numpy.load_file(str(path))
-    with safetensors.safe_open(str(path), framework="np") as f:
-        index = json.loads(f.metadata()["weightport.shards"])
-    assert len(index) == len(got)
-    for e in index:
-        whole = source[e["tensor"]]
-        if "flat" in e:
-            start, n = e["flat"]
-            expected = whole.reshape(-1)[start:start + n]
-        else:
-            expected = whole[tuple(slice(s, s + n) for s, n in zip(e["start"], e["length"]))]
-        assert got[e["entry"]].tobytes() == np.ascontiguousarray(expected).tobytes(), e["entry"]
-    return len(index)
 
 
 def run_plan(tmp_path, procs, model_dir, src, dst, transport, fanout, versions=3):

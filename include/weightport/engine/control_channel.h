@@ -71,6 +71,12 @@ class ControlChannel {
 
   // Shuts the connection down; later calls fail with FailedPrecondition. Idempotent.
   void Close();
+
+  // The orderly end of a session: sends Bye, then reads (and drops) what is still in flight until the
+  // peer closes its end, so that once this returns the peer has processed the Bye (a successor with the
+  // same name or role is not refused as a duplicate). Closes the channel in every case; Timeout when
+  // the peer did not close within `timeout`. Call it only where no other thread receives.
+  Status Goodbye(std::chrono::milliseconds timeout);
   bool closed() const { return closed_.load(); }
 
   // "subscriber 'sub-2' at 127.0.0.1:41234"

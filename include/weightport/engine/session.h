@@ -20,6 +20,7 @@ struct SessionTiming {
   std::chrono::milliseconds connect_timeout{10'000};   // connecting and authenticating
   std::chrono::milliseconds heartbeat_interval{1000};  // how often the peer pings the coordinator
   std::chrono::milliseconds peer_timeout{10'000};      // coordinator silent this long: lost
+  std::chrono::milliseconds goodbye_timeout{2000};     // Close waits this long for the coordinator
 };
 
 }  // namespace weightport

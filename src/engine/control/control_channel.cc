@@ -115,6 +115,23 @@ void ControlChannel::Close() {
   if (!closed_.exchange(true) && fd_ >= 0) shutdown(fd_, SHUT_RDWR);
 }
 
+Status ControlChannel::Goodbye(std::chrono::milliseconds timeout) {
+  Status status = Send(ByeMsg{});
+  const auto deadline = Clock::now() + timeout;
+  while (status.ok()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      status = Timeout(peer_ + " did not close the connection within " + std::to_string(timeout.count()) +
+                       " ms of Bye");
+      break;
+    }
+    Result<ControlMessage> m = Receive(left);
+    if (!m.ok() && m.status().code() != StatusCode::kTimeout) break;  // the peer closed: done
+  }
+  Close();
+  return status;
+}
+
 void ControlChannel::Log(const std::string& line) const {
   if (options_.log) options_.log(line);
 }

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -131,6 +132,38 @@ TEST(ControlChannelTest, HappyPathBothDirections) {
   ASSERT_TRUE(commit.ok()) << commit.status().ToString();
   EXPECT_EQ(*CommitMsg::Decode(commit->payload), CommitMsg{7});
   EXPECT_TRUE(f.server_log.lines.empty());
+}
+
+// Goodbye returns only once the peer has read the Bye and closed its end (what lets a successor
+// with the same name in right after), and reads past messages still in flight; a peer that never
+// closes costs exactly the timeout.
+TEST(ControlChannelTest, GoodbyeWaitsForThePeerToCloseAndTimesOutWhenItDoesNot) {
+  const Secret secret = MakeSecret('s');
+  Fixture f(secret);
+  for (const bool peer_closes : {true, false}) {
+    auto accepted = f.AcceptAsync();
+    auto client = ControlChannel::Connect(f.listener->address(), "pub", PeerRole::kPublisher, secret, kWait);
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    auto server = accepted.get();
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    ASSERT_TRUE((*server)->Send(HeartbeatMsg{}).ok());  // in flight when the client says Bye
+    std::atomic<bool> saw_bye{false};
+    std::thread peer([&] {
+      auto m = (*server)->Receive(kWait);
+      saw_bye.store(m.ok() && m->type == MessageType::kBye);
+      if (peer_closes) (*server)->Close();
+    });
+    Status done = (*client)->Goodbye(milliseconds(300));
+    peer.join();
+    EXPECT_TRUE(saw_bye.load());
+    EXPECT_TRUE((*client)->closed());
+    if (peer_closes) {
+      EXPECT_TRUE(done.ok()) << done.ToString();
+    } else {
+      EXPECT_EQ(done.code(), StatusCode::kTimeout) << done.ToString();
+      EXPECT_NE(done.message().find("did not close"), std::string::npos) << done.ToString();
+    }
+  }
 }
 
 TEST(ControlChannelTest, WrongSecretRefusedOnBothSides) {
