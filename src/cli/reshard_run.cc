@@ -216,9 +216,14 @@ Status RunReshardCoordinator(const ReshardOptions& o) {
                                          },
                                          all));
   if (o.json)
-    std::cout
-        << nlohmann::ordered_json{{"plan_digest", plan->Digest()}, {"versions", versions}, {"ok", all}}.dump()
-        << std::endl;
+    std::cout << nlohmann::ordered_json{{"plan_digest", plan->Digest()},
+                                        {"steps", plan->steps.size()},
+                                        {"lower_bound_s", plan->estimate.lower_bound_s},
+                                        {"predicted_s", plan->estimate.predicted_s},
+                                        {"versions", versions},
+                                        {"ok", all}}
+                     .dump()
+              << std::endl;
   if (!all) return Unavailable("some versions were aborted");
   return Status::Ok();
 }

@@ -1,5 +1,7 @@
 #include "weightport/plan/planner.h"
 
+#include <set>
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -88,6 +90,21 @@ TEST(Planner, TreeFanOutBoundsTheDepth) {
   auto plan = MakePlan(*Replicated(tensors, std::vector<int>{0}), ReplicatedTp(tensors, 7, 1), Flat(), tree);
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->estimate.max_depth, 2u);  // positions 1,2 at depth 1; 3..6 at depth 2
+  EXPECT_EQ(plan_test::RunPlanInMemory(*plan), "");
+}
+
+// Every tensor to the same 7 replicas goes down one chain (same hops, same order): per-tensor
+// rotations balance no peak better and make each link carry flows of several chains.
+TEST(Planner, PiecesForTheSameReplicasShareOneChain) {
+  const std::vector<TensorMeta> tensors = TinyModel();
+  PlanOptions chain;
+  chain.relay_fanout = 1;
+  auto plan = MakePlan(*Replicated(tensors, std::vector<int>{0}), ReplicatedTp(tensors, 7, 1), Flat(), chain);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  std::set<std::pair<std::string, int>> hops;  // (sender, receiver rank)
+  for (const PlanStep& s : plan->steps) hops.insert({s.from.ToString(), s.to_rank});
+  EXPECT_EQ(hops.size(), 7u);  // one into each replica: the source's, then one per relay
+  EXPECT_EQ(SourceBytesSent(*plan), ModelBytes(tensors));
   EXPECT_EQ(plan_test::RunPlanInMemory(*plan), "");
 }
 

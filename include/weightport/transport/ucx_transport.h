@@ -39,6 +39,12 @@ struct UcxOptions {
   // Further UCX settings, passed to ucp_config_modify as given (names without the "UCX_" prefix,
   // e.g. {"RNDV_THRESH", "64K"} or, for a UCT setting, {"TX_SEG_SIZE", "256K"}).
   std::vector<std::pair<std::string, std::string>> config;
+  // For this long after UCX last made progress, an idle wait yields the CPU instead of sleeping:
+  // shared-memory traffic needs the peer process's CPU and comes in bursts, and a sleep/wakeup per
+  // message costs more than the copy. Zero: always sleep until an event, which is right for
+  // socket transports, where the kernel moves the bytes and a spinning process only takes CPU
+  // from it (several processes per core spinning cost a 2-core machine a third of its TCP rate).
+  std::chrono::microseconds spin_window{2000};
 };
 
 // Creates a UCX transport. Fails with the UCX error (e.g. kNotFound when no requested transport

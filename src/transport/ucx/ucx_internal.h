@@ -198,6 +198,7 @@ class UcxTransport final : public Transport {
 
   std::string name_;
   size_t max_message_bytes_ = 0;
+  std::chrono::microseconds spin_window_{0};  // UcxOptions::spin_window
   uint64_t id_ = 0;
   uint64_t next_region_id_ = 1;
   uint64_t next_stream_ = 0;

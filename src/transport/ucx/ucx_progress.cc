@@ -17,13 +17,12 @@ constexpr int kMaxProgressRounds = 16;  // ucp_worker_progress calls per Progres
 // While an operation waits on a peer whose liveness we watch, WaitForEvent wakes this often to look
 // at it (a closed in-process peer raises no UCX event).
 constexpr std::chrono::milliseconds kLivenessPoll{20};
-// Adaptive polling. For kSpinWindow after UCX last made progress, WaitForEvent only yields: traffic
-// tends to continue (a software-RMA Put arrives as a stream of messages that the owner copies in),
-// and sleeping in poll() between them costs a wakeup each: such Puts ran at ~0.17 GB/s, ~4-6 GB/s
-// with this. And while UCX holds requests of ours it may need polling to move them (a shared-memory
-// send that found the peer's FIFO full waits in UCX's pending queue; no event says the peer drained
-// it), so then WaitForEvent sleeps at most kBusyPoll.
-constexpr std::chrono::milliseconds kSpinWindow{2};
+// Adaptive polling. For UcxOptions::spin_window after UCX last made progress, WaitForEvent only
+// yields: traffic tends to continue (a software-RMA Put arrives as a stream of messages that the
+// owner copies in), and sleeping in poll() between them costs a wakeup each: such Puts ran at
+// ~0.17 GB/s, ~4-6 GB/s with this. And while UCX holds requests of ours it may need polling to move
+// them (a shared-memory send that found the peer's FIFO full waits in UCX's pending queue; no event
+// says the peer drained it), so then WaitForEvent sleeps at most kBusyPoll.
 constexpr std::chrono::milliseconds kBusyPoll{1};
 
 }  // namespace
@@ -259,7 +258,7 @@ void UcxTransport::WaitForEvent(std::chrono::milliseconds timeout) {
   if (!ready_.empty() || !finished_.empty() || !receives_to_start_.empty() || !failed_endpoints_.empty() ||
       (handler_ && !closed_ && !inbox_.empty()))
     return;
-  if (std::chrono::steady_clock::now() - last_activity_ < kSpinWindow) {
+  if (spin_window_.count() > 0 && std::chrono::steady_clock::now() - last_activity_ < spin_window_) {
     std::this_thread::yield();  // a peer on this host may need the CPU to make the progress we wait for
     return;
   }

@@ -72,6 +72,7 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::Create(const UcxOptions& opt
 Status UcxTransport::Init(const UcxOptions& options) {
   name_ = options.name;
   max_message_bytes_ = options.max_message_bytes;
+  spin_window_ = options.spin_window;
   if (name_.empty()) return InvalidArgument("ucx transport: empty name");
   if (name_.size() > kMaxNameBytes)
     return InvalidArgument("ucx transport: name of " + std::to_string(name_.size()) + " bytes (at most " +
