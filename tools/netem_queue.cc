@@ -1,6 +1,7 @@
 // weightport-netem: delay and loss for the testbed's links on kernels built without the netem
-// qdisc. scripts/testbed sends every packet a host emits to NFQUEUE queue Q (iptables); this
-// program, running in that host's namespace, drops each packet with probability --loss and hands
+// qdisc. scripts/testbed sends every packet a host receives to NFQUEUE queue Q (iptables INPUT;
+// held outbound packets would count against their socket's TCP Small Queues budget and stall it);
+// this program, running in that host's namespace, drops each packet with probability --loss and hands
 // the rest back to the kernel --delay-ms after it arrived. Every packet gets the same delay, so a
 // FIFO keeps them in order and one batch verdict releases everything that is due.
 //

@@ -11,7 +11,6 @@ timed iterations, each timed from the barrier to this rank having the bytes; the
 every receiver has them. Receivers check the bytes outside the timed region. Prints one JSON line on
 stdout; exit 1 on failure, 2 for usage, 3 (with an "error" key in the JSON) when the engine cannot run.
 """
-import argparse
 import faulthandler
 import json
 import socket
@@ -20,7 +19,7 @@ import time
 
 import numpy as np
 
-from pattern import check, fill
+from peer_common import check, fill, parse_rank_args, rank_parser
 
 WATCHDOG_SLACK_S = 10  # an iteration may take --timeout-s plus this before the watchdog ends the process
 
@@ -176,18 +175,11 @@ def run_receiver(a, engine, buf, seg):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rank", type=int, required=True)
-    p.add_argument("--world", type=int, required=True)
-    p.add_argument("--bytes", type=int, required=True)
-    p.add_argument("--repeat", type=int, default=3)
+    p = rank_parser(__doc__.splitlines()[0])
     p.add_argument("--master", required=True, help="ADDR:PORT of rank 0's side channel")
     p.add_argument("--local", required=True, help="this rank's address for the transfer engine")
     p.add_argument("--mode", choices=["read", "write"], default="read")
-    p.add_argument("--timeout-s", type=int, default=300)
-    a = p.parse_args()
-    if a.world < 2 or not 0 <= a.rank < a.world or a.bytes <= 0 or not 1 <= a.repeat <= 250:
-        p.error("need world >= 2, 0 <= rank < world, bytes > 0, 1 <= repeat <= 250")
+    a = parse_rank_args(p)
 
     result = {"system": "mooncake-tcp", "rank": a.rank, "world": a.world, "bytes": a.bytes}
     try:

@@ -6,28 +6,20 @@ Rank 0 broadcasts --bytes to ranks 1..W-1 with dist.broadcast on a uint8 CPU ten
 the root to a barrier after it (every receiver has the bytes). Receivers check the bytes outside the
 timed region. Prints one JSON line on stdout; errors go to stderr, exit 1 (2 for usage).
 """
-import argparse
 import datetime
 import json
 import os
 import sys
 import time
 
-from pattern import check, fill
+from peer_common import check, fill, parse_rank_args, rank_parser
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rank", type=int, required=True)
-    p.add_argument("--world", type=int, required=True)
-    p.add_argument("--bytes", type=int, required=True)
-    p.add_argument("--repeat", type=int, default=3)
+    p = rank_parser(__doc__.splitlines()[0])
     p.add_argument("--master", required=True, help="ADDR:PORT where rank 0 runs the TCP store")
     p.add_argument("--iface", required=True, help="network interface for gloo (GLOO_SOCKET_IFNAME)")
-    p.add_argument("--timeout-s", type=int, default=300)
-    a = p.parse_args()
-    if a.world < 2 or not 0 <= a.rank < a.world or a.bytes <= 0 or not 1 <= a.repeat <= 250:
-        p.error("need world >= 2, 0 <= rank < world, bytes > 0, 1 <= repeat <= 250")
+    a = parse_rank_args(p)
 
     # Must be set before the process group creates its gloo devices.
     os.environ["GLOO_SOCKET_IFNAME"] = a.iface

@@ -31,8 +31,6 @@ Result<TransportFactory> MakeTransportFactory(const std::string& choice) {
     o.name = name;
     o.transports = tls;
     o.keepalive_interval = std::chrono::milliseconds(2000);
-    if (tls == std::vector<std::string>{"tcp"})
-      o.spin_window = std::chrono::microseconds(0);  // the kernel moves TCP
     return MakeUcxTransport(o);
   });
 }

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,8 +44,9 @@ struct UcxOptions {
   // shared-memory traffic needs the peer process's CPU and comes in bursts, and a sleep/wakeup per
   // message costs more than the copy. Zero: always sleep until an event, which is right for
   // socket transports, where the kernel moves the bytes and a spinning process only takes CPU
-  // from it (several processes per core spinning cost a 2-core machine a third of its TCP rate).
-  std::chrono::microseconds spin_window{2000};
+  // from it (nine spinning processes on two cores left the TCP stack no CPU). Unset: 2 ms, or 0
+  // when `transports` names only sockets ("tcp").
+  std::optional<std::chrono::microseconds> spin_window;
 };
 
 // Creates a UCX transport. Fails with the UCX error (e.g. kNotFound when no requested transport

@@ -72,7 +72,10 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::Create(const UcxOptions& opt
 Status UcxTransport::Init(const UcxOptions& options) {
   name_ = options.name;
   max_message_bytes_ = options.max_message_bytes;
-  spin_window_ = options.spin_window;
+  const bool sockets_only =
+      !options.transports.empty() && std::all_of(options.transports.begin(), options.transports.end(),
+                                                 [](const std::string& t) { return t == "tcp"; });
+  spin_window_ = options.spin_window.value_or(std::chrono::microseconds(sockets_only ? 0 : 2000));
   if (name_.empty()) return InvalidArgument("ucx transport: empty name");
   if (name_.size() > kMaxNameBytes)
     return InvalidArgument("ucx transport: name of " + std::to_string(name_.size()) + " bytes (at most " +
