@@ -57,5 +57,7 @@ Command AddSubscribeCommand(CLI::App& app);
 Command AddServeCommand(CLI::App& app);
 Command AddPlanCommand(CLI::App& app);
 Command AddReshardCommand(CLI::App& app);
+Command AddTopologyCommand(CLI::App& app);
+Command AddSimCommand(CLI::App& app);
 
 }  // namespace weightport::cli

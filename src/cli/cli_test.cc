@@ -152,5 +152,50 @@ TEST_F(CliTest, InfoReportsTheBuild) {
   }
 }
 
+TEST_F(CliTest, TopologyShowDrawsAndWritesAGraphThatSimReadsBack) {
+  CliRun r = Cli("topology show dgx-h100:nodes=2 --json --svg " + Path("t.svg") + " --dot " + Path("t.dot") +
+                 " --write " + Path("t.json"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto summary = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_EQ(summary["endpoints"], 16);
+  for (const char* f : {"t.svg", "t.dot", "t.json"}) EXPECT_GT(fs::file_size(Path(f)), 100u) << f;
+  // A plan dumped by `plan` runs on the written graph: 1 source -> 3 replicas.
+  std::ofstream(Path("src.json")) << R"({"mesh": [{"axis": "dp", "kind": "replica", "size": 1}]})";
+  std::ofstream(Path("dst.json")) << R"({"mesh": [{"axis": "dp", "kind": "replica", "size": 3}]})";
+  r = Cli("plan --src " + Path("src.json") + " --dst " + Path("dst.json") + " --preset tiny --dump " +
+          Path("p.json"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = Cli("sim --plan " + Path("p.json") + " --topology " + Path("t.json") + " --json --plot " +
+          Path("p.svg"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto sim = nlohmann::json::parse(r.out.substr(r.out.find("{\n")));
+  EXPECT_GT(sim["sim"]["makespan_s"].get<double>(), 0);
+  EXPECT_GE(sim["sim"]["makespan_s"].get<double>(), sim["sim"]["lower_bound_s"].get<double>());
+  EXPECT_GT(fs::file_size(Path("p.svg")), 500u);
+}
+
+TEST_F(CliTest, SimScenariosAndTheirErrors) {
+  CliRun r = Cli("sim --scenario testbed --param receivers=3 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out.substr(r.out.find("{\n")));
+  // 1 GiB over 1 Gb/s links, one relay chain: within a few percent of bytes / rate.
+  EXPECT_NEAR(j["sim"]["makespan_s"].get<double>(), 8.59, 0.1);
+  EXPECT_EQ(Cli("sim --list").code, 0);
+  r = Cli("sim --scenario nonesuch");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("unknown scenario 'nonesuch'"), std::string::npos) << r.out;
+  r = Cli("sim --scenario testbed --param recievers=3");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("unknown parameter 'recievers'"), std::string::npos) << r.out;
+  r = Cli("sim --plan " + Path("missing.json") + " --topology fat-tree");
+  EXPECT_EQ(r.code, 2);  // CLI11 checks the file exists
+  r = Cli("topology show nonesuch-preset");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("nonesuch-preset"), std::string::npos) << r.out;
+  r = Cli("topology route dgx-h100 node0/gpu0 node1/gpu1 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("spine"), std::string::npos) << "rail routing crossed a spine: " << r.out;
+}
+
 }  // namespace
 }  // namespace weightport

@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
   const std::vector<Command> commands = {
       AddDemoCommand(app),    AddGenModelCommand(app), AddInspectCommand(app), AddManifestCommand(app),
       AddConvertCommand(app), AddInfoCommand(app),     AddPublishCommand(app), AddSubscribeCommand(app),
-      AddServeCommand(app),   AddPlanCommand(app),     AddReshardCommand(app)};
+      AddServeCommand(app),   AddPlanCommand(app),     AddReshardCommand(app), AddTopologyCommand(app),
+      AddSimCommand(app)};
 
   try {
     app.parse(argc, argv);

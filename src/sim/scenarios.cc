@@ -1,0 +1,243 @@
+#include "weightport/sim/scenarios.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "sim/scenario_build.h"
+#include "sim/scenario_models.h"
+#include "topology/preset_params.h"
+#include "weightport/core/placement_builders.h"
+#include "weightport/plan/graph_topology.h"
+#include "weightport/plan/planner.h"
+#include "weightport/topology/presets.h"
+
+namespace weightport::sim {
+namespace {
+
+using nlohmann::json;
+using topology::Graph;
+using topology::internal::PresetParams;
+
+constexpr const char* kKimi = "kimi-k2-update";
+constexpr const char* kDense = "dense-50b-sync";
+constexpr const char* kReplace = "node-replacement";
+constexpr const char* kFanout = "fanout-16k";
+constexpr const char* kTestbed = "testbed";
+
+json Defaults(std::string_view name) {
+  if (name == kKimi)
+    return {{"layers", 61}, {"experts", 384},  {"src_pp", 8},    {"src_ep", 32},     {"dst_replicas", 8},
+            {"dst_ep", 16}, {"nic_gbps", 400}, {"chunk_mib", 4}, {"relay_fanout", 1}};
+  if (name == kDense)
+    return {{"topology", "dgx-h100"}, {"gpus", 1024},   {"tp", 8},
+            {"layers", 56},           {"chunk_mib", 4}, {"relay_fanout", 1}};
+  if (name == kReplace)
+    return {{"topology", "dgx-h100"}, {"gpus", 256},  {"tp", 8},
+            {"failed_host", 5},       {"layers", 56}, {"chunk_mib", 4}};
+  if (name == kFanout)
+    return {{"topology", "dgx-h100"}, {"gpus", 16384},  {"model_gb", 16},
+            {"buckets", 64},          {"chunk_mib", 4}, {"relay_fanout", 1}};
+  if (name == kTestbed) return TestbedDefaults();
+  return nullptr;
+}
+
+Result<std::string> TopologyName(const PresetParams& p) {
+  const json& v = p.merged().at("topology");
+  if (!v.is_string()) return p.Error("topology", "must be a preset name");
+  return v.get<std::string>();
+}
+
+// A preset with at least `gpus` endpoints: sized by its own unit (node, rack, cube).
+Result<Graph> GraphWithGpus(const std::string& preset, int gpus) {
+  json params = json::object();
+  if (preset == "dgx-h100" || preset == "dgx-h200") {
+    params["nodes"] = (gpus + 7) / 8;
+  } else if (preset == "gb200-nvl72") {
+    params["racks"] = (gpus + 71) / 72;
+  } else if (preset == "tpuv4") {
+    params["cubes"] = (gpus + 63) / 64;
+  } else if (preset == "infinitehbd") {
+    params["nodes"] = (gpus + 3) / 4;
+  } else if (preset == "fat-tree") {
+    params["hosts"] = gpus;
+  } else {
+    return InvalidArgument("unknown topology preset '" + preset + "'");
+  }
+  WP_ASSIGN_OR_RETURN(Graph g, topology::MakePreset(preset, params));
+  if (static_cast<int>(g.Endpoints().size()) < gpus)
+    return InvalidArgument("preset '" + preset + "' sized for " + std::to_string(gpus) + " GPUs has only " +
+                           std::to_string(g.Endpoints().size()));
+  return g;
+}
+
+Status BuildKimi(Scenario& s, const PresetParams& p) {
+  WP_ASSIGN_OR_RETURN(int layers, p.Int("layers", 1, 1024));
+  WP_ASSIGN_OR_RETURN(int experts, p.Int("experts", 1, 4096));
+  WP_ASSIGN_OR_RETURN(int src_pp, p.Int("src_pp", 1, 1024));
+  WP_ASSIGN_OR_RETURN(int src_ep, p.Int("src_ep", 1, 4096));
+  WP_ASSIGN_OR_RETURN(int dst_replicas, p.Int("dst_replicas", 1, 4096));
+  WP_ASSIGN_OR_RETURN(int dst_ep, p.Int("dst_ep", 1, 4096));
+  WP_ASSIGN_OR_RETURN(double nic_gbps, p.Number("nic_gbps"));
+  WP_ASSIGN_OR_RETURN(int chunk_mib, p.Int("chunk_mib", 1, 1024));
+  WP_ASSIGN_OR_RETURN(int fanout, p.Int("relay_fanout", 0, 1024));
+  const int src_ranks = src_pp * src_ep, dst_ranks = dst_replicas * dst_ep;
+  WP_ASSIGN_OR_RETURN(s.graph, topology::MakePreset("dgx-h100", {{"nodes", (src_ranks + dst_ranks + 7) / 8},
+                                                                 {"nic_gbps", nic_gbps}}));
+  const std::vector<TensorMeta> tensors = ModelTensors(KimiK2LikeSpec(layers, experts, DType::kF8E4M3));
+  const std::vector<MeshAxis> src_axes = {PipelineAxis("pp", src_pp), ExpertParallelAxis("ep", src_ep)};
+  ExpertOptions serve;
+  serve.non_expert_tp = LlamaTpRules();
+  const std::vector<MeshAxis> dst_axes = {ReplicaAxis("dp", dst_replicas),
+                                          ExpertParallelAxis("ep", dst_ep, serve)};
+  WP_ASSIGN_OR_RETURN(Placement src, BuildMesh(tensors, src_axes));
+  WP_ASSIGN_OR_RETURN(Placement dst, BuildMesh(tensors, dst_axes));
+  const std::vector<int> gpus = s.graph.Endpoints();
+  s.endpoints = {Range(gpus, 0, src_ranks), Range(gpus, src_ranks, dst_ranks)};
+  s.description = "Kimi-K2-like MoE (" + std::to_string(layers) + " layers x " + std::to_string(experts) +
+                  " experts, " + std::to_string(tensors.size()) +
+                  " tensors, fp8 on the wire): " + std::to_string(src_ranks) + " trainer GPUs (pp " +
+                  std::to_string(src_pp) + " x ep " + std::to_string(src_ep) + ") -> " +
+                  std::to_string(dst_ranks) + " inference GPUs (" + std::to_string(dst_replicas) +
+                  " replicas x ep " + std::to_string(dst_ep) + ") on dgx-h100";
+  s.anchor_s = 1.3;
+  s.anchor =
+      "Perplexity weight transfer: Kimi-K2 1T, 256 BF16 trainer GPUs -> 128 FP8 inference GPUs in 1.3 s";
+  return Finish(s, src, dst, static_cast<uint64_t>(chunk_mib) << 20, fanout);
+}
+
+Status BuildDense(Scenario& s, const PresetParams& p) {
+  WP_ASSIGN_OR_RETURN(std::string preset, TopologyName(p));
+  WP_ASSIGN_OR_RETURN(int gpus, p.Int("gpus", 1, 1 << 20));
+  WP_ASSIGN_OR_RETURN(int tp, p.Int("tp", 1, 1024));
+  WP_ASSIGN_OR_RETURN(int layers, p.Int("layers", 1, 1024));
+  WP_ASSIGN_OR_RETURN(int chunk_mib, p.Int("chunk_mib", 1, 1024));
+  WP_ASSIGN_OR_RETURN(int fanout, p.Int("relay_fanout", 0, 1024));
+  if (gpus % tp != 0) return p.Error("gpus", "must be a multiple of tp");
+  WP_ASSIGN_OR_RETURN(s.graph, GraphWithGpus(preset, gpus));
+  const std::vector<TensorMeta> tensors = ModelTensors(Dense50bSpec(layers));
+  WP_ASSIGN_OR_RETURN(Placement src, BuildMesh(tensors, std::vector<MeshAxis>{TensorParallelAxis("tp", tp)}));
+  WP_ASSIGN_OR_RETURN(Placement dst, BuildMesh(tensors, std::vector<MeshAxis>{ReplicaAxis("dp", gpus / tp),
+                                                                              TensorParallelAxis("tp", tp)}));
+  const std::vector<int> eps = s.graph.Endpoints();
+  // The source group is the first replica's own GPUs: its copy is local.
+  s.endpoints = {Range(eps, 0, tp), Range(eps, 0, gpus)};
+  s.description = "50B dense model (" + std::to_string(tensors.size()) + " tensors, bf16) from one TP-" +
+                  std::to_string(tp) + " group to " + std::to_string(gpus / tp) + " replicas x TP " +
+                  std::to_string(tp) + " (" + std::to_string(gpus) + " GPUs) on " + preset;
+  return Finish(s, src, dst, static_cast<uint64_t>(chunk_mib) << 20, fanout);
+}
+
+Status BuildReplacement(Scenario& s, const PresetParams& p) {
+  WP_ASSIGN_OR_RETURN(std::string preset, TopologyName(p));
+  WP_ASSIGN_OR_RETURN(int gpus, p.Int("gpus", 2, 1 << 20));
+  WP_ASSIGN_OR_RETURN(int tp, p.Int("tp", 1, 1024));
+  WP_ASSIGN_OR_RETURN(int failed, p.Int("failed_host", 0, 1 << 20));
+  WP_ASSIGN_OR_RETURN(int layers, p.Int("layers", 1, 1024));
+  WP_ASSIGN_OR_RETURN(int chunk_mib, p.Int("chunk_mib", 1, 1024));
+  if (gpus % tp != 0) return p.Error("gpus", "must be a multiple of tp");
+  WP_ASSIGN_OR_RETURN(s.graph, GraphWithGpus(preset, gpus));
+  const std::vector<int> eps = Range(s.graph.Endpoints(), 0, gpus);
+  // The failed host's first `tp` GPUs hold one replica; every other replica is a source.
+  // Hosts in the order their GPUs come; the failed one by that position.
+  std::vector<int> hosts;
+  for (int e : eps)
+    if (std::find(hosts.begin(), hosts.end(), s.graph.nodes()[e].host) == hosts.end())
+      hosts.push_back(s.graph.nodes()[e].host);
+  if (failed >= static_cast<int>(hosts.size()))
+    return p.Error("failed_host",
+                   "must be below the " + std::to_string(hosts.size()) + " hosts of the cluster");
+  std::vector<int> on_failed, others;
+  for (int e : eps) (s.graph.nodes()[e].host == hosts[failed] ? on_failed : others).push_back(e);
+  if (static_cast<int>(on_failed.size()) < tp)
+    return p.Error("failed_host", "must name a host with at least tp = " + std::to_string(tp) +
+                                      " GPUs (it has " + std::to_string(on_failed.size()) + ")");
+  on_failed.resize(tp);
+  const int replicas = static_cast<int>(others.size()) / tp;
+  if (replicas < 1) return p.Error("gpus", "leaves no other replica to refill from");
+  others.resize(static_cast<size_t>(replicas) * tp);
+  const std::vector<TensorMeta> tensors = ModelTensors(Dense50bSpec(layers));
+  WP_ASSIGN_OR_RETURN(Placement src, BuildMesh(tensors, std::vector<MeshAxis>{ReplicaAxis("dp", replicas),
+                                                                              TensorParallelAxis("tp", tp)}));
+  WP_ASSIGN_OR_RETURN(Placement dst, BuildMesh(tensors, std::vector<MeshAxis>{TensorParallelAxis("tp", tp)}));
+  s.endpoints = {others, on_failed};
+  s.description = "a replacement for host " + std::to_string(failed) + " refills one TP-" +
+                  std::to_string(tp) + " replica of a 50B dense model (bf16) from " +
+                  std::to_string(replicas) + " data-parallel replicas on " + preset;
+  return Finish(s, src, dst, static_cast<uint64_t>(chunk_mib) << 20, 1);
+}
+
+Status BuildFanout(Scenario& s, const PresetParams& p) {
+  WP_ASSIGN_OR_RETURN(std::string preset, TopologyName(p));
+  WP_ASSIGN_OR_RETURN(int gpus, p.Int("gpus", 1, 1 << 20));
+  WP_ASSIGN_OR_RETURN(double model_gb, p.Number("model_gb"));
+  WP_ASSIGN_OR_RETURN(int buckets, p.Int("buckets", 1, 1 << 16));
+  WP_ASSIGN_OR_RETURN(int chunk_mib, p.Int("chunk_mib", 1, 1024));
+  WP_ASSIGN_OR_RETURN(int fanout, p.Int("relay_fanout", 0, 1024));
+  WP_ASSIGN_OR_RETURN(s.graph, GraphWithGpus(preset, gpus));
+  const std::vector<TensorMeta> tensors = BucketTensors(static_cast<uint64_t>(model_gb * 1e9), buckets);
+  WP_ASSIGN_OR_RETURN(Placement src, BuildMesh(tensors, std::vector<MeshAxis>{ReplicaAxis("dp", 1)}));
+  WP_ASSIGN_OR_RETURN(Placement dst, BuildMesh(tensors, std::vector<MeshAxis>{ReplicaAxis("dp", gpus)}));
+  const std::vector<int> eps = s.graph.Endpoints();
+  s.endpoints = {Range(eps, 0, 1), Range(eps, 0, gpus)};
+  s.description =
+      "one GPU's model (" + p.merged().at("model_gb").dump() + " GB in " + std::to_string(buckets) +
+      " bf16 buckets) to all " + std::to_string(gpus) + " GPUs of " + preset +
+      (fanout == 1 ? " through a relay chain" : " through relay trees of fan-out " + std::to_string(fanout));
+  return Finish(s, src, dst, static_cast<uint64_t>(chunk_mib) << 20, fanout);
+}
+
+}  // namespace
+
+std::vector<int> Range(const std::vector<int>& endpoints, int from, int count) {
+  return std::vector<int>(endpoints.begin() + from, endpoints.begin() + from + count);
+}
+
+Status Finish(Scenario& s, const Placement& src, const Placement& dst, uint64_t chunk_bytes,
+              int relay_fanout) {
+  WP_ASSIGN_OR_RETURN(Topology hosts, PlannerTopology(s.graph, s.endpoints.src_nodes, s.endpoints.dst_nodes));
+  PlanOptions options;
+  options.chunk_bytes = chunk_bytes;
+  options.relay_fanout = relay_fanout;
+  const auto start = std::chrono::steady_clock::now();
+  auto plan = MakePlan(src, dst, hosts, options);
+  if (!plan.ok()) return plan.status().WithContext("scenario '" + s.name + "'");
+  s.plan_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  s.plan = std::move(plan).value();
+  return Status::Ok();
+}
+
+std::vector<ScenarioInfo> Scenarios() {
+  return {
+      {kKimi, "Kimi-K2-like 1T MoE, 256 trainer GPUs -> 128 FP8 inference GPUs on dgx-h100 (anchor 1.3 s)",
+       Defaults(kKimi)},
+      {kDense, "50B dense weight sync from one TP group to every GPU of a 1,024-GPU cluster, on any preset",
+       Defaults(kDense)},
+      {kReplace, "a replacement node refills a failed node's shards from its data-parallel replicas",
+       Defaults(kReplace)},
+      {kFanout, "one GPU's 16 GB model to all 16,384 GPUs of a dgx-h100 fabric", Defaults(kFanout)},
+      {kTestbed, "the testbed benchmark cases (bench/run-fanout-bench): 8 hosts on one switch at 1 Gb/s",
+       Defaults(kTestbed)},
+  };
+}
+
+Result<Scenario> BuildScenario(std::string_view name, const json& params) {
+  const json defaults = Defaults(name);
+  if (defaults.is_null()) {
+    std::string known;
+    for (const ScenarioInfo& i : Scenarios()) known += (known.empty() ? "" : ", ") + i.name;
+    return NotFound("unknown scenario '" + std::string(name) + "' (known: " + known + ")");
+  }
+  WP_ASSIGN_OR_RETURN(PresetParams p, PresetParams::Merge(name, defaults, params, "scenario"));
+  Scenario s;
+  s.name = std::string(name);
+  s.params = p.merged();
+  Status st = name == kKimi      ? BuildKimi(s, p)
+              : name == kDense   ? BuildDense(s, p)
+              : name == kReplace ? BuildReplacement(s, p)
+              : name == kTestbed ? BuildTestbed(s, p)
+                                 : BuildFanout(s, p);
+  if (!st.ok()) return st;
+  return s;
+}
+
+}  // namespace weightport::sim

@@ -1,0 +1,76 @@
+#include "weightport/sim/scenarios.h"
+
+#include <gtest/gtest.h>
+
+#include "weightport/plan/planner.h"
+
+namespace weightport::sim {
+namespace {
+
+Result<SimResult> Simulated(const Scenario& s) { return Simulate(s.plan, s.graph, s.endpoints); }
+
+TEST(Scenarios, ASmallKimiLikeUpdateRunsNearItsBound) {
+  auto s = BuildScenario(
+      "kimi-k2-update",
+      {{"layers", 2}, {"experts", 16}, {"src_pp", 2}, {"src_ep", 8}, {"dst_replicas", 2}, {"dst_ep", 4}});
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->endpoints.src_nodes.size(), 16u);
+  EXPECT_EQ(s->endpoints.dst_nodes.size(), 8u);
+  EXPECT_TRUE(CheckCoverage(s->plan).ok());
+  auto r = Simulated(*s);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_GE(r->makespan_s, r->lower_bound_s);
+  EXPECT_LT(r->makespan_s, 1.2 * r->lower_bound_s);
+  EXPECT_EQ(s->anchor_s, 1.3);
+}
+
+TEST(Scenarios, TheTestbedFanOutCostsOneCopyAndTheNaiveWayNCopies) {
+  auto chain = BuildScenario("testbed", {{"receivers", 4}, {"payload", "small"}});
+  auto naive = BuildScenario("testbed", {{"receivers", 4}, {"payload", "small"}, {"relay_fanout", 0}});
+  ASSERT_TRUE(chain.ok() && naive.ok());
+  auto a = Simulated(*chain), b = Simulated(*naive);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const double one_copy_s = static_cast<double>(chain->plan.DestinationBytes()) / 4 / (1e9 / 8);
+  EXPECT_NEAR(a->makespan_s, one_copy_s, 0.02 * one_copy_s);
+  EXPECT_NEAR(b->makespan_s, 4 * one_copy_s, 0.01 * 4 * one_copy_s);
+}
+
+TEST(Scenarios, EveryHbdPresetRunsTheDenseSync) {
+  for (const char* preset : {"dgx-h100", "gb200-nvl72", "tpuv4", "infinitehbd"}) {
+    auto s = BuildScenario("dense-50b-sync", {{"topology", preset}, {"gpus", 64}, {"layers", 2}});
+    ASSERT_TRUE(s.ok()) << preset << ": " << s.status().ToString();
+    auto r = Simulated(*s);
+    ASSERT_TRUE(r.ok()) << preset << ": " << r.status().ToString();
+    EXPECT_EQ(r->destinations.size(), 64u) << preset;
+    EXPECT_GE(r->makespan_s, r->lower_bound_s) << preset;
+    EXPECT_LT(r->makespan_s, 1.5 * r->lower_bound_s) << preset;
+  }
+}
+
+TEST(Scenarios, AReplacementNodeIsFedByEveryOtherReplica) {
+  auto s = BuildScenario("node-replacement", {{"gpus", 64}, {"failed_host", 2}, {"layers", 2}});
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->endpoints.dst_nodes.size(), 8u);
+  EXPECT_EQ(s->endpoints.src_nodes.size(), 56u);
+  for (int node : s->endpoints.dst_nodes) EXPECT_EQ(s->graph.nodes()[node].name.rfind("node2/", 0), 0u);
+  auto r = Simulated(*s);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // The new node's NIC links are the bound, and the other replicas share the load.
+  EXPECT_LT(r->makespan_s, 1.1 * r->lower_bound_s);
+}
+
+TEST(Scenarios, ErrorsNameTheScenarioAndTheParameter) {
+  auto s = BuildScenario("kimi-k3");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("unknown scenario 'kimi-k3'"), std::string::npos);
+  s = BuildScenario("dense-50b-sync", {{"tp", 3}, {"gpus", 64}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("scenario 'dense-50b-sync': parameter 'gpus'"), std::string::npos)
+      << s.status().ToString();
+  s = BuildScenario("fanout-16k", {{"topology", "nvl-9000"}, {"gpus", 8}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("nvl-9000"), std::string::npos) << s.status().ToString();
+}
+
+}  // namespace
+}  // namespace weightport::sim
