@@ -24,9 +24,7 @@ Result<int> NodeOf(const EndpointMap& endpoints, const Graph& graph, Endpoint e)
   return node;
 }
 
-// Kahn's order over leader -> follower edges. Steps never form a cycle (`after` is always earlier)
-// but pairs can (a -> b relays what c -> a carried while b -> c relays what a -> b carried, when
-// chains of different pieces start at different replicas): flows on a cycle follow in index order.
+// Kahn's order over leader -> follower edges (BuildFlows has broken every cycle).
 std::vector<int> LeadersFirst(const std::vector<Flow>& flows) {
   std::vector<int> indegree(flows.size(), 0), order;
   order.reserve(flows.size());
@@ -37,40 +35,90 @@ std::vector<int> LeadersFirst(const std::vector<Flow>& flows) {
   for (size_t i = 0; i < order.size(); ++i)
     for (auto [g, k] : flows[order[i]].followers)
       if (--indegree[g] == 0) order.push_back(g);
-  if (order.size() < flows.size()) {
-    std::vector<char> placed(flows.size(), 0);
-    for (int f : order) placed[f] = 1;
-    for (size_t f = 0; f < flows.size(); ++f)
-      if (!placed[f]) order.push_back(static_cast<int>(f));
-  }
   return order;
 }
 
-}  // namespace
+uint64_t PairKey(const PlanStep& step) {
+  return (static_cast<uint64_t>(step.from.side == PlanSide::kDestination) << 63) |
+         (static_cast<uint64_t>(static_cast<uint32_t>(step.from.rank)) << 32) |
+         static_cast<uint32_t>(step.to_rank);
+}
 
-Result<FlowSet> BuildFlows(const Plan& plan, const Graph& graph, const EndpointMap& endpoints,
-                           const SimOptions& options) {
-  FlowSet set;
+// Relay steps must name an earlier step that delivered to their sender.
+Status CheckAfter(const Plan& plan, const PlanStep& step) {
+  if (step.id >= plan.steps.size() || plan.steps[step.id].id != step.id)
+    return InvalidArgument("plan step " + std::to_string(step.id) + " is out of order");
+  if (step.after < 0) return Status::Ok();
+  const std::string what = "plan step " + std::to_string(step.id);
+  if (step.after >= static_cast<int64_t>(step.id)) return InvalidArgument(what + " comes after a later step");
+  const PlanStep& feeder = plan.steps[step.after];
+  if (step.from.side != PlanSide::kDestination || feeder.to_rank != step.from.rank)
+    return InvalidArgument(what + " relays from " + step.from.ToString() + " but its step " +
+                           std::to_string(step.after) + " delivers to dst rank " +
+                           std::to_string(feeder.to_rank));
+  return Status::Ok();
+}
+
+// Tarjan's strongly connected components over leader -> follower edges, iteratively; marks the
+// flows on a cycle.
+std::vector<char> OnCycle(const std::vector<Flow>& flows) {
+  const int n = static_cast<int>(flows.size());
+  std::vector<int> index(n, -1), low(n, 0), stack;
+  std::vector<char> on_stack(n, 0), cyclic(n, 0);
+  int next = 0;
+  std::vector<std::pair<int, size_t>> frames;  // (flow, next follower to visit)
+  for (int root = 0; root < n; ++root) {
+    if (index[root] >= 0) continue;
+    frames.push_back({root, 0});
+    index[root] = low[root] = next++;
+    stack.push_back(root), on_stack[root] = 1;
+    while (!frames.empty()) {
+      auto& [v, k] = frames.back();
+      if (k < flows[v].followers.size()) {
+        const int w = flows[v].followers[k++].first;
+        if (index[w] < 0) {
+          index[w] = low[w] = next++;
+          stack.push_back(w), on_stack[w] = 1;
+          frames.push_back({w, 0});
+        } else if (on_stack[w]) {
+          low[v] = std::min(low[v], index[w]);
+        }
+        continue;
+      }
+      const int done = v;
+      frames.pop_back();
+      if (!frames.empty()) low[frames.back().first] = std::min(low[frames.back().first], low[done]);
+      if (low[done] != index[done]) continue;
+      std::vector<int> component;
+      int w;
+      do {
+        w = stack.back();
+        stack.pop_back(), on_stack[w] = 0;
+        component.push_back(w);
+      } while (w != done);
+      if (component.size() > 1)
+        for (int c : component) cyclic[c] = 1;
+    }
+  }
+  return cyclic;
+}
+
+// Groups steps into flows: per pair, except steps whose pair is in `split` (or every step at step
+// granularity), which become flows of their own; fills bytes, dependencies and followers.
+Result<std::vector<Flow>> Group(const Plan& plan, const Graph& graph, const EndpointMap& endpoints,
+                                bool per_pair, const std::unordered_map<uint64_t, char>& split) {
+  std::vector<Flow> flows;
   std::vector<int> step_flow(plan.steps.size(), -1);
   std::unordered_map<uint64_t, int> pair_flow;  // (from side, from rank, to rank) -> flow
   std::unordered_map<uint64_t, int> dep_index;  // (flow, leader) -> index in deps
   for (const PlanStep& step : plan.steps) {
-    if (step.id >= plan.steps.size() || plan.steps[step.id].id != step.id)
-      return InvalidArgument("plan step " + std::to_string(step.id) + " is out of order");
-    int f = -1;
-    if (options.granularity == Granularity::kPair) {
-      const uint64_t key = (static_cast<uint64_t>(step.from.side == PlanSide::kDestination) << 63) |
-                           (static_cast<uint64_t>(static_cast<uint32_t>(step.from.rank)) << 32) |
-                           static_cast<uint32_t>(step.to_rank);
-      auto [it, inserted] = pair_flow.emplace(key, static_cast<int>(set.flows.size()));
-      f = it->second;
-      if (inserted) set.flows.emplace_back();
-    } else {
-      f = static_cast<int>(set.flows.size());
-      set.flows.emplace_back();
-    }
+    WP_RETURN_IF_ERROR(CheckAfter(plan, step));
+    int f = static_cast<int>(flows.size());
+    const uint64_t key = PairKey(step);
+    if (per_pair && !split.count(key)) f = pair_flow.emplace(key, f).first->second;
+    if (f == static_cast<int>(flows.size())) flows.emplace_back();
     step_flow[step.id] = f;
-    Flow& flow = set.flows[f];
+    Flow& flow = flows[f];
     if (flow.steps++ == 0) {
       WP_ASSIGN_OR_RETURN(flow.from_node, NodeOf(endpoints, graph, step.from));
       WP_ASSIGN_OR_RETURN(flow.to_node, NodeOf(endpoints, graph, {PlanSide::kDestination, step.to_rank}));
@@ -78,22 +126,53 @@ Result<FlowSet> BuildFlows(const Plan& plan, const Graph& graph, const EndpointM
     }
     const double bytes = static_cast<double>(step.bytes);
     flow.bytes += bytes;
-    if (step.after < 0) {
+    if (step.after < 0 || step.bytes == 0) {
       flow.own_bytes += bytes;
       continue;
     }
-    if (step.after >= static_cast<int64_t>(step.id))
-      return InvalidArgument("plan step " + std::to_string(step.id) + " comes after a later step");
     const int leader = step_flow[step.after];
-    const uint64_t key = (static_cast<uint64_t>(f) << 32) | static_cast<uint32_t>(leader);
-    auto [it, inserted] = dep_index.emplace(key, static_cast<int>(flow.deps.size()));
+    const uint64_t dep_key = (static_cast<uint64_t>(f) << 32) | static_cast<uint32_t>(leader);
+    auto [it, inserted] = dep_index.emplace(dep_key, static_cast<int>(flow.deps.size()));
     if (inserted) {
       flow.deps.push_back({leader, 0, 0, false});
-      set.flows[leader].followers.push_back({f, it->second});
+      flows[leader].followers.push_back({f, it->second});
     }
-    Dependency& dep = set.flows[f].deps[it->second];
-    dep.bytes += bytes;
+    flows[f].deps[it->second].bytes += bytes;
   }
+  return flows;
+}
+
+}  // namespace
+
+Result<FlowSet> BuildFlows(const Plan& plan, const Graph& graph, const EndpointMap& endpoints,
+                           const SimOptions& options) {
+  FlowSet set;
+  const bool per_pair = options.granularity == Granularity::kPair;
+  WP_ASSIGN_OR_RETURN(set.flows, Group(plan, graph, endpoints, per_pair, {}));
+  if (per_pair) {
+    // Pairs can depend on each other in a cycle (a -> b relays what c -> a carried while c -> a
+    // relays what b -> c carried, when chains of different pieces start at different replicas); a
+    // pair then never gets its last chunk. Those pairs are simulated step by step (steps never
+    // form a cycle: `after` is always earlier).
+    const std::vector<char> cyclic = OnCycle(set.flows);
+    std::unordered_map<uint64_t, char> split;
+    std::unordered_map<uint64_t, int> first_flow;
+    int next = 0;
+    for (const PlanStep& step : plan.steps) {
+      const uint64_t key = PairKey(step);
+      auto [it, inserted] = first_flow.emplace(key, next);
+      if (inserted) ++next;
+      if (cyclic[it->second]) split.emplace(key, 1);
+    }
+    if (!split.empty()) {
+      WP_ASSIGN_OR_RETURN(set.flows, Group(plan, graph, endpoints, true, split));
+      set.split_pairs = split.size();
+    }
+  }
+  int dst_ranks = 0;
+  for (const RankBuffer& b : plan.destinations) dst_ranks = std::max(dst_ranks, b.endpoint.rank + 1);
+  for (const Flow& f : set.flows) dst_ranks = std::max(dst_ranks, f.dst_rank + 1);
+  set.dst_ranks = dst_ranks;
   // A relay forwards chunk k once it has chunk k: its leader is one chunk ahead.
   const double chunk = static_cast<double>(std::max<uint64_t>(plan.options.chunk_bytes, 1));
   for (Flow& flow : set.flows)

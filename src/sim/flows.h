@@ -19,6 +19,7 @@ struct Dependency {
   double bytes = 0;      // of this flow
   double lag_bytes = 0;  // the leader is this far ahead (in this flow's bytes) before they flow
   bool open = false;     // the leader has crossed the lag (and its latency has passed)
+  double cross_s = -1;   // when the leader crossed (or is predicted to cross) the lag
 };
 
 struct Flow {
@@ -39,6 +40,8 @@ struct FlowSet {
   std::vector<double> capacity;         // bytes/s per link index
   std::vector<int> order;               // every leader before its followers
   size_t graph_links = 0;               // indices >= this are local copy engines, one per node
+  size_t split_pairs = 0;               // pairs on a dependency cycle, simulated per step
+  int dst_ranks = 0;                    // destination ranks of the plan (some may receive nothing)
   std::vector<int> local_node;          // node of each local copy engine
 };
 

@@ -70,13 +70,15 @@ const char* LinkTier(const Graph& graph, int link) {
 nlohmann::json SimResult::ToJson(const Graph& graph, size_t max_links) const {
   using nlohmann::json;
   json dsts = json::array();
-  double slowest = 0, fastest = destinations.empty() ? 0 : destinations[0].done_s;
+  double slowest = 0, fastest = -1;
   for (const DestinationTime& d : destinations) {
     dsts.push_back({{"rank", d.rank},
                     {"node", d.node >= 0 ? graph.nodes()[d.node].name : ""},
                     {"bytes", d.bytes},
                     {"done_s", d.done_s}});
-    slowest = std::max(slowest, d.done_s), fastest = std::min(fastest, d.done_s);
+    if (d.bytes == 0) continue;  // a rank this plan sends nothing
+    slowest = std::max(slowest, d.done_s);
+    fastest = fastest < 0 ? d.done_s : std::min(fastest, d.done_s);
   }
   json links_json = json::array();
   for (size_t i = 0; i < links.size() && i < max_links; ++i)
@@ -98,7 +100,7 @@ nlohmann::json SimResult::ToJson(const Graph& graph, size_t max_links) const {
   return {{"makespan_s", makespan_s},
           {"lower_bound_s", lower_bound_s},
           {"bottleneck", LinkName(graph, bottleneck_link)},
-          {"first_destination_done_s", fastest},
+          {"first_destination_done_s", std::max(fastest, 0.0)},
           {"destinations", dsts},
           {"busiest_links", links_json},
           {"links_used", links.size()},
@@ -108,6 +110,7 @@ nlohmann::json SimResult::ToJson(const Graph& graph, size_t max_links) const {
           {"stats",
            {{"steps", stats.steps},
             {"flows", stats.flows},
+            {"split_pairs", stats.split_pairs},
             {"events", stats.events},
             {"solves", stats.solves},
             {"quantum_s", stats.quantum_s},

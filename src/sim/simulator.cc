@@ -21,7 +21,13 @@ struct Event {
   uint32_t version;
   EventKind kind;
   int dep;
-  bool operator>(const Event& o) const { return t > o.t; }
+  // Ties broken by kind, flow and dependency, so the order never depends on the heap's.
+  bool operator>(const Event& o) const {
+    if (t != o.t) return t > o.t;
+    if (kind != o.kind) return kind > o.kind;
+    if (flow != o.flow) return flow > o.flow;
+    return dep > o.dep;
+  }
 };
 
 class Engine {
@@ -79,7 +85,7 @@ class Engine {
   // `limited_by_path`: r is what the path had left (not a cap), so it should be a fair share.
   void SetRate(int f, double r, bool limited_by_path = false) {
     const double old = rate_[f];
-    if (r == old) return;
+    if (std::abs(r - old) <= 1e-12 * std::max(r, old)) return;  // rounding, not a change
     const int delta = (r > 0) - (old > 0);
     double share = MaxMinSolver::kNoCap;
     bool shared = false;
@@ -100,15 +106,19 @@ class Engine {
   void ScheduleOpens(int f, double t);
   void Touch(int f, double t);
   void Complete(int f, double t);
+  // In the order flows were queued (leaders before the followers they wake).
   void DrainWork(double t) {
-    while (!work_.empty()) {
-      const int f = work_.back();
-      work_.pop_back();
+    for (size_t i = 0; i < work_.size(); ++i) {
+      const int f = work_[i];
       queued_[f] = 0;
       Touch(f, t);
     }
+    work_.clear();
   }
   void Solve(double t);
+  // Holds every caught-up flow to what its leaders feed it under `rate` (leaders first); sets cap
+  // for those it lowers. True when it lowered any.
+  bool ClampToFeed(const std::vector<char>& caught, std::vector<double>& rate, std::vector<double>& cap);
   void Sample(double t, SimResult& out);
 
   FlowSet set_;
@@ -145,23 +155,30 @@ void Engine::ScheduleMotion(int f, double t) {
   events_.push({t + dt, f, motion_version_[f], EventKind::kMotion, -1});
 }
 
+// A dependency opens one path latency after its leader crossed the lag. The crossing time is kept,
+// so rescheduling (every solve, every change of a leader's rate) never pushes an opening back.
 void Engine::ScheduleOpens(int f, double t) {
   ++open_version_[f];
-  const std::vector<Dependency>& deps = flows_[f].deps;
+  std::vector<Dependency>& deps = flows_[f].deps;
   for (size_t k = 0; k < deps.size(); ++k) {
-    const Dependency& d = deps[k];
+    Dependency& d = deps[k];
     if (d.open) continue;
     const int l = d.leader;
     double at;
     if (state_[l] == State::kDone) {
-      at = std::max(t, done_s_[l]);
-    } else if (rate_[l] > 0) {
-      const double need = d.lag_bytes / d.bytes * flows_[l].bytes;
-      at = t + std::max(0.0, need - X(l, t)) / rate_[l] + flows_[l].latency_s;
+      at = done_s_[l];
     } else {
-      continue;
+      const double need = d.lag_bytes / d.bytes * flows_[l].bytes;
+      if (x0_[l] < need && rate_[l] > 0) {
+        d.cross_s = t0_[l] + (need - x0_[l]) / rate_[l];  // exact under the current rate
+      } else if (x0_[l] < need) {
+        continue;  // the leader is not moving: no crossing yet
+      } else if (d.cross_s < 0) {
+        d.cross_s = t;  // crossed before anyone asked: no earlier than now is known
+      }
+      at = d.cross_s + flows_[l].latency_s;
     }
-    events_.push({at, f, open_version_[f], EventKind::kOpen, static_cast<int>(k)});
+    events_.push({std::max(at, t), f, open_version_[f], EventKind::kOpen, static_cast<int>(k)});
   }
 }
 
@@ -175,8 +192,11 @@ void Engine::Touch(int f, double t) {
   double r = rate_[f];
   bool limited_by_path = false;
   if (a > x + Tol(f)) {
+    // It has bytes to send: it may take whatever its path has left (a relay that fell behind its
+    // leaders must not stay at the rate it had while it was caught up).
     state_[f] = State::kRunning;
-    if (r <= 0) r = PathResidual(f), limited_by_path = true;
+    const double room = PathResidual(f);
+    if (room > 0 || r <= 0) r += room, limited_by_path = true;
   } else {
     const double grow = AvailRate(f, rate_);
     state_[f] = grow > 0 ? State::kCapped : State::kWaiting;
@@ -239,6 +259,13 @@ void Engine::Solve(double t) {
   }
   std::vector<double> cap(n, MaxMinSolver::kNoCap), rate(n, 0);
   solver_.Solve(active, set_.paths, cap, rate, leads_);
+  // The solver's coupling is exact when a follower's leaders freeze no later than it does; when a
+  // link froze a follower first and its leaders' feed came out lower, hold it to the feed (leaders
+  // first) and solve again with those caps, so that what it cannot use goes to others.
+  if (ClampToFeed(caught, rate, cap)) {
+    solver_.Solve(active, set_.paths, cap, rate, leads_);
+    ClampToFeed(caught, rate, cap);
+  }
   residual_ = set_.capacity;
   std::fill(flows_on_.begin(), flows_on_.end(), 0);
   for (size_t i = 0; i < n; ++i) {
@@ -253,6 +280,17 @@ void Engine::Solve(double t) {
       ScheduleMotion(static_cast<int>(i), t), ScheduleOpens(static_cast<int>(i), t);
   dirty_ = false;
   ++solves_;
+}
+
+bool Engine::ClampToFeed(const std::vector<char>& caught, std::vector<double>& rate,
+                         std::vector<double>& cap) {
+  bool clamped = false;
+  for (int f : set_.order) {
+    if (!caught[f] || state_[f] == State::kDone) continue;
+    const double feed = AvailRate(f, rate);
+    if (rate[f] > feed * (1 + 1e-12)) rate[f] = cap[f] = feed, clamped = true;
+  }
+  return clamped;
 }
 
 void Engine::Sample(double t, SimResult& out) {
@@ -273,6 +311,7 @@ void Engine::Sample(double t, SimResult& out) {
       // Halve the resolution: keep every other sample.
       std::vector<TimelineSample> kept;
       for (size_t i = 0; i < out.timeline.size(); i += 2) kept.push_back(out.timeline[i]);
+      if (out.timeline.size() % 2 == 0) kept.push_back(out.timeline.back());
       out.timeline = std::move(kept);
       sample_dt_ *= 2;
       next_sample_ = out.timeline.back().t_s + sample_dt_;
@@ -285,8 +324,7 @@ Status Engine::Run(double lower_bound, SimResult& out) {
   queued_.assign(n, 0);
   sample_dt_ = std::max(lower_bound, 1e-9) * 1.25 / std::max(1, points_);
   // Destinations: done when the last flow into them is.
-  int max_rank = -1;
-  for (const Flow& f : flows_) max_rank = std::max(max_rank, f.dst_rank);
+  const int max_rank = set_.dst_ranks - 1;
   flows_into_.assign(max_rank + 1, 0);
   for (const Flow& f : flows_) ++flows_into_[f.dst_rank];
   for (size_t f = 0; f < n; ++f) state_[f] = flows_[f].own_bytes > 0 ? State::kRunning : State::kWaiting;
@@ -351,7 +389,16 @@ Status Engine::Run(double lower_bound, SimResult& out) {
   }
   next_sample_ = std::min(next_sample_, out.makespan_s);
   Sample(out.makespan_s, out);
+  // The last sample is the end: everything delivered (sampling may have halved its way past it).
+  if (out.timeline.empty() || out.timeline.back().t_s < out.makespan_s) {
+    TimelineSample end;
+    end.t_s = out.makespan_s;
+    for (const Flow& f : flows_) end.delivered_bytes += f.bytes;
+    end.destinations_done = static_cast<int>(dst_done_times_.size());
+    out.timeline.push_back(end);
+  }
   out.stats.flows = n;
+  out.stats.split_pairs = set_.split_pairs;
   out.stats.events = events_handled_;
   out.stats.solves = solves_;
   return Status::Ok();

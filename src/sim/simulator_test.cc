@@ -175,6 +175,128 @@ TEST(Simulator, ATimelineEndsWithEverythingDelivered) {
   EXPECT_NE(TimelineSvg(*r, "t").find("<polyline"), std::string::npos);
 }
 
+TEST(Simulator, ARelayFedByManyLeadersKeepsUpWithAllOfThem) {
+  // Four sources feed d0 (0.25 GB/s each through d0's 1 GB/s link); d0 relays all of it to d1 over
+  // a free path. Each leader's bytes become available one chunk in, at slightly different times:
+  // the relay must follow the sum of its leaders, finishing about four chunks after d0, not at the
+  // rate it had when only the first leader had opened.
+  Graph g = Star(6);
+  const uint64_t chunk = 8ull << 20, part = 250'000'000;
+  std::vector<StepSpec> steps;
+  for (int s = 0; s < 4; ++s) steps.push_back({{PlanSide::kSource, s}, 0, part + s * 1'000'000ull});
+  for (int s = 0; s < 4; ++s) steps.push_back({Dst(0), 1, part + s * 1'000'000ull, s});
+  auto r = SimRun(MakeTestPlan(4, 2, steps, chunk), g);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const double d0 = r->destinations[0].done_s, d1 = r->destinations[1].done_s;
+  EXPECT_NEAR(d0, 1.006, 1e-3);
+  EXPECT_GT(d1, d0);
+  // At the end the relay still has the last chunk of each of the four steps to send.
+  EXPECT_LT(d1, d0 + 5 * static_cast<double>(chunk) / kGB) << "the relay fell behind its leaders";
+}
+
+TEST(Simulator, ARelayOfHalfItsLeadersBytesIsFedAtHalfItsRate) {
+  // s0 (3 GB/s) sends A and B, 3 GB each, to d0 as one pair; d0 relays only A to d1, so the relay
+  // is fed 1.5 GB/s. A 10 GB flow from s1 to the same host as d1 (4 GB/s) gets the other 2.5 GB/s
+  // until the relay ends, then all 4. The relay never finishes before what feeds it.
+  Graph g("mixed");
+  const int sw = g.AddNode({"sw", NodeKind::kTor});
+  auto host = [&](const char* name, double gbps) {
+    const int n = g.AddNode({name, NodeKind::kHostMemory});
+    g.AddCable(n, sw, gbps, 0);
+    return n;
+  };
+  const int s0 = host("s0", 24), s1 = host("s1", 64), d0 = host("d0", 64), d1 = host("d1", 32);
+  auto plan = MakeTestPlan(2, 3,
+                           {{kSrc0, 0, 3'000'000'000},
+                            {kSrc0, 0, 3'000'000'000},
+                            {Dst(0), 1, 3'000'000'000, 0},
+                            {kSrc1, 2, 10'000'000'000}},
+                           1 << 20);
+  EndpointMap map{{s0, s1}, {d0, d1, d1}};
+  SimOptions o;
+  o.quantum_s = 0;
+  auto r = Simulate(plan, g, map, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_NEAR(r->destinations[0].done_s, 2.0, 1e-3);
+  EXPECT_GE(r->destinations[1].done_s, r->destinations[0].done_s);
+  EXPECT_NEAR(r->destinations[1].done_s, 2.0, 2e-3);
+  EXPECT_NEAR(r->destinations[2].done_s, 2.0 + (10 - 2 * 2.5) / 4.0, 2e-3);
+}
+
+TEST(Simulator, ACappedRelaySpeedsUpWhenItsLeaderFinishes) {
+  // s0's link is 0.5 GB/s: the relay to d1 follows at 0.5 GB/s one 100 MB chunk behind; when d0
+  // has everything, the last chunk goes at d0's full 1 GB/s.
+  Graph g("slow-source");
+  const int sw = g.AddNode({"sw", NodeKind::kTor});
+  std::vector<int> n;
+  for (auto [name, gbps] : {std::pair{"s0", 4.0}, {"d0", 8.0}, {"d1", 8.0}}) {
+    n.push_back(g.AddNode({name, NodeKind::kHostMemory}));
+    g.AddCable(n.back(), sw, gbps, kLatencyUs);
+  }
+  auto plan = MakeTestPlan(1, 2, {{kSrc0, 0, 1'000'000'000}, {Dst(0), 1, 1'000'000'000, 0}}, 100'000'000);
+  SimOptions o;
+  o.quantum_s = 0;
+  auto r = Simulate(plan, g, {{n[0]}, {n[1], n[2]}}, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_NEAR(r->destinations[0].done_s, 2.0 + 20e-6, 1e-6);
+  // (The model hands a caught-up relay its leader's last bytes when the leader ends, without the
+  // leader's 20 us path latency: microseconds, documented.)
+  EXPECT_NEAR(r->destinations[1].done_s, 2.1 + 40e-6, 3e-5);
+}
+
+TEST(Simulator, PairsThatRelayToEachOtherInACycleStillFinish) {
+  // Three pieces, each down a chain that starts at a different destination: the pairs d0 -> d1,
+  // d1 -> d2 and d2 -> d0 each relay what another one carried. Each destination's link carries
+  // 3 GB: 3 s at 1 GB/s.
+  Graph g = Star(6);
+  auto plan = MakeTestPlan(3, 3,
+                           {{kSrc0, 0, 1'000'000'000},                   // 0: p to d0
+                            {kSrc1, 2, 1'000'000'000},                   // 1: q to d2
+                            {{PlanSide::kSource, 2}, 1, 1'000'000'000},  // 2: r to d1
+                            {Dst(0), 1, 1'000'000'000, 0},               // 3: p d0 -> d1
+                            {Dst(2), 0, 1'000'000'000, 1},               // 4: q d2 -> d0
+                            {Dst(0), 1, 1'000'000'000, 4},               // 5: q d0 -> d1
+                            {Dst(1), 2, 1'000'000'000, 3},               // 6: p d1 -> d2
+                            {Dst(1), 2, 1'000'000'000, 2},               // 7: r d1 -> d2
+                            {Dst(2), 0, 1'000'000'000, 7}},              // 8: r d2 -> d0
+                           1 << 20);
+  auto r = SimRun(plan, g);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_GT(r->stats.split_pairs, 0u);
+  EXPECT_NEAR(r->lower_bound_s, 3.0, 1e-9);
+  EXPECT_GE(r->makespan_s, 3.0);
+  EXPECT_LT(r->makespan_s, 3.05);
+}
+
+TEST(Simulator, TheTimelineEndsAtTheMakespanWithEverythingDelivered) {
+  Graph g = Star(2);
+  SimOptions o;
+  o.quantum_s = 0;
+  o.timeline_points = 1;
+  auto r = SimRun(MakeTestPlan(1, 1, {{kSrc0, 0, 1'000'000'000}}), g, o);
+  ASSERT_TRUE(r.ok());
+  ASSERT_FALSE(r->timeline.empty());
+  EXPECT_DOUBLE_EQ(r->timeline.back().t_s, r->makespan_s);
+  EXPECT_DOUBLE_EQ(r->timeline.back().delivered_bytes, 1e9);
+  for (size_t i = 1; i < r->timeline.size(); ++i) EXPECT_GE(r->timeline[i].t_s, r->timeline[i - 1].t_s);
+}
+
+TEST(Simulator, AnEmptyPlanTakesNoTimeAndListsEveryDestination) {
+  Graph g = Star(3);
+  auto r = SimRun(MakeTestPlan(1, 2, {}), g);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->makespan_s, 0);
+  EXPECT_EQ(r->destinations.size(), 2u);
+}
+
+TEST(Simulator, ARelayStepMustComeFromTheRankItsFeederDeliveredTo) {
+  Graph g = Star(4);
+  auto r = SimRun(MakeTestPlan(1, 3, {{kSrc0, 0, 1000}, {Dst(1), 2, 1000, 0}}), g);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("plan step 1 relays from dst rank 1"), std::string::npos)
+      << r.status().ToString();
+}
+
 TEST(Simulator, UnmappedRanksAreNamed) {
   Graph g = Star(2);
   auto plan = MakeTestPlan(1, 3, {{kSrc0, 2, 1000}});

@@ -19,6 +19,25 @@ constexpr std::pair<NodeKind, const char*> kNodeKinds[] = {
 constexpr std::pair<DomainKind, const char*> kDomainKinds[] = {
     {DomainKind::kHbd, "hbd"}, {DomainKind::kHost, "host"}, {DomainKind::kRack, "rack"}};
 
+template <typename Kind, size_t N>
+const char* KindName(const std::pair<Kind, const char*> (&table)[N], Kind kind) {
+  for (const auto& [k, name] : table)
+    if (k == kind) return name;
+  return "unknown";
+}
+
+// The kind of that name; else an error naming `what` and the known names.
+template <typename Kind, size_t N>
+Result<Kind> ParseKind(const std::pair<Kind, const char*> (&table)[N], std::string_view name,
+                       const char* what) {
+  for (const auto& [k, n] : table)
+    if (name == n) return k;
+  std::string known;
+  for (const auto& [k, n] : table) known += (known.empty() ? "" : ", ") + std::string(n);
+  return InvalidArgument("unknown " + std::string(what) + " '" + std::string(name) + "' (known: " + known +
+                         ")");
+}
+
 std::string NodeWhat(const Graph& g, int i) {
   return "node " + std::to_string(i) + " '" + g.nodes()[i].name + "'";
 }
@@ -34,30 +53,14 @@ std::string LinkWhat(const Graph& g, int i) {
 
 }  // namespace
 
-const char* NodeKindName(NodeKind kind) {
-  for (const auto& [k, name] : kNodeKinds)
-    if (k == kind) return name;
-  return "unknown";
-}
+const char* NodeKindName(NodeKind kind) { return KindName(kNodeKinds, kind); }
 
-Result<NodeKind> ParseNodeKind(std::string_view name) {
-  for (const auto& [k, n] : kNodeKinds)
-    if (name == n) return k;
-  std::string known;
-  for (const auto& [k, n] : kNodeKinds) known += (known.empty() ? "" : ", ") + std::string(n);
-  return InvalidArgument("unknown node kind '" + std::string(name) + "' (known: " + known + ")");
-}
+Result<NodeKind> ParseNodeKind(std::string_view name) { return ParseKind(kNodeKinds, name, "node kind"); }
 
-const char* DomainKindName(DomainKind kind) {
-  for (const auto& [k, name] : kDomainKinds)
-    if (k == kind) return name;
-  return "unknown";
-}
+const char* DomainKindName(DomainKind kind) { return KindName(kDomainKinds, kind); }
 
 Result<DomainKind> ParseDomainKind(std::string_view name) {
-  for (const auto& [k, n] : kDomainKinds)
-    if (name == n) return k;
-  return InvalidArgument("unknown domain kind '" + std::string(name) + "' (known: hbd, host, rack)");
+  return ParseKind(kDomainKinds, name, "domain kind");
 }
 
 int Graph::AddDomain(Domain domain) {

@@ -37,6 +37,60 @@ Status AddPresetDcn(Graph& graph, const std::vector<DcnPort>& ports, DcnSpec spe
   return Status::Ok();
 }
 
+void HbmParams(PresetInfo& info, nlohmann::json memory_gb, nlohmann::json tb_per_s, const char* per) {
+  Param(info, "gpu_memory_gb", std::move(memory_gb),
+        (std::string("HBM per ") + per + ", GB (recorded only)").c_str());
+  Param(info, "hbm_tb_per_s", std::move(tb_per_s),
+        (std::string("HBM bandwidth per ") + per + ", TB/s (recorded only)").c_str());
+}
+
+Result<FabricSpec> ReadFabricSpec(const PresetParams& params, std::initializer_list<const char*> recorded,
+                                  bool rail_optimised) {
+  FabricSpec spec;
+  WP_ASSIGN_OR_RETURN(spec.hbd_latency_us, params.Number("hbd_latency_us", /*allow_zero=*/true));
+  WP_ASSIGN_OR_RETURN(spec.pcie_latency_us, params.Number("pcie_latency_us", /*allow_zero=*/true));
+  for (const char* key : recorded) WP_RETURN_IF_ERROR(params.Number(key).status());
+  WP_ASSIGN_OR_RETURN(spec.dcn, ReadDcnSpec(params, rail_optimised));
+  return spec;
+}
+
+int AddHostDomains(Graph& graph, const std::string& prefix, int count) {
+  const int first = static_cast<int>(graph.domains().size());
+  for (int i = 0; i < count; ++i)
+    graph.AddDomain({.name = prefix + std::to_string(i), .kind = DomainKind::kHost});
+  return first;
+}
+
+int AddRailHost(Graph& graph, const RailHost& h, std::vector<DcnPort>& ports) {
+  const int first_gpu = static_cast<int>(graph.nodes().size());
+  for (int i = 0; i < h.gpus; ++i)
+    graph.AddNode({.name = h.name + "/gpu" + std::to_string(i),
+                   .kind = NodeKind::kGpu,
+                   .hbd = h.hbd,
+                   .host = h.host,
+                   .rack = h.rack,
+                   .rail = i});
+  const int sw = graph.AddNode({.name = h.name + "/" + h.switch_name,
+                                .kind = h.switch_kind,
+                                .hbd = h.switch_in_hbd ? h.hbd : -1,
+                                .host = h.host,
+                                .rack = h.rack});
+  const int mem =
+      graph.AddNode({.name = h.name + "/mem", .kind = NodeKind::kHostMemory, .host = h.host, .rack = h.rack});
+  for (int i = 0; i < h.gpus; ++i) {
+    const int nic = graph.AddNode({.name = h.name + "/nic" + std::to_string(i),
+                                   .kind = NodeKind::kNic,
+                                   .host = h.host,
+                                   .rack = h.rack,
+                                   .rail = i});
+    ports.push_back({.nic = nic, .group = h.group, .rail = i});
+    graph.AddCable(first_gpu + i, sw, h.switch_gbps, h.switch_latency_us);
+    graph.AddCable(first_gpu + i, mem, h.pcie_gbps, h.pcie_latency_us);
+    graph.AddCable(first_gpu + i, nic, h.pcie_gbps, h.pcie_latency_us);
+  }
+  return first_gpu;
+}
+
 }  // namespace internal
 
 std::vector<PresetInfo> Presets() {

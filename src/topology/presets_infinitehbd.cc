@@ -40,10 +40,7 @@ Result<Graph> BuildInfiniteHbd(PresetParams& p) {
   WP_ASSIGN_OR_RETURN(const double hbd_gbps, p.Number("hbd_gbps"));
   WP_ASSIGN_OR_RETURN(const double pcie_gbps, p.Number("pcie_gbps"));
   WP_ASSIGN_OR_RETURN(const int per_su, p.Int("nodes_per_su", 1, kMaxUnits));
-  WP_ASSIGN_OR_RETURN(const double hbd_lat, p.Number("hbd_latency_us", /*allow_zero=*/true));
-  WP_ASSIGN_OR_RETURN(const double pcie_lat, p.Number("pcie_latency_us", /*allow_zero=*/true));
-  WP_RETURN_IF_ERROR(p.Number("ocs_switching_us").status());
-  WP_ASSIGN_OR_RETURN(const DcnSpec dcn, ReadDcnSpec(p, /*rail_optimised=*/true));
+  WP_ASSIGN_OR_RETURN(const FabricSpec f, ReadFabricSpec(p, {"ocs_switching_us"}, /*rail_optimised=*/true));
 
   Graph g(p.preset());
   std::vector<int> first_gpu(nodes);
@@ -57,36 +54,29 @@ Result<Graph> BuildInfiniteHbd(PresetParams& p) {
       su_domain = g.AddDomain({.name = "su" + std::to_string(n / per_su), .kind = DomainKind::kRack});
     const std::string name = "node" + std::to_string(n);
     const int host = g.AddDomain({.name = name, .kind = DomainKind::kHost});
-    first_gpu[n] = static_cast<int>(g.nodes().size());
-    for (int i = 0; i < gpus; ++i)
-      g.AddNode({.name = name + "/gpu" + std::to_string(i),
-                 .kind = NodeKind::kGpu,
-                 .hbd = ring_domain,
-                 .host = host,
-                 .rack = su_domain,
-                 .rail = i});
-    const int sw =
-        g.AddNode({.name = name + "/pcie", .kind = NodeKind::kPcieSwitch, .host = host, .rack = su_domain});
-    const int mem =
-        g.AddNode({.name = name + "/mem", .kind = NodeKind::kHostMemory, .host = host, .rack = su_domain});
-    for (int i = 0; i < gpus; ++i) {
-      const int nic = g.AddNode({.name = name + "/nic" + std::to_string(i),
-                                 .kind = NodeKind::kNic,
-                                 .host = host,
-                                 .rack = su_domain,
-                                 .rail = i});
-      ports.push_back({.nic = nic, .group = n / per_su, .rail = i});
-      g.AddCable(first_gpu[n] + i, sw, pcie_gbps, pcie_lat);
-      g.AddCable(first_gpu[n] + i, mem, pcie_gbps, pcie_lat);
-      g.AddCable(first_gpu[n] + i, nic, pcie_gbps, pcie_lat);
-    }
+    first_gpu[n] = AddRailHost(g,
+                               {.name = name,
+                                .gpus = gpus,
+                                .host = host,
+                                .hbd = ring_domain,
+                                .rack = su_domain,
+                                .group = n / per_su,
+                                .switch_kind = NodeKind::kPcieSwitch,
+                                .switch_name = "pcie",
+                                .switch_in_hbd = false,
+                                .switch_gbps = pcie_gbps,
+                                .switch_latency_us = f.pcie_latency_us,
+                                .pcie_gbps = pcie_gbps,
+                                .pcie_latency_us = f.pcie_latency_us},
+                               ports);
   }
   // The active ring: node n -> the next node of its ring, for every GPU index.
   for (int n = 0; n < nodes; ++n) {
     const int next = n / ring * ring + (n % ring + 1) % ring;
-    for (int i = 0; i < gpus; ++i) g.AddCable(first_gpu[n] + i, first_gpu[next] + i, hbd_gbps / 2, hbd_lat);
+    for (int i = 0; i < gpus; ++i)
+      g.AddCable(first_gpu[n] + i, first_gpu[next] + i, hbd_gbps / 2, f.hbd_latency_us);
   }
-  WP_RETURN_IF_ERROR(AddPresetDcn(g, ports, dcn, p));
+  WP_RETURN_IF_ERROR(AddPresetDcn(g, ports, f.dcn, p));
   return g;
 }
 

@@ -1,7 +1,9 @@
 // What the preset files share. Internal to the topology layer.
 #pragma once
 
+#include <initializer_list>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -27,6 +29,37 @@ void DcnParams(PresetInfo& info, int nic_gbps);
 Result<DcnSpec> ReadDcnSpec(const PresetParams& params, bool rail_optimised);
 // Adds the DCN and records the spines it built in the parameters.
 Status AddPresetDcn(Graph& graph, const std::vector<DcnPort>& ports, DcnSpec spec, PresetParams& params);
+// Declares gpu_memory_gb and hbm_tb_per_s (recorded only); `per` names the accelerator ("GPU", "chip").
+void HbmParams(PresetInfo& info, nlohmann::json memory_gb, nlohmann::json tb_per_s, const char* per);
+
+// What the accelerator presets read after their own figures, in this order: hbd_latency_us,
+// pcie_latency_us, the recorded-only numbers `recorded` (checked, not used), the DCN parameters.
+struct FabricSpec {
+  double hbd_latency_us = 0;
+  double pcie_latency_us = 0;
+  DcnSpec dcn;
+};
+Result<FabricSpec> ReadFabricSpec(const PresetParams& params, std::initializer_list<const char*> recorded,
+                                  bool rail_optimised);
+
+// Host domains "<prefix>0" .. "<prefix><count - 1>"; returns the first one's index.
+int AddHostDomains(Graph& graph, const std::string& prefix, int count);
+
+// A host whose GPUs each have their own NIC and are cabled to one switch and to the host memory.
+struct RailHost {
+  std::string name;  // node names: <name>/gpu<i>, <name>/<switch_name>, <name>/mem, <name>/nic<i>
+  int gpus = 0;
+  int host = -1, hbd = -1, rack = -1;  // domains; the GPUs are in the HBD
+  int group = 0;                       // the NICs' DCN group; their rail is the GPU index
+  NodeKind switch_kind = NodeKind::kNvSwitch;
+  const char* switch_name = "nvswitch";
+  bool switch_in_hbd = true;
+  double switch_gbps = 0, switch_latency_us = 0;  // GPU <-> switch
+  double pcie_gbps = 0, pcie_latency_us = 0;      // GPU <-> memory and GPU <-> NIC
+};
+// Adds the GPUs, the switch, the memory and the NICs in that order, then per GPU its cables to the
+// switch, the memory and its NIC; appends the NICs to `ports`. Returns the first GPU's index.
+int AddRailHost(Graph& graph, const RailHost& host, std::vector<DcnPort>& ports);
 
 PresetInfo DgxInfo(bool h200);
 Result<Graph> BuildDgx(PresetParams& params);

@@ -16,8 +16,7 @@ PresetInfo DgxInfo(bool h200) {
   Param(info, "nodes_per_su", 32, "nodes per scalable unit (one rail leaf per rail per unit)");
   Param(info, "hbd_latency_us", kHbdLatencyUs, "GPU <-> NVSwitch latency, microseconds");
   Param(info, "pcie_latency_us", kPcieLatencyUs, "PCIe hop latency, microseconds");
-  Param(info, "gpu_memory_gb", h200 ? 141 : 80, "HBM per GPU, GB (recorded only)");
-  Param(info, "hbm_tb_per_s", h200 ? 4.8 : 3.35, "HBM bandwidth per GPU, TB/s (recorded only)");
+  HbmParams(info, h200 ? 141 : 80, h200 ? 4.8 : 3.35, "GPU");
   DcnParams(info, 400);
   return info;
 }
@@ -28,51 +27,33 @@ Result<Graph> BuildDgx(PresetParams& p) {
   WP_ASSIGN_OR_RETURN(const int per_su, p.Int("nodes_per_su", 1, kMaxUnits));
   WP_ASSIGN_OR_RETURN(const double hbd_gbps, p.Number("hbd_gbps"));
   WP_ASSIGN_OR_RETURN(const double pcie_gbps, p.Number("pcie_gbps"));
-  WP_ASSIGN_OR_RETURN(const double hbd_lat, p.Number("hbd_latency_us", /*allow_zero=*/true));
-  WP_ASSIGN_OR_RETURN(const double pcie_lat, p.Number("pcie_latency_us", /*allow_zero=*/true));
-  WP_RETURN_IF_ERROR(p.Number("gpu_memory_gb").status());
-  WP_RETURN_IF_ERROR(p.Number("hbm_tb_per_s").status());
-  WP_ASSIGN_OR_RETURN(const DcnSpec dcn, ReadDcnSpec(p, /*rail_optimised=*/true));
+  WP_ASSIGN_OR_RETURN(const FabricSpec f,
+                      ReadFabricSpec(p, {"gpu_memory_gb", "hbm_tb_per_s"}, /*rail_optimised=*/true));
 
   Graph g(p.preset());
   std::vector<DcnPort> ports;
   ports.reserve(static_cast<size_t>(nodes) * gpus);
   int su_domain = -1;
   for (int n = 0; n < nodes; ++n) {
-    const int su = n / per_su;
     if (n % per_su == 0)
-      su_domain = g.AddDomain({.name = "su" + std::to_string(su), .kind = DomainKind::kRack});
+      su_domain = g.AddDomain({.name = "su" + std::to_string(n / per_su), .kind = DomainKind::kRack});
     const std::string name = "node" + std::to_string(n);
     const int host = g.AddDomain({.name = name, .kind = DomainKind::kHost});
     const int hbd = g.AddDomain({.name = name, .kind = DomainKind::kHbd});
-    const int first_gpu = static_cast<int>(g.nodes().size());
-    for (int i = 0; i < gpus; ++i)
-      g.AddNode({.name = name + "/gpu" + std::to_string(i),
-                 .kind = NodeKind::kGpu,
-                 .hbd = hbd,
+    AddRailHost(g,
+                {.name = name,
+                 .gpus = gpus,
                  .host = host,
+                 .hbd = hbd,
                  .rack = su_domain,
-                 .rail = i});
-    const int sw = g.AddNode({.name = name + "/nvswitch",
-                              .kind = NodeKind::kNvSwitch,
-                              .hbd = hbd,
-                              .host = host,
-                              .rack = su_domain});
-    const int mem =
-        g.AddNode({.name = name + "/mem", .kind = NodeKind::kHostMemory, .host = host, .rack = su_domain});
-    for (int i = 0; i < gpus; ++i) {
-      const int nic = g.AddNode({.name = name + "/nic" + std::to_string(i),
-                                 .kind = NodeKind::kNic,
-                                 .host = host,
-                                 .rack = su_domain,
-                                 .rail = i});
-      ports.push_back({.nic = nic, .group = su, .rail = i});
-      g.AddCable(first_gpu + i, sw, hbd_gbps, hbd_lat);
-      g.AddCable(first_gpu + i, mem, pcie_gbps, pcie_lat);
-      g.AddCable(first_gpu + i, nic, pcie_gbps, pcie_lat);
-    }
+                 .group = n / per_su,
+                 .switch_gbps = hbd_gbps,
+                 .switch_latency_us = f.hbd_latency_us,
+                 .pcie_gbps = pcie_gbps,
+                 .pcie_latency_us = f.pcie_latency_us},
+                ports);
   }
-  WP_RETURN_IF_ERROR(AddPresetDcn(g, ports, dcn, p));
+  WP_RETURN_IF_ERROR(AddPresetDcn(g, ports, f.dcn, p));
   return g;
 }
 
@@ -93,8 +74,7 @@ PresetInfo Gb200Info() {
   Param(info, "racks_per_su", 8, "racks per scalable unit (one rail leaf per rail per unit)");
   Param(info, "hbd_latency_us", kHbdLatencyUs, "GPU <-> NVSwitch latency, microseconds");
   Param(info, "pcie_latency_us", kPcieLatencyUs, "PCIe / C2C hop latency, microseconds");
-  Param(info, "gpu_memory_gb", 186, "HBM per GPU, GB (recorded only)");
-  Param(info, "hbm_tb_per_s", 8, "HBM bandwidth per GPU, TB/s (recorded only)");
+  HbmParams(info, 186, 8, "GPU");
   DcnParams(info, 400);
   return info;
 }
@@ -109,11 +89,8 @@ Result<Graph> BuildGb200(PresetParams& p) {
   WP_ASSIGN_OR_RETURN(const double hbd_gbps, p.Number("hbd_gbps"));
   WP_ASSIGN_OR_RETURN(const double pcie_gbps, p.Number("pcie_gbps"));
   WP_ASSIGN_OR_RETURN(const double c2c_gbps, p.Number("c2c_gbps"));
-  WP_ASSIGN_OR_RETURN(const double hbd_lat, p.Number("hbd_latency_us", /*allow_zero=*/true));
-  WP_ASSIGN_OR_RETURN(const double pcie_lat, p.Number("pcie_latency_us", /*allow_zero=*/true));
-  WP_RETURN_IF_ERROR(p.Number("gpu_memory_gb").status());
-  WP_RETURN_IF_ERROR(p.Number("hbm_tb_per_s").status());
-  WP_ASSIGN_OR_RETURN(const DcnSpec dcn, ReadDcnSpec(p, /*rail_optimised=*/true));
+  WP_ASSIGN_OR_RETURN(const FabricSpec f,
+                      ReadFabricSpec(p, {"gpu_memory_gb", "hbm_tb_per_s"}, /*rail_optimised=*/true));
 
   Graph g(p.preset());
   const int trays = per_rack / per_tray;
@@ -123,9 +100,7 @@ Result<Graph> BuildGb200(PresetParams& p) {
     const std::string name = "rack" + std::to_string(r);
     const int rack = g.AddDomain({.name = name, .kind = DomainKind::kRack});
     const int hbd = g.AddDomain({.name = name, .kind = DomainKind::kHbd});
-    const int first_tray = static_cast<int>(g.domains().size());
-    for (int t = 0; t < trays; ++t)
-      g.AddDomain({.name = name + "/tray" + std::to_string(t), .kind = DomainKind::kHost});
+    const int first_tray = AddHostDomains(g, name + "/tray", trays);
     const int first_gpu = static_cast<int>(g.nodes().size());
     for (int i = 0; i < per_rack; ++i)
       g.AddNode({.name = name + "/gpu" + std::to_string(i),
@@ -149,12 +124,12 @@ Result<Graph> BuildGb200(PresetParams& p) {
                                  .rack = rack,
                                  .rail = i % per_tray});
       ports.push_back({.nic = nic, .group = r / per_su, .rail = i % per_tray});
-      g.AddCable(first_gpu + i, sw, hbd_gbps, hbd_lat);
-      g.AddCable(first_gpu + i, first_mem + i / per_tray, c2c_gbps, pcie_lat);
-      g.AddCable(first_gpu + i, nic, pcie_gbps, pcie_lat);
+      g.AddCable(first_gpu + i, sw, hbd_gbps, f.hbd_latency_us);
+      g.AddCable(first_gpu + i, first_mem + i / per_tray, c2c_gbps, f.pcie_latency_us);
+      g.AddCable(first_gpu + i, nic, pcie_gbps, f.pcie_latency_us);
     }
   }
-  WP_RETURN_IF_ERROR(AddPresetDcn(g, ports, dcn, p));
+  WP_RETURN_IF_ERROR(AddPresetDcn(g, ports, f.dcn, p));
   return g;
 }
 

@@ -27,8 +27,7 @@ PresetInfo Tpuv4Info() {
   Param(info, "hbd_latency_us", kHbdLatencyUs, "ICI link latency, microseconds (through an OCS too)");
   Param(info, "pcie_latency_us", kPcieLatencyUs, "PCIe hop latency, microseconds");
   Param(info, "ocs_switching_ms", 10, "OCS reconfiguration time, ms (MEMS: 1-10 ms; recorded only)");
-  Param(info, "gpu_memory_gb", 32, "HBM per chip, GB (recorded only)");
-  Param(info, "hbm_tb_per_s", 1.2, "HBM bandwidth per chip, TB/s (recorded only)");
+  HbmParams(info, 32, 1.2, "chip");
   DcnParams(info, 200);
   return info;
 }
@@ -38,12 +37,9 @@ Result<Graph> BuildTpuv4(PresetParams& p) {
   WP_ASSIGN_OR_RETURN(const double ici_gbps, p.Number("ici_gbps"));
   WP_ASSIGN_OR_RETURN(const double pcie_gbps, p.Number("pcie_gbps"));
   WP_ASSIGN_OR_RETURN(const int per_tor, p.Int("hosts_per_tor", 1, kMaxUnits));
-  WP_ASSIGN_OR_RETURN(const double hbd_lat, p.Number("hbd_latency_us", /*allow_zero=*/true));
-  WP_ASSIGN_OR_RETURN(const double pcie_lat, p.Number("pcie_latency_us", /*allow_zero=*/true));
-  WP_RETURN_IF_ERROR(p.Number("ocs_switching_ms").status());
-  WP_RETURN_IF_ERROR(p.Number("gpu_memory_gb").status());
-  WP_RETURN_IF_ERROR(p.Number("hbm_tb_per_s").status());
-  WP_ASSIGN_OR_RETURN(const DcnSpec dcn, ReadDcnSpec(p, /*rail_optimised=*/false));
+  WP_ASSIGN_OR_RETURN(const FabricSpec f,
+                      ReadFabricSpec(p, {"ocs_switching_ms", "gpu_memory_gb", "hbm_tb_per_s"},
+                                     /*rail_optimised=*/false));
 
   Graph g(p.preset());
   int ocs[3];
@@ -55,9 +51,7 @@ Result<Graph> BuildTpuv4(PresetParams& p) {
     const std::string name = "cube" + std::to_string(c);
     const int rack = g.AddDomain({.name = name, .kind = DomainKind::kRack});
     const int hbd = g.AddDomain({.name = name, .kind = DomainKind::kHbd});
-    const int first_host = static_cast<int>(g.domains().size());
-    for (int h = 0; h < kHostsPerCube; ++h)
-      g.AddDomain({.name = name + "/host" + std::to_string(h), .kind = DomainKind::kHost});
+    const int first_host = AddHostDomains(g, name + "/host", kHostsPerCube);
     const int first_chip = static_cast<int>(g.nodes().size());
     for (int z = 0; z < kSide; ++z)
       for (int y = 0; y < kSide; ++y)
@@ -82,15 +76,15 @@ Result<Graph> BuildTpuv4(PresetParams& p) {
           const int coord[3] = {x, y, z};
           const int step[3] = {1, kSide, kSide * kSide};
           for (int d = 0; d < 3; ++d) {
-            if (coord[d] + 1 < kSide) g.AddCable(chip, chip + step[d], ici_gbps, hbd_lat);
-            if (coord[d] == 0 || coord[d] == kSide - 1) g.AddCable(chip, ocs[d], ici_gbps, hbd_lat);
+            if (coord[d] + 1 < kSide) g.AddCable(chip, chip + step[d], ici_gbps, f.hbd_latency_us);
+            if (coord[d] == 0 || coord[d] == kSide - 1) g.AddCable(chip, ocs[d], ici_gbps, f.hbd_latency_us);
           }
           const int h = HostOfChip(x, y, z);
-          g.AddCable(chip, first_mem + 2 * h, pcie_gbps, pcie_lat);
-          g.AddCable(chip, first_mem + 2 * h + 1, pcie_gbps, pcie_lat);
+          g.AddCable(chip, first_mem + 2 * h, pcie_gbps, f.pcie_latency_us);
+          g.AddCable(chip, first_mem + 2 * h + 1, pcie_gbps, f.pcie_latency_us);
         }
   }
-  WP_RETURN_IF_ERROR(AddPresetDcn(g, ports, dcn, p));
+  WP_RETURN_IF_ERROR(AddPresetDcn(g, ports, f.dcn, p));
   return g;
 }
 

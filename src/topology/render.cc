@@ -31,6 +31,28 @@ double Median(std::vector<double> v) {
 
 namespace internal {
 
+const char* KindColor(NodeKind kind, const char* unknown) {
+  switch (kind) {
+    case NodeKind::kGpu:
+      return "#b7e1a1";
+    case NodeKind::kHostMemory:
+      return "#f3e3a3";
+    case NodeKind::kNic:
+      return "#a9c8ec";
+    case NodeKind::kNvSwitch:
+      return "#7fc97f";
+    case NodeKind::kPcieSwitch:
+      return "#d0d0d0";
+    case NodeKind::kTor:
+      return "#8fb3de";
+    case NodeKind::kSpine:
+      return "#6a8fc7";
+    case NodeKind::kOcs:
+      return "#e6a1c8";
+  }
+  return unknown;
+}
+
 std::string XmlEscape(const std::string& s) {
   std::string out;
   out.reserve(s.size());

@@ -44,31 +44,10 @@ const char* Shape(NodeKind kind) {
   return "ellipse";
 }
 
-const char* Fill(NodeKind kind) {
-  switch (kind) {
-    case NodeKind::kGpu:
-      return "#b7e1a1";
-    case NodeKind::kHostMemory:
-      return "#f3e3a3";
-    case NodeKind::kNic:
-      return "#a9c8ec";
-    case NodeKind::kNvSwitch:
-      return "#7fc97f";
-    case NodeKind::kPcieSwitch:
-      return "#d0d0d0";
-    case NodeKind::kTor:
-      return "#8fb3de";
-    case NodeKind::kSpine:
-      return "#6a8fc7";
-    case NodeKind::kOcs:
-      return "#e6a1c8";
-  }
-  return "white";
-}
-
 void NodeLine(const Graph& graph, int i, const std::string& indent, std::string& out) {
   const Node& n = graph.nodes()[i];
-  out += indent + Quote(n.name) + " [shape=" + Shape(n.kind) + ", fillcolor=" + Quote(Fill(n.kind)) + "];\n";
+  out += indent + Quote(n.name) + " [shape=" + Shape(n.kind) +
+         ", fillcolor=" + Quote(internal::KindColor(n.kind, "white")) + "];\n";
 }
 
 }  // namespace

@@ -23,6 +23,8 @@ struct Drawing {
 // nodes, up to that many); the edges between drawn nodes, a duplex pair drawn once.
 Drawing SelectForDrawing(const Graph& graph, const DrawOptions& options);
 
+// The fill colour of a node of this kind ("#b7e1a1" for a GPU ...); `unknown` for any other value.
+const char* KindColor(NodeKind kind, const char* unknown);
 // &, <, >, " and ' as entities.
 std::string XmlEscape(const std::string& s);
 // A number without trailing zeros ("3600", "1800", "133.33").

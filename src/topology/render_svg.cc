@@ -37,27 +37,7 @@ int Tier(NodeKind kind) {
   return 6;
 }
 
-const char* Color(NodeKind kind) {
-  switch (kind) {
-    case NodeKind::kGpu:
-      return "#b7e1a1";
-    case NodeKind::kHostMemory:
-      return "#f3e3a3";
-    case NodeKind::kNic:
-      return "#a9c8ec";
-    case NodeKind::kNvSwitch:
-      return "#7fc97f";
-    case NodeKind::kPcieSwitch:
-      return "#d0d0d0";
-    case NodeKind::kTor:
-      return "#8fb3de";
-    case NodeKind::kSpine:
-      return "#6a8fc7";
-    case NodeKind::kOcs:
-      return "#e6a1c8";
-  }
-  return "#ffffff";
-}
+const char* Color(NodeKind kind) { return internal::KindColor(kind, "#ffffff"); }
 
 // Scale-up links green, scale-out (NIC and above) blue, the rest (PCIe) grey.
 const char* LineColor(NodeKind a, NodeKind b) {

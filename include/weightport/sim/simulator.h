@@ -84,6 +84,7 @@ struct TimelineSample {
 struct SimStats {
   size_t steps = 0;
   size_t flows = 0;
+  size_t split_pairs = 0;  // pairs on a dependency cycle, simulated step by step
   size_t events = 0;
   size_t solves = 0;
   double quantum_s = 0;
