@@ -59,5 +59,6 @@ Command AddPlanCommand(CLI::App& app);
 Command AddReshardCommand(CLI::App& app);
 Command AddTopologyCommand(CLI::App& app);
 Command AddSimCommand(CLI::App& app);
+Command AddHbdCommand(CLI::App& app);
 
 }  // namespace weightport::cli

@@ -197,5 +197,24 @@ TEST_F(CliTest, SimScenariosAndTheirErrors) {
   EXPECT_EQ(r.out.find("spine"), std::string::npos) << "rail routing crossed a spine: " << r.out;
 }
 
+TEST_F(CliTest, HbdCompareAndSyntheticTraces) {
+  CliRun r = Cli("hbd trace --nodes 300 --fault-ratio 0.05 --days 30 --out " + Path("trace.json"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = Cli("hbd compare --gpus 1152 --tp 16 --k 3 --fault-ratio 0,0.05 --samples 5 --trace " +
+          Path("trace.json") + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  ASSERT_EQ(j["archs"].size(), 4u);
+  for (const auto& a : j["archs"]) {
+    ASSERT_TRUE(a.contains("trace")) << a.dump();
+    const double waste = a["waste_at_fault_ratio"][1]["waste_mean"].get<double>();
+    EXPECT_GE(waste, 0);
+    EXPECT_LE(waste, 1);
+  }
+  EXPECT_EQ(j["archs"][0]["waste_at_fault_ratio"][0]["waste_mean"].get<double>(), 0);  // no faults
+  EXPECT_EQ(Cli("hbd compare --arch nvl-99").code, 1);
+  EXPECT_EQ(Cli("hbd compare --fault-ratio 1.5").code, 1);
+}
+
 }  // namespace
 }  // namespace weightport

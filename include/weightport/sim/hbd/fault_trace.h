@@ -1,0 +1,67 @@
+// Node fault traces: the public JSON event format, synthetic traces for a target fault ratio, and
+// the waste a TP placement suffers over a trace or at a fault ratio.
+//
+// JSON: a list of {"node_id": "<id>", "event_time": <days>, "event_type": "fault_start" |
+// "fault_end", "fault_type": {...}} (fault_type is kept out of the model). Node ids map to node
+// positions of the cluster either in order of first appearance or by a seeded random choice.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "weightport/core/status.h"
+#include "weightport/sim/hbd/architecture.h"
+
+namespace weightport::sim::hbd {
+
+struct FaultEvent {
+  double day = 0;
+  int node = 0;  // trace node index (order of first appearance)
+  bool start = true;
+};
+
+struct FaultTrace {
+  std::vector<std::string> node_ids;  // by trace node index
+  std::vector<FaultEvent> events;     // by time, ends before starts at equal times
+  double days = 0;                    // the last event's time
+};
+
+// Strict: unknown event types, missing fields and negative times are errors naming the event.
+Result<FaultTrace> ParseFaultTrace(const nlohmann::json& json);
+nlohmann::json FaultTraceToJson(const FaultTrace& trace);
+
+struct SyntheticOptions {
+  int nodes = 400;
+  double fault_ratio = 0.02;     // long-run fraction of nodes down
+  double mean_fault_days = 2.0;  // exponential fault durations
+  double days = 348;
+  uint64_t seed = 1;
+};
+// Each node alternates up and down with exponential durations (mean down = mean_fault_days, mean
+// up chosen so the long-run down fraction is fault_ratio), starting in its stationary state.
+Result<FaultTrace> SyntheticTrace(const SyntheticOptions& options);
+
+// Trace node -> cluster node position: a seeded random choice of distinct positions (seed != 0)
+// or positions 0, 1, 2, ... (seed 0). A trace with more nodes than the cluster (bigger nodes)
+// wraps around: several trace nodes share a cluster node, which is down while any of them is.
+Result<std::vector<int>> MapTraceNodes(const FaultTrace& trace, int cluster_nodes, uint64_t seed);
+
+struct WasteStats {
+  double mean = 0, p50 = 0, p99 = 0, max = 0;
+  double mean_fault_ratio = 0;
+  int samples = 0;
+};
+
+// Waste ratio of PlaceTp sampled every `sample_days` over the trace, with trace nodes on the
+// cluster's nodes by `positions`.
+Result<WasteStats> WasteOverTrace(const ArchSpec& arch, int cluster_nodes, int tp, const FaultTrace& trace,
+                                  const std::vector<int>& positions, double sample_days,
+                                  std::vector<std::pair<double, double>>* series = nullptr);
+// Mean waste ratio with `round(ratio x nodes)` nodes down, chosen uniformly, over `samples` draws.
+Result<WasteStats> WasteAtFaultRatio(const ArchSpec& arch, int cluster_nodes, int tp, double ratio,
+                                     int samples, uint64_t seed);
+
+}  // namespace weightport::sim::hbd

@@ -1,0 +1,156 @@
+#include "weightport/sim/hbd/fault_trace.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <unordered_map>
+
+#include "core/json_util.h"
+#include "weightport/sim/hbd/tp_placement.h"
+
+namespace weightport::sim::hbd {
+namespace {
+
+void SortEvents(std::vector<FaultEvent>& events) {
+  std::stable_sort(events.begin(), events.end(), [](const FaultEvent& a, const FaultEvent& b) {
+    return a.day != b.day ? a.day < b.day : (!a.start && b.start);
+  });
+}
+
+WasteStats Summarise(std::vector<double> waste, double fault_sum) {
+  WasteStats s;
+  s.samples = static_cast<int>(waste.size());
+  if (waste.empty()) return s;
+  s.mean = std::accumulate(waste.begin(), waste.end(), 0.0) / waste.size();
+  s.mean_fault_ratio = fault_sum / waste.size();
+  std::sort(waste.begin(), waste.end());
+  auto at = [&](double q) {
+    return waste[std::min(waste.size() - 1, static_cast<size_t>(q * (waste.size() - 1) + 0.5))];
+  };
+  s.p50 = at(0.5), s.p99 = at(0.99), s.max = waste.back();
+  return s;
+}
+
+}  // namespace
+
+Result<FaultTrace> ParseFaultTrace(const nlohmann::json& json) {
+  using namespace json_util;
+  if (!json.is_array()) return InvalidArgument("fault trace: expected a JSON list of events");
+  FaultTrace t;
+  std::unordered_map<std::string, int> index;
+  for (size_t i = 0; i < json.size(); ++i) {
+    const std::string path = At("fault trace", i);
+    const Json& e = json[i];
+    WP_RETURN_IF_ERROR(CheckKeys(e, {"node_id", "event_time", "event_type", "fault_type"}, path));
+    WP_ASSIGN_OR_RETURN(std::string id, GetString(e, "node_id", path));
+    WP_ASSIGN_OR_RETURN(double day, GetDouble(e, "event_time", path));
+    WP_ASSIGN_OR_RETURN(std::string type, GetString(e, "event_type", path));
+    if (!(day >= 0) || !std::isfinite(day))
+      return InvalidArgument(path + ".event_time: must be a time >= 0 in days");
+    if (type != "fault_start" && type != "fault_end")
+      return InvalidArgument(path + ".event_type: '" + type + "' is neither fault_start nor fault_end");
+    auto [it, inserted] = index.emplace(id, static_cast<int>(t.node_ids.size()));
+    if (inserted) t.node_ids.push_back(id);
+    t.events.push_back({day, it->second, type == "fault_start"});
+    t.days = std::max(t.days, day);
+  }
+  SortEvents(t.events);
+  return t;
+}
+
+nlohmann::json FaultTraceToJson(const FaultTrace& trace) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const FaultEvent& e : trace.events)
+    out.push_back({{"node_id", trace.node_ids[e.node]},
+                   {"event_time", e.day},
+                   {"event_type", e.start ? "fault_start" : "fault_end"},
+                   {"fault_type", {{"Level", "synthetic"}, {"Class", "node"}, {"Desc", "generated"}}}});
+  return out;
+}
+
+Result<FaultTrace> SyntheticTrace(const SyntheticOptions& o) {
+  if (o.nodes < 1 || !(o.fault_ratio > 0 && o.fault_ratio < 1) || !(o.mean_fault_days > 0) || !(o.days > 0))
+    return InvalidArgument(
+        "synthetic trace: nodes >= 1, 0 < fault ratio < 1, mean fault duration > 0 and days > 0");
+  FaultTrace t;
+  std::mt19937_64 rng(o.seed);
+  const double mean_up = o.mean_fault_days * (1 - o.fault_ratio) / o.fault_ratio;
+  std::exponential_distribution<double> up(1 / mean_up), down(1 / o.mean_fault_days);
+  std::bernoulli_distribution starts_down(o.fault_ratio);
+  for (int n = 0; n < o.nodes; ++n) {
+    t.node_ids.push_back("node-" + std::to_string(n));
+    bool is_down = starts_down(rng);
+    if (is_down) t.events.push_back({0, n, true});
+    for (double day = 0;;) {
+      day += is_down ? down(rng) : up(rng);
+      if (day >= o.days) break;
+      is_down = !is_down;
+      t.events.push_back({day, n, is_down});
+    }
+  }
+  SortEvents(t.events);
+  t.days = o.days;
+  return t;
+}
+
+Result<std::vector<int>> MapTraceNodes(const FaultTrace& trace, int cluster_nodes, uint64_t seed) {
+  const int n = static_cast<int>(trace.node_ids.size());
+  if (cluster_nodes < 1) return InvalidArgument("the cluster has no nodes to map a fault trace onto");
+  std::vector<int> order(cluster_nodes);
+  std::iota(order.begin(), order.end(), 0);
+  if (seed != 0) std::shuffle(order.begin(), order.end(), std::mt19937_64(seed));
+  // More trace nodes than cluster nodes (a cluster of bigger nodes): they share nodes in turn, and a
+  // node is down while any of its trace nodes is.
+  std::vector<int> positions(n);
+  for (int i = 0; i < n; ++i) positions[i] = order[i % cluster_nodes];
+  return positions;
+}
+
+Result<WasteStats> WasteOverTrace(const ArchSpec& arch, int cluster_nodes, int tp, const FaultTrace& trace,
+                                  const std::vector<int>& positions, double sample_days,
+                                  std::vector<std::pair<double, double>>* series) {
+  if (!(sample_days > 0)) return InvalidArgument("the sampling interval must be > 0 days");
+  std::vector<char> faulty(cluster_nodes, 0);
+  std::vector<int> down_count(cluster_nodes, 0);  // overlapping faults of one node count once
+  std::vector<double> waste;
+  double fault_sum = 0;
+  size_t next = 0;
+  int down = 0;
+  for (double day = 0; day <= trace.days; day += sample_days) {
+    for (; next < trace.events.size() && trace.events[next].day <= day; ++next) {
+      const FaultEvent& e = trace.events[next];
+      const int node = positions[e.node];
+      const int before = down_count[node];
+      down_count[node] = std::max(0, before + (e.start ? 1 : -1));
+      faulty[node] = down_count[node] > 0;
+      down += (down_count[node] > 0) - (before > 0);
+    }
+    WP_ASSIGN_OR_RETURN(TpPlacement p, PlaceTp(arch, faulty, tp));
+    waste.push_back(p.waste_ratio());
+    fault_sum += static_cast<double>(down) / cluster_nodes;
+    if (series) series->push_back({day, p.waste_ratio()});
+  }
+  return Summarise(std::move(waste), fault_sum);
+}
+
+Result<WasteStats> WasteAtFaultRatio(const ArchSpec& arch, int cluster_nodes, int tp, double ratio,
+                                     int samples, uint64_t seed) {
+  if (!(ratio >= 0 && ratio < 1)) return InvalidArgument("fault ratio must be in [0, 1)");
+  std::mt19937_64 rng(seed);
+  std::vector<int> order(cluster_nodes);
+  std::iota(order.begin(), order.end(), 0);
+  const int down = static_cast<int>(std::lround(ratio * cluster_nodes));
+  std::vector<double> waste;
+  for (int s = 0; s < std::max(1, samples); ++s) {
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<char> faulty(cluster_nodes, 0);
+    for (int i = 0; i < down; ++i) faulty[order[i]] = 1;
+    WP_ASSIGN_OR_RETURN(TpPlacement p, PlaceTp(arch, faulty, tp));
+    waste.push_back(p.waste_ratio());
+  }
+  const double fault_sum = static_cast<double>(down) / cluster_nodes * waste.size();
+  return Summarise(std::move(waste), fault_sum);
+}
+
+}  // namespace weightport::sim::hbd
