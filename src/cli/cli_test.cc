@@ -212,6 +212,18 @@ TEST_F(CliTest, HbdCompareAndSyntheticTraces) {
     EXPECT_LE(waste, 1);
   }
   EXPECT_EQ(j["archs"][0]["waste_at_fault_ratio"][0]["waste_mean"].get<double>(), 0);  // no faults
+  r = Cli("hbd compare --gpus 1152 --tp 16 --samples 2 --plot " + Path("w.svg") + " --trace " +
+          Path("trace.json") + " --trace-plot " + Path("wt.svg"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_GT(fs::file_size(Path("w.svg")), 500u);
+  EXPECT_GT(fs::file_size(Path("wt.svg")), 500u);
+  r = Cli("hbd place --nodes 24 --tp 16 --k 3 --faulty 5,6,12,13,14 --json --svg " + Path("p.svg"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto place = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_EQ(place["rings"].size(), 4u);
+  EXPECT_EQ(place["segments"], 1);
+  EXPECT_GT(fs::file_size(Path("p.svg")), 500u);
+  EXPECT_EQ(Cli("hbd place --nodes 8 --faulty 9").code, 1);
   EXPECT_EQ(Cli("hbd compare --arch nvl-99").code, 1);
   EXPECT_EQ(Cli("hbd compare --fault-ratio 1.5").code, 1);
 }

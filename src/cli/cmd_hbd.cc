@@ -1,15 +1,19 @@
 // weightport hbd: evaluate high-bandwidth-domain architectures under node faults (GPU waste of a
 // tensor-parallel job), and make synthetic fault traces.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
 #include "core/json_util.h"
+#include "weightport/sim/hbd/charts.h"
 #include "weightport/sim/hbd/fault_trace.h"
 #include "weightport/sim/hbd/tp_placement.h"
 
@@ -22,8 +26,13 @@ struct HbdOptions {
   int gpus = 1152, tp = 16, k = 2, samples = 20;
   std::string archs = "infinitehbd,nvl-72,tpuv4,dgx";
   std::string ratios = "0.01,0.02,0.05,0.07,0.1";
-  std::string trace;
+  std::string trace, plot, trace_plot;
   double sample_days = 1.0 / 24;
+  // hbd place
+  int nodes = 64;
+  std::string faulty;
+  double fault_ratio = 0.05;
+  std::string svg;
   uint64_t seed = 1;
   bool json = false;
   // hbd trace
@@ -42,6 +51,14 @@ Result<std::vector<double>> ParseRatios(const std::string& text) {
     out.push_back(r);
   }
   return out;
+}
+
+Status WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return IoError("cannot write " + path);
+  return Status::Ok();
 }
 
 // Nodes of this architecture for `gpus` GPUs: whole domains where it has them.
@@ -69,7 +86,9 @@ int RunCompare(const HbdOptions& o) {
     trace = std::move(t).value();
   }
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  std::vector<Series> by_ratio_series, over_trace_series;
   for (const ArchSpec& a : archs) {
+    by_ratio_series.push_back({a.name, {}});
     const int nodes = ClusterNodes(a, o.gpus);
     nlohmann::ordered_json row = {{"arch", a.name}, {"nodes", nodes}, {"gpus", nodes * a.gpus_per_node}};
     if (a.kind == ArchKind::kInfiniteHbd) row["k"] = a.k;
@@ -78,12 +97,16 @@ int RunCompare(const HbdOptions& o) {
       auto w = WasteAtFaultRatio(a, nodes, o.tp, r, o.samples, o.seed);
       if (!w.ok()) return Fail("hbd compare", w.status().WithContext(a.name));
       by_ratio.push_back({{"fault_ratio", r}, {"waste_mean", w->mean}, {"waste_p99", w->p99}});
+      by_ratio_series.back().points.push_back({100 * r, 100 * w->mean});
     }
     row["waste_at_fault_ratio"] = by_ratio;
     if (!o.trace.empty()) {
       auto positions = MapTraceNodes(trace, nodes, o.seed);
       if (!positions.ok()) return Fail("hbd compare", positions.status().WithContext(a.name));
-      auto w = WasteOverTrace(a, nodes, o.tp, trace, *positions, o.sample_days);
+      std::vector<std::pair<double, double>> series;
+      auto w = WasteOverTrace(a, nodes, o.tp, trace, *positions, o.sample_days, &series);
+      over_trace_series.push_back({a.name, {}});
+      for (auto [day, waste] : series) over_trace_series.back().points.push_back({day, 100 * waste});
       if (!w.ok()) return Fail("hbd compare", w.status().WithContext(a.name));
       row["trace"] = {{"waste_mean", w->mean},
                       {"waste_p50", w->p50},
@@ -93,6 +116,18 @@ int RunCompare(const HbdOptions& o) {
                       {"samples", w->samples}};
     }
     rows.push_back(row);
+  }
+  const std::string what = "TP " + std::to_string(o.tp) + ", " + std::to_string(o.gpus) + " GPUs";
+  if (!o.plot.empty()) {
+    Status st = WriteText(o.plot, LineChartSvg(by_ratio_series, "GPU waste against node fault ratio, " + what,
+                                               "nodes down (%)", "GPU waste (%)"));
+    if (!st.ok()) return Fail("hbd compare", st);
+  }
+  if (!o.trace_plot.empty() && !o.trace.empty()) {
+    Status st = WriteText(
+        o.trace_plot,
+        LineChartSvg(over_trace_series, "GPU waste over " + o.trace + ", " + what, "day", "GPU waste (%)"));
+    if (!st.ok()) return Fail("hbd compare", st);
   }
   if (o.json) {
     std::cout << nlohmann::ordered_json{{"gpus", o.gpus},
@@ -125,6 +160,71 @@ int RunCompare(const HbdOptions& o) {
           100 * row["trace"]["waste_p50"].get<double>(), 100 * row["trace"]["waste_p99"].get<double>(),
           100 * row["trace"]["waste_max"].get<double>(),
           100 * row["trace"]["fault_ratio_mean"].get<double>());
+  }
+  return kExitOk;
+}
+
+Result<std::vector<char>> FaultSet(const HbdOptions& o) {
+  std::vector<char> faulty(o.nodes, 0);
+  if (o.faulty.empty()) {
+    std::vector<int> order(o.nodes);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(o.seed));
+    const int down = std::min(o.nodes, static_cast<int>(o.fault_ratio * o.nodes + 0.5));
+    for (int i = 0; i < down; ++i) faulty[order[i]] = 1;
+    return faulty;
+  }
+  std::stringstream in(o.faulty);
+  for (std::string item; std::getline(in, item, ',');) {
+    char* end = nullptr;
+    const long node = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || node < 0 || node >= o.nodes)
+      return InvalidArgument("--faulty: '" + item + "' is not a node in [0, " + std::to_string(o.nodes) +
+                             ")");
+    faulty[node] = 1;
+  }
+  return faulty;
+}
+
+int RunPlace(const HbdOptions& o) {
+  auto arch = MakeArch("infinitehbd", o.k);
+  if (!arch.ok()) return Fail("hbd place", arch.status());
+  auto faulty = FaultSet(o);
+  if (!faulty.ok()) return Fail("hbd place", faulty.status());
+  auto p = PlaceTp(*arch, *faulty, o.tp, /*keep_groups=*/true);
+  if (!p.ok()) return Fail("hbd place", p.status());
+  if (!o.svg.empty()) {
+    const std::string title = "InfiniteHBD K=" + std::to_string(o.k) + ", TP " + std::to_string(o.tp) + ", " +
+                              std::to_string(o.nodes) + " nodes";
+    if (Status st = WriteText(o.svg, PlacementSvg(*faulty, *p, title)); !st.ok())
+      return Fail("hbd place", st);
+  }
+  nlohmann::ordered_json rings = nlohmann::ordered_json::array();
+  for (const TpGroup& g : p->tp_groups) rings.push_back({{"nodes", g.nodes}, {"bridged", g.bridged}});
+  std::vector<int> down;
+  for (int i = 0; i < o.nodes; ++i)
+    if ((*faulty)[i]) down.push_back(i);
+  if (o.json) {
+    std::cout << nlohmann::ordered_json{{"nodes", o.nodes},
+                                        {"k", o.k},
+                                        {"tp", o.tp},
+                                        {"faulty", down},
+                                        {"rings", rings},
+                                        {"segments", p->segments},
+                                        {"usable_gpus", p->usable_gpus},
+                                        {"healthy_gpus", p->healthy_gpus},
+                                        {"waste_ratio", p->waste_ratio()}}
+                     .dump(2)
+              << "\n";
+    return kExitOk;
+  }
+  std::printf("%d nodes, %zu faulty, K = %d, TP %d: %d rings (%d bridged) in %d segments, waste %.2f%%\n",
+              o.nodes, down.size(), o.k, o.tp, p->groups, p->bridged_groups, p->segments,
+              100 * p->waste_ratio());
+  for (size_t r = 0; r < p->tp_groups.size(); ++r) {
+    std::printf("  ring %zu:", r);
+    for (int node : p->tp_groups[r].nodes) std::printf(" %d", node);
+    std::printf("%s\n", p->tp_groups[r].bridged ? "  (bridged)" : "");
   }
   return kExitOk;
 }
@@ -169,7 +269,25 @@ Command AddHbdCommand(CLI::App& app) {
       ->capture_default_str();
   compare->add_option("--seed", o->seed, "Seed for fault draws and for placing trace nodes")
       ->capture_default_str();
+  compare->add_option("--plot", o->plot, "Write waste against fault ratio per architecture as SVG here");
+  compare->add_option("--trace-plot", o->trace_plot, "With --trace: write waste over time as SVG here");
   compare->add_flag("--json", o->json, "Print machine-readable JSON");
+  auto* place = sub->add_subcommand("place", "The TP rings of an InfiniteHBD k-hop ring for one fault set");
+  place->add_option("--nodes", o->nodes, "Nodes in the ring")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  place->add_option("--tp", o->tp, "Tensor-parallel size")->check(CLI::Range(1, 4096))->capture_default_str();
+  place->add_option("--k", o->k, "Hops each node's optical links reach")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  place->add_option("--faulty", o->faulty,
+                    "Faulty nodes, comma-separated (default: --fault-ratio at random)");
+  place->add_option("--fault-ratio", o->fault_ratio, "Fraction of nodes down when --faulty is not given")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  place->add_option("--seed", o->seed, "Seed for the random fault set")->capture_default_str();
+  place->add_option("--svg", o->svg, "Draw the placement as SVG here");
+  place->add_flag("--json", o->json, "Print machine-readable JSON");
   auto* trace = sub->add_subcommand("trace", "Write a synthetic fault trace in the public JSON event format");
   trace->add_option("--nodes", o->synthetic.nodes, "Nodes")
       ->check(CLI::Range(1, 1 << 22))
@@ -183,8 +301,9 @@ Command AddHbdCommand(CLI::App& app) {
   trace->add_option("--days", o->synthetic.days, "Length of the trace (days)")->capture_default_str();
   trace->add_option("--seed", o->synthetic.seed, "Random seed")->capture_default_str();
   trace->add_option("--out", o->out, "Output JSON file")->required();
-  return {sub, [o, compare, trace] {
+  return {sub, [o, compare, place, trace] {
             if (compare->parsed()) return RunCompare(*o);
+            if (place->parsed()) return RunPlace(*o);
             if (trace->parsed()) return RunTrace(*o);
             return kExitUsage;
           }};
