@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <cstdio>
 #include <iostream>
+#include <sstream>
 
 namespace weightport::cli {
 
@@ -47,6 +48,13 @@ void ProgressPrinter::operator()(uint64_t done, uint64_t total) {
   std::fprintf(stderr, "%s%s %3.0f%% (%s / %s)%s", tty ? "\r" : "", label_.c_str(), pct,
                HumanBytes(done).c_str(), HumanBytes(total).c_str(), (finished || !tty) ? "\n" : "");
   std::fflush(stderr);
+}
+
+std::vector<std::string> SplitList(const std::string& text, char separator) {
+  std::vector<std::string> items;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, separator);) items.push_back(std::move(item));
+  return items;
 }
 
 }  // namespace weightport::cli

@@ -26,6 +26,9 @@ struct Command {
 // Prints "weightport <command>: <status>" to stderr and returns kExitFailure.
 int Fail(std::string_view command, const Status& status);
 
+// "a,b,,c" -> {"a", "b", "", "c"}; "" -> {}. A trailing separator adds nothing.
+std::vector<std::string> SplitList(const std::string& text, char separator = ',');
+
 // "1.50 GiB", "512 B"
 std::string HumanBytes(uint64_t bytes);
 // "1.25%" for 0.0125

@@ -1,13 +1,8 @@
 // weightport hbd: evaluate high-bandwidth-domain architectures under node faults (GPU waste of a
 // tensor-parallel job), and make synthetic fault traces.
-#include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <numeric>
-#include <random>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -42,8 +37,7 @@ struct HbdOptions {
 
 Result<std::vector<double>> ParseRatios(const std::string& text) {
   std::vector<double> out;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) {
+  for (const std::string& item : SplitList(text)) {
     char* end = nullptr;
     const double r = std::strtod(item.c_str(), &end);
     if (item.empty() || *end != '\0' || !(r >= 0 && r < 1))
@@ -51,14 +45,6 @@ Result<std::vector<double>> ParseRatios(const std::string& text) {
     out.push_back(r);
   }
   return out;
-}
-
-Status WriteText(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return IoError("cannot write " + path);
-  return Status::Ok();
 }
 
 // Nodes of this architecture for `gpus` GPUs: whole domains where it has them.
@@ -71,8 +57,7 @@ int RunCompare(const HbdOptions& o) {
   auto ratios = ParseRatios(o.ratios);
   if (!ratios.ok()) return Fail("hbd compare", ratios.status());
   std::vector<ArchSpec> archs;
-  std::stringstream names(o.archs);
-  for (std::string name; std::getline(names, name, ',');) {
+  for (const std::string& name : SplitList(o.archs)) {
     auto a = MakeArch(name, o.k);
     if (!a.ok()) return Fail("hbd compare", a.status());
     archs.push_back(*a);
@@ -119,12 +104,13 @@ int RunCompare(const HbdOptions& o) {
   }
   const std::string what = "TP " + std::to_string(o.tp) + ", " + std::to_string(o.gpus) + " GPUs";
   if (!o.plot.empty()) {
-    Status st = WriteText(o.plot, LineChartSvg(by_ratio_series, "GPU waste against node fault ratio, " + what,
-                                               "nodes down (%)", "GPU waste (%)"));
+    Status st = json_util::WriteTextFile(
+        o.plot, LineChartSvg(by_ratio_series, "GPU waste against node fault ratio, " + what, "nodes down (%)",
+                             "GPU waste (%)"));
     if (!st.ok()) return Fail("hbd compare", st);
   }
   if (!o.trace_plot.empty() && !o.trace.empty()) {
-    Status st = WriteText(
+    Status st = json_util::WriteTextFile(
         o.trace_plot,
         LineChartSvg(over_trace_series, "GPU waste over " + o.trace + ", " + what, "day", "GPU waste (%)"));
     if (!st.ok()) return Fail("hbd compare", st);
@@ -165,17 +151,9 @@ int RunCompare(const HbdOptions& o) {
 }
 
 Result<std::vector<char>> FaultSet(const HbdOptions& o) {
+  if (o.faulty.empty()) return FaultDraws(o.nodes, o.fault_ratio, o.seed).Next();
   std::vector<char> faulty(o.nodes, 0);
-  if (o.faulty.empty()) {
-    std::vector<int> order(o.nodes);
-    std::iota(order.begin(), order.end(), 0);
-    std::shuffle(order.begin(), order.end(), std::mt19937_64(o.seed));
-    const int down = std::min(o.nodes, static_cast<int>(o.fault_ratio * o.nodes + 0.5));
-    for (int i = 0; i < down; ++i) faulty[order[i]] = 1;
-    return faulty;
-  }
-  std::stringstream in(o.faulty);
-  for (std::string item; std::getline(in, item, ',');) {
+  for (const std::string& item : SplitList(o.faulty)) {
     char* end = nullptr;
     const long node = std::strtol(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || node < 0 || node >= o.nodes)
@@ -196,7 +174,7 @@ int RunPlace(const HbdOptions& o) {
   if (!o.svg.empty()) {
     const std::string title = "InfiniteHBD K=" + std::to_string(o.k) + ", TP " + std::to_string(o.tp) + ", " +
                               std::to_string(o.nodes) + " nodes";
-    if (Status st = WriteText(o.svg, PlacementSvg(*faulty, *p, title)); !st.ok())
+    if (Status st = json_util::WriteTextFile(o.svg, PlacementSvg(*faulty, *p, title)); !st.ok())
       return Fail("hbd place", st);
   }
   nlohmann::ordered_json rings = nlohmann::ordered_json::array();

@@ -2,7 +2,6 @@
 // scenario) and report completion times, the bound, the busiest links and a timeline.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <memory>
 
@@ -99,17 +98,13 @@ int Run(const SimCliOptions& o) {
   auto result = sim::Simulate(s.plan, s.graph, s.endpoints, options);
   if (!result.ok()) return Fail("sim", result.status().WithContext(s.name));
   const sim::SimResult& r = *result;
-  if (!o.plot.empty()) {
-    std::ofstream out(o.plot, std::ios::trunc);
-    out << sim::TimelineSvg(r, s.name);
-    if (!out) return Fail("sim", IoError("cannot write " + o.plot));
-  }
+  if (!o.plot.empty())
+    if (Status st = json_util::WriteTextFile(o.plot, sim::TimelineSvg(r, s.name)); !st.ok())
+      return Fail("sim", st);
   nlohmann::json report = r.ToJson(s.graph);
-  if (!o.timeline.empty()) {
-    std::ofstream out(o.timeline, std::ios::trunc);
-    out << report.dump(1) << "\n";
-    if (!out) return Fail("sim", IoError("cannot write " + o.timeline));
-  }
+  if (!o.timeline.empty())
+    if (Status st = json_util::WriteTextFile(o.timeline, report.dump(1) + "\n"); !st.ok())
+      return Fail("sim", st);
   report.erase("timeline");
   report.erase("destinations");
   nlohmann::ordered_json j = {

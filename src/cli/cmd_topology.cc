@@ -1,11 +1,11 @@
 // weightport topology: the interconnect presets, a summary and drawing of a topology, and routes.
-#include <fstream>
 #include <iostream>
 #include <memory>
 
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
+#include "core/json_util.h"
 #include "topology_args.h"
 #include "weightport/topology/presets.h"
 #include "weightport/topology/render.h"
@@ -21,14 +21,6 @@ struct TopologyOptions {
   int max_domains = 4;
   bool json = false;
 };
-
-Status WriteText(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return IoError("cannot write " + path);
-  return Status::Ok();
-}
 
 int RunPresets(const TopologyOptions& o) {
   nlohmann::ordered_json all = nlohmann::ordered_json::array();
@@ -56,10 +48,11 @@ int RunShow(const TopologyOptions& o) {
   draw.max_domains = o.max_domains;
   for (auto [path, text] : {std::pair{o.dot, &topology::ToDot}, std::pair{o.svg, &topology::ToSvg}}) {
     if (path.empty()) continue;
-    if (Status st = WriteText(path, text(*graph, draw)); !st.ok()) return Fail("topology show", st);
+    if (Status st = json_util::WriteTextFile(path, text(*graph, draw)); !st.ok())
+      return Fail("topology show", st);
   }
   if (!o.write.empty())
-    if (Status st = WriteText(o.write, graph->ToJson().dump(1) + "\n"); !st.ok())
+    if (Status st = json_util::WriteTextFile(o.write, graph->ToJson().dump(1) + "\n"); !st.ok())
       return Fail("topology show", st);
   const nlohmann::json summary = topology::Summarize(*graph);
   if (o.json) {

@@ -1,9 +1,9 @@
 #include "demo_reshard.h"
 
-#include <fstream>
 #include <iostream>
 
 #include "cli_common.h"
+#include "core/json_util.h"
 #include "reshard_run.h"
 #include "weightport/core/placement_builders.h"
 #include "weightport/engine/control_channel.h"
@@ -17,13 +17,6 @@ using std::chrono::milliseconds;
 constexpr int kSources = 4;
 constexpr int kReplicas = 2;
 constexpr int kTp = 2;
-
-Status WriteText(const fs::path& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  if (!out) return IoError("cannot write " + path.string());
-  return Status::Ok();
-}
 
 std::vector<std::string> ModelArgs(const ModelSource& s) {
   if (!s.model_dir.empty()) return {"--model", s.model_dir};
@@ -43,8 +36,8 @@ Result<nlohmann::ordered_json> ReshardDemo(const ReshardDemoOptions& o, const fs
   WP_ASSIGN_OR_RETURN(Placement src, FsdpFlat(layout, kSources));
   std::vector<MeshAxis> axes = {ReplicaAxis("dp", kReplicas), TensorParallelAxis("tp", kTp)};
   WP_ASSIGN_OR_RETURN(Placement dst, BuildMesh(layout, axes));
-  WP_RETURN_IF_ERROR(WriteText(dir / "src.json", src.ToJson().dump()));
-  WP_RETURN_IF_ERROR(WriteText(dir / "dst.json", dst.ToJson().dump()));
+  WP_RETURN_IF_ERROR(json_util::WriteTextFile((dir / "src.json").string(), src.ToJson().dump()));
+  WP_RETURN_IF_ERROR(json_util::WriteTextFile((dir / "dst.json").string(), dst.ToJson().dump()));
   ReshardPlanInputs in{(dir / "src.json").string(), (dir / "dst.json").string(), "", 4ull << 20, o.fanout};
   WP_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, BuildReshardPlan(in, o.source));
   const std::string secret_path = (dir / "secret").string();

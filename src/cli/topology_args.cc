@@ -1,5 +1,7 @@
 #include "topology_args.h"
 
+#include "cli_common.h"
+
 #include <filesystem>
 
 #include "core/json_util.h"
@@ -9,11 +11,7 @@ namespace weightport::cli {
 
 Result<nlohmann::json> ParseParamList(const std::string& text) {
   nlohmann::json out = nlohmann::json::object();
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find(',', start);
-    if (end == std::string::npos) end = text.size();
-    const std::string item = text.substr(start, end - start);
+  for (const std::string& item : SplitList(text)) {
     const size_t eq = item.find('=');
     if (eq == std::string::npos || eq == 0)
       return InvalidArgument("parameter '" + item + "' must look like key=value");
@@ -21,7 +19,6 @@ Result<nlohmann::json> ParseParamList(const std::string& text) {
     auto parsed = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
     out[key] =
         parsed.is_discarded() || parsed.is_object() || parsed.is_array() ? nlohmann::json(value) : parsed;
-    start = end + 1;
   }
   return out;
 }

@@ -35,11 +35,15 @@ Result<Json> ParseFile(const std::string& path) {
 }
 
 Status WriteFile(const std::string& path, const Json& json) {
+  return WriteTextFile(path, json.dump(2) + "\n");
+}
+
+Status WriteTextFile(const std::string& path, std::string_view text) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) return ErrnoError("cannot create " + tmp, errno);
-    out << json.dump(2) << "\n";
+    out << text;
     out.flush();
     if (!out) return ErrnoError("cannot write " + tmp, errno);
   }

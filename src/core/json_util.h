@@ -22,7 +22,9 @@ using Json = nlohmann::json;
 Result<Json> Parse(std::string_view text, std::string_view what);
 // Reads and parses a file; errors name the path.
 Result<Json> ParseFile(const std::string& path);
-// Writes json (indented) to a file atomically (temp file + rename).
+// Writes text to a file atomically (temp file + rename); errors name the path.
+Status WriteTextFile(const std::string& path, std::string_view text);
+// Writes json (indented) to a file atomically.
 Status WriteFile(const std::string& path, const Json& json);
 
 Result<const Json*> Field(const Json& obj, std::string_view key, std::string_view ctx);

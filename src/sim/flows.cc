@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "weightport/topology/routing.h"
 
@@ -106,7 +107,7 @@ std::vector<char> OnCycle(const std::vector<Flow>& flows) {
 // Groups steps into flows: per pair, except steps whose pair is in `split` (or every step at step
 // granularity), which become flows of their own; fills bytes, dependencies and followers.
 Result<std::vector<Flow>> Group(const Plan& plan, const Graph& graph, const EndpointMap& endpoints,
-                                bool per_pair, const std::unordered_map<uint64_t, char>& split) {
+                                bool per_pair, const std::unordered_set<uint64_t>& split) {
   std::vector<Flow> flows;
   std::vector<int> step_flow(plan.steps.size(), -1);
   std::unordered_map<uint64_t, int> pair_flow;  // (from side, from rank, to rank) -> flow
@@ -123,6 +124,7 @@ Result<std::vector<Flow>> Group(const Plan& plan, const Graph& graph, const Endp
       WP_ASSIGN_OR_RETURN(flow.from_node, NodeOf(endpoints, graph, step.from));
       WP_ASSIGN_OR_RETURN(flow.to_node, NodeOf(endpoints, graph, {PlanSide::kDestination, step.to_rank}));
       flow.dst_rank = step.to_rank;
+      flow.pair_key = key;
     }
     const double bytes = static_cast<double>(step.bytes);
     flow.bytes += bytes;
@@ -155,15 +157,9 @@ Result<FlowSet> BuildFlows(const Plan& plan, const Graph& graph, const EndpointM
     // pair then never gets its last chunk. Those pairs are simulated step by step (steps never
     // form a cycle: `after` is always earlier).
     const std::vector<char> cyclic = OnCycle(set.flows);
-    std::unordered_map<uint64_t, char> split;
-    std::unordered_map<uint64_t, int> first_flow;
-    int next = 0;
-    for (const PlanStep& step : plan.steps) {
-      const uint64_t key = PairKey(step);
-      auto [it, inserted] = first_flow.emplace(key, next);
-      if (inserted) ++next;
-      if (cyclic[it->second]) split.emplace(key, 1);
-    }
+    std::unordered_set<uint64_t> split;
+    for (size_t f = 0; f < set.flows.size(); ++f)
+      if (cyclic[f]) split.insert(set.flows[f].pair_key);
     if (!split.empty()) {
       WP_ASSIGN_OR_RETURN(set.flows, Group(plan, graph, endpoints, true, split));
       set.split_pairs = split.size();

@@ -30,6 +30,7 @@ struct Flow {
   int from_node = 0;
   int to_node = 0;
   int dst_rank = 0;
+  uint64_t pair_key = 0;  // its (sender, receiving rank) pair
   uint32_t steps = 0;
   double latency_s = 0;
 };

@@ -16,11 +16,11 @@ void MaxMinSolver::Solve(const std::vector<int>& active, const std::vector<std::
   // Per link, the (active index, next) entries of the flows crossing it: one entry per crossing.
   first_.assign(links, -1);
   next_.clear();
-  std::vector<int> entry_flow;
+  entry_flow_.clear();
   for (size_t i = 0; i < active.size(); ++i) {
     for (int l : paths[active[i]]) {
       next_.push_back(first_[l]);
-      entry_flow.push_back(static_cast<int>(i));
+      entry_flow_.push_back(static_cast<int>(i));
       first_[l] = static_cast<int>(next_.size()) - 1;
       ++unfrozen_[l];
     }
@@ -98,7 +98,7 @@ void MaxMinSolver::Solve(const std::vector<int>& active, const std::vector<std::
     }
     if (version != version_[id] || unfrozen_[id] == 0) continue;
     for (int e = first_[id]; e >= 0; e = next_[e])
-      if (!frozen[entry_flow[e]]) freeze(entry_flow[e], level);
+      if (!frozen[entry_flow_[e]]) freeze(entry_flow_[e], level);
   }
 }
 

@@ -30,7 +30,9 @@ class MaxMinSolver {
   // f crosses; cap[f] bounds its rate (kNoCap: none). A flow with an empty path and no cap gets
   // kNoCap. `leads` (indexed by flow; empty: no coupling) couples followers to leaders: a
   // follower's cap is known once all its leaders are frozen, and it freezes there if the water
-  // level is already above it (levels only rise, so leaders freeze no later than that).
+  // level is already above it. That is exact when a follower's leaders freeze no later than it;
+  // when a link freezes a follower first, its rate may exceed what its leaders end up feeding it,
+  // and the caller clamps it (the simulator's ClampToFeed, then a second solve).
   void Solve(const std::vector<int>& active, const std::vector<std::vector<int>>& paths,
              const std::vector<double>& cap, std::vector<double>& rate,
              const std::vector<std::vector<Lead>>& leads = {});
@@ -43,7 +45,8 @@ class MaxMinSolver {
   std::vector<double> remaining_;
   std::vector<int> unfrozen_;
   std::vector<int> version_;
-  std::vector<int> first_, next_;  // per link: flows crossing it (indices into `active`)
+  std::vector<int> first_, next_;  // per link: flows crossing it (entries into entry_flow_)
+  std::vector<int> entry_flow_;    // per entry: the index into `active` of the flow crossing
 };
 
 }  // namespace weightport::sim

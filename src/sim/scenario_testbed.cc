@@ -21,16 +21,10 @@ json TestbedDefaults() {
 
 namespace {
 
-Result<std::string> StringParam(const PresetParams& p, const char* key) {
-  const json& v = p.merged().at(key);
-  if (!v.is_string()) return p.Error(key, "must be a string");
-  return v.get<std::string>();
-}
-
 // "1gib": 16 bf16 tensors of 64 MiB (the layout `--model-bytes 1GiB` makes); "small": the small
 // dense preset (485 MiB, 147 tensors).
 Result<std::vector<TensorMeta>> Payload(const PresetParams& p) {
-  WP_ASSIGN_OR_RETURN(std::string payload, StringParam(p, "payload"));
+  WP_ASSIGN_OR_RETURN(std::string payload, p.String("payload"));
   if (payload == "1gib") return BucketTensors(uint64_t{1} << 30, 16);
   if (payload == "small") {
     WP_ASSIGN_OR_RETURN(ModelSpec spec, PresetSpec("small", ModelArch::kDense));
@@ -42,7 +36,7 @@ Result<std::vector<TensorMeta>> Payload(const PresetParams& p) {
 }  // namespace
 
 Status BuildTestbed(Scenario& s, const PresetParams& p) {
-  WP_ASSIGN_OR_RETURN(std::string which, StringParam(p, "case"));
+  WP_ASSIGN_OR_RETURN(std::string which, p.String("case"));
   WP_ASSIGN_OR_RETURN(int receivers, p.Int("receivers", 1, 7));
   WP_ASSIGN_OR_RETURN(int fanout, p.Int("relay_fanout", 0, 64));
   WP_ASSIGN_OR_RETURN(double rate_gbps, p.Number("rate_gbps"));

@@ -41,12 +41,6 @@ json Defaults(std::string_view name) {
   return nullptr;
 }
 
-Result<std::string> TopologyName(const PresetParams& p) {
-  const json& v = p.merged().at("topology");
-  if (!v.is_string()) return p.Error("topology", "must be a preset name");
-  return v.get<std::string>();
-}
-
 // A preset with at least `gpus` endpoints: sized by its own unit (node, rack, cube).
 Result<Graph> GraphWithGpus(const std::string& preset, int gpus) {
   json params = json::object();
@@ -106,7 +100,7 @@ Status BuildKimi(Scenario& s, const PresetParams& p) {
 }
 
 Status BuildDense(Scenario& s, const PresetParams& p) {
-  WP_ASSIGN_OR_RETURN(std::string preset, TopologyName(p));
+  WP_ASSIGN_OR_RETURN(std::string preset, p.String("topology"));
   WP_ASSIGN_OR_RETURN(int gpus, p.Int("gpus", 1, 1 << 20));
   WP_ASSIGN_OR_RETURN(int tp, p.Int("tp", 1, 1024));
   WP_ASSIGN_OR_RETURN(int layers, p.Int("layers", 1, 1024));
@@ -128,7 +122,7 @@ Status BuildDense(Scenario& s, const PresetParams& p) {
 }
 
 Status BuildReplacement(Scenario& s, const PresetParams& p) {
-  WP_ASSIGN_OR_RETURN(std::string preset, TopologyName(p));
+  WP_ASSIGN_OR_RETURN(std::string preset, p.String("topology"));
   WP_ASSIGN_OR_RETURN(int gpus, p.Int("gpus", 2, 1 << 20));
   WP_ASSIGN_OR_RETURN(int tp, p.Int("tp", 1, 1024));
   WP_ASSIGN_OR_RETURN(int failed, p.Int("failed_host", 0, 1 << 20));
@@ -167,7 +161,7 @@ Status BuildReplacement(Scenario& s, const PresetParams& p) {
 }
 
 Status BuildFanout(Scenario& s, const PresetParams& p) {
-  WP_ASSIGN_OR_RETURN(std::string preset, TopologyName(p));
+  WP_ASSIGN_OR_RETURN(std::string preset, p.String("topology"));
   WP_ASSIGN_OR_RETURN(int gpus, p.Int("gpus", 1, 1 << 20));
   WP_ASSIGN_OR_RETURN(double model_gb, p.Number("model_gb"));
   WP_ASSIGN_OR_RETURN(int buckets, p.Int("buckets", 1, 1 << 16));

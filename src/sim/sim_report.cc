@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "topology/render_internal.h"
 #include "weightport/sim/simulator.h"
 
 namespace weightport::sim {
@@ -132,12 +133,8 @@ std::string TimelineSvg(const SimResult& result, std::string_view title) {
       "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
       w, h);
   svg += buf;
-  std::string escaped;
-  for (char c : title)
-    escaped += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : std::string(1, c);
-  std::snprintf(buf, sizeof buf, "<text x=\"%.0f\" y=\"22\" font-size=\"14\">%s</text>\n", left,
-                escaped.c_str());
-  svg += buf;
+  std::snprintf(buf, sizeof buf, "<text x=\"%.0f\" y=\"22\" font-size=\"14\">", left);
+  svg += buf + topology::internal::XmlEscape(std::string(title)) + "</text>\n";
   // Axes with five ticks each.
   std::snprintf(buf, sizeof buf,
                 "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n"

@@ -52,6 +52,12 @@ Result<int> PresetParams::IntOrAuto(const char* key, int min, int max) const {
   return Int(key, min, max);
 }
 
+Result<std::string> PresetParams::String(const char* key) const {
+  const nlohmann::json& v = merged_.at(key);
+  if (!v.is_string()) return Error(key, "must be a string");
+  return v.get<std::string>();
+}
+
 Result<double> PresetParams::Number(const char* key, bool allow_zero) const {
   const nlohmann::json& v = merged_.at(key);
   if (!v.is_number()) return Error(key, "must be a number");

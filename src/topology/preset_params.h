@@ -25,6 +25,8 @@ class PresetParams {
   Result<int> IntOrAuto(const char* key, int min, int max) const;
   // Records the value a parameter resolved to (e.g. "auto" -> 4) in merged().
   void Set(const char* key, nlohmann::json value) { merged_[key] = std::move(value); }
+  // A string.
+  Result<std::string> String(const char* key) const;
   // A finite number > 0 (or >= 0 with allow_zero).
   Result<double> Number(const char* key, bool allow_zero = false) const;
 

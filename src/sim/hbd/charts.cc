@@ -3,17 +3,15 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "topology/render_internal.h"
+
 namespace weightport::sim::hbd {
 namespace {
 
 constexpr const char* kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd",
                                     "#8c564b", "#e377c2", "#17becf"};
 
-std::string Escape(std::string_view text) {
-  std::string out;
-  for (char c : text) out += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : std::string(1, c);
-  return out;
-}
+std::string Escape(std::string_view text) { return topology::internal::XmlEscape(std::string(text)); }
 
 std::string Format(const char* fmt, auto... args) {
   char buf[512];

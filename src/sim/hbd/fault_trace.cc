@@ -134,22 +134,28 @@ Result<WasteStats> WasteOverTrace(const ArchSpec& arch, int cluster_nodes, int t
   return Summarise(std::move(waste), fault_sum);
 }
 
+FaultDraws::FaultDraws(int nodes, double ratio, uint64_t seed) : order_(std::max(0, nodes)), rng_(seed) {
+  std::iota(order_.begin(), order_.end(), 0);
+  down_ = std::clamp(static_cast<int>(std::lround(ratio * nodes)), 0, static_cast<int>(order_.size()));
+}
+
+std::vector<char> FaultDraws::Next() {
+  std::shuffle(order_.begin(), order_.end(), rng_);
+  std::vector<char> faulty(order_.size(), 0);
+  for (int i = 0; i < down_; ++i) faulty[order_[i]] = 1;
+  return faulty;
+}
+
 Result<WasteStats> WasteAtFaultRatio(const ArchSpec& arch, int cluster_nodes, int tp, double ratio,
                                      int samples, uint64_t seed) {
   if (!(ratio >= 0 && ratio < 1)) return InvalidArgument("fault ratio must be in [0, 1)");
-  std::mt19937_64 rng(seed);
-  std::vector<int> order(cluster_nodes);
-  std::iota(order.begin(), order.end(), 0);
-  const int down = static_cast<int>(std::lround(ratio * cluster_nodes));
+  FaultDraws draws(cluster_nodes, ratio, seed);
   std::vector<double> waste;
   for (int s = 0; s < std::max(1, samples); ++s) {
-    std::shuffle(order.begin(), order.end(), rng);
-    std::vector<char> faulty(cluster_nodes, 0);
-    for (int i = 0; i < down; ++i) faulty[order[i]] = 1;
-    WP_ASSIGN_OR_RETURN(TpPlacement p, PlaceTp(arch, faulty, tp));
+    WP_ASSIGN_OR_RETURN(TpPlacement p, PlaceTp(arch, draws.Next(), tp));
     waste.push_back(p.waste_ratio());
   }
-  const double fault_sum = static_cast<double>(down) / cluster_nodes * waste.size();
+  const double fault_sum = static_cast<double>(draws.down()) / cluster_nodes * waste.size();
   return Summarise(std::move(waste), fault_sum);
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,20 @@ struct WasteStats {
 Result<WasteStats> WasteOverTrace(const ArchSpec& arch, int cluster_nodes, int tp, const FaultTrace& trace,
                                   const std::vector<int>& positions, double sample_days,
                                   std::vector<std::pair<double, double>>* series = nullptr);
+// Fault sets of round(ratio x nodes) nodes down, chosen uniformly; the same seed gives the same
+// sequence of sets.
+class FaultDraws {
+ public:
+  FaultDraws(int nodes, double ratio, uint64_t seed);
+  std::vector<char> Next();  // faulty[i]: node i is down
+  int down() const { return down_; }
+
+ private:
+  std::vector<int> order_;
+  int down_ = 0;
+  std::mt19937_64 rng_;
+};
+
 // Mean waste ratio with `round(ratio x nodes)` nodes down, chosen uniformly, over `samples` draws.
 Result<WasteStats> WasteAtFaultRatio(const ArchSpec& arch, int cluster_nodes, int tp, double ratio,
                                      int samples, uint64_t seed);
