@@ -200,19 +200,41 @@ TEST_F(CliTest, SimScenariosAndTheirErrors) {
 TEST_F(CliTest, HbdCompareAndSyntheticTraces) {
   CliRun r = Cli("hbd trace --nodes 300 --fault-ratio 0.05 --days 30 --out " + Path("trace.json"));
   ASSERT_EQ(r.code, 0) << r.out;
-  r = Cli("hbd compare --gpus 1152 --tp 16 --k 3 --fault-ratio 0,0.05 --samples 5 --trace " +
+  r = Cli("hbd compare --gpus 1152 --tp 16 --k 3 --fault-ratio 0,0.05 --samples 5 --model none --trace " +
           Path("trace.json") + " --json");
   ASSERT_EQ(r.code, 0) << r.out;
   auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
   ASSERT_EQ(j["archs"].size(), 4u);
   for (const auto& a : j["archs"]) {
     ASSERT_TRUE(a.contains("trace")) << a.dump();
-    const double waste = a["waste_at_fault_ratio"][1]["waste_mean"].get<double>();
+    const double waste = a["at_fault_ratio"][1]["waste_mean"].get<double>();
     EXPECT_GE(waste, 0);
     EXPECT_LE(waste, 1);
+    const double cross = a["at_fault_ratio"][1]["cross_tor_mean"].get<double>();
+    EXPECT_GE(cross, 0);
+    EXPECT_LE(cross, 1);
+    EXPECT_GT(a["cost_per_gpu"]["hbd_usd"].get<double>(), 0) << a.dump();
+    EXPECT_FALSE(a.contains("sim"));
   }
-  EXPECT_EQ(j["archs"][0]["waste_at_fault_ratio"][0]["waste_mean"].get<double>(), 0);  // no faults
-  r = Cli("hbd compare --gpus 1152 --tp 16 --samples 2 --plot " + Path("w.svg") + " --trace " +
+  EXPECT_EQ(j["archs"][0]["at_fault_ratio"][0]["waste_mean"].get<double>(), 0);      // no faults
+  EXPECT_EQ(j["archs"][0]["at_fault_ratio"][0]["cross_tor_mean"].get<double>(), 0);  // aligned rings
+  EXPECT_GT(j["archs"][2]["trace"]["reconfigurations"].get<int64_t>(), 0);           // tpuv4 cubes lost
+  EXPECT_EQ(j["archs"][1]["trace"]["reconfigurations"].get<int64_t>(), 0);           // nvl-72: none
+  // The sync and recovery simulations, on a small model.
+  r =
+      Cli("hbd compare --gpus 144 --tp 16 --arch infinitehbd,nvl-72,nvl-36 --fault-ratio 0 --samples 1 "
+          "--layers 2 "
+          "--json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  for (int i : {0, 1}) {
+    const auto& sim = j["archs"][i]["sim"];
+    ASSERT_TRUE(sim.contains("sync_s")) << sim.dump();
+    EXPECT_GE(sim["sync_s"].get<double>(), sim["sync_bound_s"].get<double>() * 0.999);
+    EXPECT_GT(sim["recovery_with_optimizer_s"].get<double>(), sim["recovery_s"].get<double>());
+  }
+  EXPECT_TRUE(j["archs"][2]["sim"].contains("skipped"));  // no NVL-36 preset
+  r = Cli("hbd compare --gpus 1152 --tp 16 --samples 2 --model none --plot " + Path("w.svg") + " --trace " +
           Path("trace.json") + " --trace-plot " + Path("wt.svg"));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_GT(fs::file_size(Path("w.svg")), 500u);
@@ -226,6 +248,9 @@ TEST_F(CliTest, HbdCompareAndSyntheticTraces) {
   EXPECT_EQ(Cli("hbd place --nodes 8 --faulty 9").code, 1);
   EXPECT_EQ(Cli("hbd compare --arch nvl-99").code, 1);
   EXPECT_EQ(Cli("hbd compare --fault-ratio 1.5").code, 1);
+  EXPECT_EQ(Cli("hbd compare --model none --dp-policy random").code, 1);
+  EXPECT_EQ(Cli("hbd compare --model 70b").code, 1);
+  EXPECT_NE(Cli("hbd compare --model none --cost " + Path("missing.json")).code, 0);
 }
 
 }  // namespace

@@ -3,13 +3,17 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
 #include "core/json_util.h"
 #include "weightport/sim/hbd/charts.h"
+#include "weightport/sim/hbd/cluster_eval.h"
+#include "weightport/sim/hbd/cost_model.h"
 #include "weightport/sim/hbd/fault_trace.h"
+#include "weightport/sim/hbd/sync_time.h"
 #include "weightport/sim/hbd/tp_placement.h"
 
 namespace weightport::cli {
@@ -23,6 +27,8 @@ struct HbdOptions {
   std::string ratios = "0.01,0.02,0.05,0.07,0.1";
   std::string trace, plot, trace_plot;
   double sample_days = 1.0 / 24;
+  int dp = 0, tor_gpus = 256, layers = 56, sim_tp = 8;
+  std::string dp_policy = "tor-aware", model = "50b", cost;
   // hbd place
   int nodes = 64;
   std::string faulty;
@@ -53,16 +59,176 @@ int ClusterNodes(const ArchSpec& a, int gpus) {
   return gpus / unit * unit / a.gpus_per_node;
 }
 
+nlohmann::ordered_json StatsJson(const Percentiles& p) {
+  return {{"mean", p.mean}, {"p50", p.p50}, {"p99", p.p99}, {"max", p.max}};
+}
+
+Result<EvalOptions> MakeEvalOptions(const HbdOptions& o) {
+  EvalOptions e;
+  e.tp = o.tp;
+  e.dp = o.dp;
+  e.tor_gpus = o.tor_gpus;
+  if (o.dp_policy == "tor-aware") {
+    e.dp_policy = DpPolicy::kTorAware;
+  } else if (o.dp_policy == "in-order") {
+    e.dp_policy = DpPolicy::kInOrder;
+  } else {
+    return InvalidArgument("--dp-policy: '" + o.dp_policy + "' is neither tor-aware nor in-order");
+  }
+  return e;
+}
+
+// One architecture's row of the comparison.
+Result<nlohmann::ordered_json> CompareArch(const HbdOptions& o, const ArchSpec& a,
+                                           const std::vector<double>& ratios, const FaultTrace* trace,
+                                           const EvalOptions& eval, const CostParams& prices,
+                                           Series& by_ratio_series, Series& over_trace_series) {
+  const int nodes = ClusterNodes(a, o.gpus);
+  nlohmann::ordered_json row = {{"arch", a.name}, {"nodes", nodes}, {"gpus", nodes * a.gpus_per_node}};
+  if (a.kind == ArchKind::kInfiniteHbd) row["k"] = a.k;
+  nlohmann::ordered_json by_ratio = nlohmann::ordered_json::array();
+  for (double r : ratios) {
+    WP_ASSIGN_OR_RETURN(ClusterMetrics m, EvaluateAtFaultRatio(a, nodes, r, o.samples, o.seed, eval));
+    row["dp"] = m.dp;
+    by_ratio.push_back({{"fault_ratio", r},
+                        {"waste_mean", m.waste.mean},
+                        {"waste_p99", m.waste.p99},
+                        {"cross_tor_mean", m.cross_tor.mean}});
+    by_ratio_series.points.push_back({100 * r, 100 * m.waste.mean});
+  }
+  row["at_fault_ratio"] = by_ratio;
+  if (trace) {
+    WP_ASSIGN_OR_RETURN(std::vector<int> positions, MapTraceNodes(*trace, nodes, o.seed));
+    std::vector<std::pair<double, double>> series;
+    WP_ASSIGN_OR_RETURN(ClusterMetrics m,
+                        EvaluateTrace(a, nodes, *trace, positions, o.sample_days, eval, &series));
+    for (auto [day, waste] : series) over_trace_series.points.push_back({day, 100 * waste});
+    const double years = std::max(trace->days, o.sample_days) / 365.0;
+    row["trace"] = {{"samples", m.samples},
+                    {"fault_ratio_mean", m.mean_fault_ratio},
+                    {"waste", StatsJson(m.waste)},
+                    {"cross_tor", StatsJson(m.cross_tor)},
+                    {"reconfigurations", m.reconfigurations},
+                    {"reconfigurations_per_year", m.reconfigurations / years},
+                    {"reconfiguration_s", m.reconfiguration_s}};
+    if (a.kind == ArchKind::kInfiniteHbd && o.tp > a.gpus_per_node)
+      row["trace"]["waste_recut_every_sample"] = StatsJson(m.waste_recut);
+  }
+  WP_ASSIGN_OR_RETURN(ArchCost cost, CostPerGpu(a, prices));
+  row["cost_per_gpu"] = {{"hbd_usd", cost.hbd_usd_per_gpu},
+                         {"hbd_watts", cost.hbd_watts_per_gpu},
+                         {"hbd_tbps", cost.hbd_tbps_per_gpu},
+                         {"dcn_usd", cost.dcn_usd_per_gpu},
+                         {"dcn_watts", cost.dcn_watts_per_gpu}};
+  if (o.model != "none") {
+    if (auto preset = ArchPreset(a); !preset.ok()) {
+      row["sim"] = {{"skipped", preset.status().message()}};
+    } else {
+      WP_ASSIGN_OR_RETURN(SyncTimes t,
+                          SimulateSyncAndRecovery(a, nodes * a.gpus_per_node, o.sim_tp, o.layers));
+      row["sim"] = {{"preset", t.preset},
+                    {"gpus", t.gpus},
+                    {"tp", t.tp},
+                    {"sync_s", t.sync_s},
+                    {"sync_bound_s", t.sync_bound_s},
+                    {"recovery_s", t.recovery_s},
+                    {"recovery_with_optimizer_s", t.recovery_optimizer_s}};
+    }
+  }
+  return row;
+}
+
+std::string Seconds(const nlohmann::ordered_json& row, const char* key) {
+  if (!row.contains("sim") || !row["sim"].contains(key)) return "n/a";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", row["sim"][key].get<double>());
+  return buf;
+}
+
+void PrintCompare(const HbdOptions& o, const std::vector<double>& ratios, const nlohmann::ordered_json& rows,
+                  const FaultTrace* trace) {
+  std::printf(
+      "GPU waste ratio (healthy GPUs a TP-%d job cannot use / healthy GPUs), %d GPUs, mean of %d draws\n",
+      o.tp, o.gpus, o.samples);
+  auto header = [&] {
+    std::printf("%-14s", "nodes down");
+    for (double r : ratios) std::printf("%9.1f%%", r * 100);
+    std::printf("\n");
+  };
+  header();
+  for (const auto& row : rows) {
+    std::printf("%-14s", row["arch"].get<std::string>().c_str());
+    for (const auto& w : row["at_fault_ratio"]) std::printf("%9.2f%%", 100 * w["waste_mean"].get<double>());
+    std::printf("\n");
+  }
+  std::printf("\nDP traffic crossing a ToR (%s DP grouping, ToR groups of ~%d GPUs, rail-optimised)\n",
+              o.dp_policy.c_str(), o.tor_gpus);
+  header();
+  for (const auto& row : rows) {
+    std::printf("%-14s",
+                (row["arch"].get<std::string>() + " dp" + std::to_string(row.value("dp", 0))).c_str());
+    for (const auto& w : row["at_fault_ratio"])
+      std::printf("%9.2f%%", 100 * w["cross_tor_mean"].get<double>());
+    std::printf("\n");
+  }
+  std::printf("\nPer GPU: interconnect cost and power (%s)%s\n",
+              o.cost.empty() ? "built-in prices, configs/hbd-cost.json" : o.cost.c_str(),
+              o.model == "none" ? "" : "; 50b dense model simulated on each architecture's topology preset");
+  std::printf("%-14s %9s %7s %7s %9s %7s", "arch", "HBD $", "HBD W", "Tb/s", "DCN $", "DCN W");
+  if (o.model != "none")
+    std::printf(" %-12s %6s %4s %8s %10s %12s", "preset", "gpus", "tp", "sync s", "recovery s",
+                "+optimizer s");
+  std::printf("\n");
+  for (const auto& row : rows) {
+    const auto& c = row["cost_per_gpu"];
+    std::printf("%-14s %9.0f %7.1f %7.1f %9.0f %7.1f", row["arch"].get<std::string>().c_str(),
+                c["hbd_usd"].get<double>(), c["hbd_watts"].get<double>(), c["hbd_tbps"].get<double>(),
+                c["dcn_usd"].get<double>(), c["dcn_watts"].get<double>());
+    if (o.model != "none") {
+      const bool sim = row.contains("sim") && row["sim"].contains("preset");
+      std::printf(" %-12s %6s %4s %8s %10s %12s", sim ? row["sim"]["preset"].get<std::string>().c_str() : "-",
+                  sim ? std::to_string(row["sim"]["gpus"].get<int>()).c_str() : "-",
+                  sim ? std::to_string(row["sim"]["tp"].get<int>()).c_str() : "-",
+                  Seconds(row, "sync_s").c_str(), Seconds(row, "recovery_s").c_str(),
+                  Seconds(row, "recovery_with_optimizer_s").c_str());
+    }
+    std::printf("\n");
+  }
+  if (!trace) return;
+  std::printf("\nover the trace %s (%zu nodes, %.0f days, sampled every %.2f h):\n", o.trace.c_str(),
+              trace->node_ids.size(), trace->days, o.sample_days * 24);
+  for (const auto& row : rows) {
+    const auto& t = row["trace"];
+    std::printf(
+        "%-14s waste mean %.2f%% p50 %.2f%% p99 %.2f%% max %.2f%%; cross-ToR mean %.2f%% p99 %.2f%%; "
+        "%lld reconfigurations (%.1f/year, %.3f s in all); faulty nodes %.2f%% on average\n",
+        row["arch"].get<std::string>().c_str(), 100 * t["waste"]["mean"].get<double>(),
+        100 * t["waste"]["p50"].get<double>(), 100 * t["waste"]["p99"].get<double>(),
+        100 * t["waste"]["max"].get<double>(), 100 * t["cross_tor"]["mean"].get<double>(),
+        100 * t["cross_tor"]["p99"].get<double>(),
+        static_cast<long long>(t["reconfigurations"].get<int64_t>()),
+        t["reconfigurations_per_year"].get<double>(), t["reconfiguration_s"].get<double>(),
+        100 * t["fault_ratio_mean"].get<double>());
+    if (t.contains("waste_recut_every_sample"))
+      std::printf("%-14s (a greedy re-cut of the whole ring at every sample would waste %.2f%% on average)\n",
+                  "", 100 * t["waste_recut_every_sample"]["mean"].get<double>());
+  }
+}
+
 int RunCompare(const HbdOptions& o) {
   auto ratios = ParseRatios(o.ratios);
   if (!ratios.ok()) return Fail("hbd compare", ratios.status());
+  auto eval = MakeEvalOptions(o);
+  if (!eval.ok()) return Fail("hbd compare", eval.status());
+  if (o.model != "none" && o.model != "50b")
+    return Fail("hbd compare", InvalidArgument("--model: '" + o.model + "' is not one of 50b, none"));
   std::vector<ArchSpec> archs;
   for (const std::string& name : SplitList(o.archs)) {
     auto a = MakeArch(name, o.k);
     if (!a.ok()) return Fail("hbd compare", a.status());
     archs.push_back(*a);
   }
-  FaultTrace trace;
+  std::optional<FaultTrace> trace;
   if (!o.trace.empty()) {
     auto j = json_util::ParseFile(o.trace);
     if (!j.ok()) return Fail("hbd compare", j.status());
@@ -70,37 +236,22 @@ int RunCompare(const HbdOptions& o) {
     if (!t.ok()) return Fail("hbd compare", t.status().WithContext(o.trace));
     trace = std::move(t).value();
   }
+  CostParams prices = DefaultCostParams();
+  if (!o.cost.empty()) {
+    auto loaded = LoadCostParams(o.cost);
+    if (!loaded.ok()) return Fail("hbd compare", loaded.status());
+    prices = std::move(loaded).value();
+  }
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   std::vector<Series> by_ratio_series, over_trace_series;
   for (const ArchSpec& a : archs) {
     by_ratio_series.push_back({a.name, {}});
-    const int nodes = ClusterNodes(a, o.gpus);
-    nlohmann::ordered_json row = {{"arch", a.name}, {"nodes", nodes}, {"gpus", nodes * a.gpus_per_node}};
-    if (a.kind == ArchKind::kInfiniteHbd) row["k"] = a.k;
-    nlohmann::ordered_json by_ratio = nlohmann::ordered_json::array();
-    for (double r : *ratios) {
-      auto w = WasteAtFaultRatio(a, nodes, o.tp, r, o.samples, o.seed);
-      if (!w.ok()) return Fail("hbd compare", w.status().WithContext(a.name));
-      by_ratio.push_back({{"fault_ratio", r}, {"waste_mean", w->mean}, {"waste_p99", w->p99}});
-      by_ratio_series.back().points.push_back({100 * r, 100 * w->mean});
-    }
-    row["waste_at_fault_ratio"] = by_ratio;
-    if (!o.trace.empty()) {
-      auto positions = MapTraceNodes(trace, nodes, o.seed);
-      if (!positions.ok()) return Fail("hbd compare", positions.status().WithContext(a.name));
-      std::vector<std::pair<double, double>> series;
-      auto w = WasteOverTrace(a, nodes, o.tp, trace, *positions, o.sample_days, &series);
-      over_trace_series.push_back({a.name, {}});
-      for (auto [day, waste] : series) over_trace_series.back().points.push_back({day, 100 * waste});
-      if (!w.ok()) return Fail("hbd compare", w.status().WithContext(a.name));
-      row["trace"] = {{"waste_mean", w->mean},
-                      {"waste_p50", w->p50},
-                      {"waste_p99", w->p99},
-                      {"waste_max", w->max},
-                      {"fault_ratio_mean", w->mean_fault_ratio},
-                      {"samples", w->samples}};
-    }
-    rows.push_back(row);
+    over_trace_series.push_back({a.name, {}});
+    if (!o.json) std::fprintf(stderr, "weightport hbd compare: evaluating %s\n", a.name.c_str());
+    auto row = CompareArch(o, a, *ratios, trace ? &*trace : nullptr, *eval, prices, by_ratio_series.back(),
+                           over_trace_series.back());
+    if (!row.ok()) return Fail("hbd compare", row.status().WithContext(a.name));
+    rows.push_back(std::move(row).value());
   }
   const std::string what = "TP " + std::to_string(o.tp) + ", " + std::to_string(o.gpus) + " GPUs";
   if (!o.plot.empty()) {
@@ -109,44 +260,21 @@ int RunCompare(const HbdOptions& o) {
                              "GPU waste (%)"));
     if (!st.ok()) return Fail("hbd compare", st);
   }
-  if (!o.trace_plot.empty() && !o.trace.empty()) {
+  if (!o.trace_plot.empty() && trace) {
     Status st = json_util::WriteTextFile(
         o.trace_plot,
         LineChartSvg(over_trace_series, "GPU waste over " + o.trace + ", " + what, "day", "GPU waste (%)"));
     if (!st.ok()) return Fail("hbd compare", st);
   }
   if (o.json) {
-    std::cout << nlohmann::ordered_json{{"gpus", o.gpus},
-                                        {"tp", o.tp},
-                                        {"samples", o.samples},
-                                        {"archs", rows}}
+    std::cout << nlohmann::ordered_json{{"gpus", o.gpus},         {"tp", o.tp},
+                                        {"tor_gpus", o.tor_gpus}, {"dp_policy", o.dp_policy},
+                                        {"samples", o.samples},   {"archs", rows}}
                      .dump(2)
               << "\n";
     return kExitOk;
   }
-  std::printf(
-      "GPU waste ratio (healthy GPUs a TP-%d job cannot use / healthy GPUs), %d GPUs, mean of %d draws\n",
-      o.tp, o.gpus, o.samples);
-  std::printf("%-14s", "fault ratio");
-  for (double r : *ratios) std::printf("%9.1f%%", r * 100);
-  std::printf("\n");
-  for (const auto& row : rows) {
-    std::printf("%-14s", row["arch"].get<std::string>().c_str());
-    for (const auto& w : row["waste_at_fault_ratio"])
-      std::printf("%9.2f%%", 100 * w["waste_mean"].get<double>());
-    std::printf("\n");
-  }
-  if (!o.trace.empty()) {
-    std::printf("\nover the trace %s (%zu nodes, %.0f days, sampled every %.2f h):\n", o.trace.c_str(),
-                trace.node_ids.size(), trace.days, o.sample_days * 24);
-    for (const auto& row : rows)
-      std::printf(
-          "%-14s waste mean %.2f%%, p50 %.2f%%, p99 %.2f%%, max %.2f%% (faulty nodes %.2f%% on average)\n",
-          row["arch"].get<std::string>().c_str(), 100 * row["trace"]["waste_mean"].get<double>(),
-          100 * row["trace"]["waste_p50"].get<double>(), 100 * row["trace"]["waste_p99"].get<double>(),
-          100 * row["trace"]["waste_max"].get<double>(),
-          100 * row["trace"]["fault_ratio_mean"].get<double>());
-  }
+  PrintCompare(o, *ratios, rows, trace ? &*trace : nullptr);
   return kExitOk;
 }
 
@@ -247,6 +375,29 @@ Command AddHbdCommand(CLI::App& app) {
       ->capture_default_str();
   compare->add_option("--seed", o->seed, "Seed for fault draws and for placing trace nodes")
       ->capture_default_str();
+  compare->add_option("--dp", o->dp, "DP size (TP groups per DP group); 0: as many as one ToR group holds")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  compare->add_option("--tor-gpus", o->tor_gpus, "GPUs under one ToR group of the rail-optimised DCN")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  compare->add_option("--dp-policy", o->dp_policy, "DP grouping: tor-aware or in-order")
+      ->capture_default_str();
+  compare
+      ->add_option("--model", o->model,
+                   "Simulate a global sync and a node's recovery of this model per architecture: 50b or none")
+      ->capture_default_str();
+  compare->add_option("--layers", o->layers, "Layers of the 50b model (56: ~50B parameters)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  compare
+      ->add_option("--sim-tp", o->sim_tp,
+                   "TP of the model's layout in the sync and recovery simulations (8 fits every HBD and a "
+                   "72-GPU rack)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  compare->add_option("--cost", o->cost, "Prices and watts of the parts (JSON like configs/hbd-cost.json)")
+      ->check(CLI::ExistingFile);
   compare->add_option("--plot", o->plot, "Write waste against fault ratio per architecture as SVG here");
   compare->add_option("--trace-plot", o->trace_plot, "With --trace: write waste over time as SVG here");
   compare->add_flag("--json", o->json, "Print machine-readable JSON");

@@ -19,5 +19,8 @@ ModelSpec Dense50bSpec(int layers);
 // `buckets` flat bf16 tensors ("bucket.N") adding up to about `total_bytes`: a model packed into
 // transfer buckets, as weight-sync systems do.
 std::vector<TensorMeta> BucketTensors(uint64_t total_bytes, int buckets);
+// The tensors plus what mixed-precision Adam keeps for each: an fp32 master copy and two fp32
+// moments (name + ".master", ".exp_avg", ".exp_avg_sq": the TP rules' globs still match).
+std::vector<TensorMeta> WithAdamState(std::vector<TensorMeta> tensors);
 
 }  // namespace weightport::sim

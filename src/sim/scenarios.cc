@@ -32,8 +32,8 @@ json Defaults(std::string_view name) {
     return {{"topology", "dgx-h100"}, {"gpus", 1024},   {"tp", 8},
             {"layers", 56},           {"chunk_mib", 4}, {"relay_fanout", 1}};
   if (name == kReplace)
-    return {{"topology", "dgx-h100"}, {"gpus", 256},  {"tp", 8},
-            {"failed_host", 5},       {"layers", 56}, {"chunk_mib", 4}};
+    return {{"topology", "dgx-h100"}, {"gpus", 256},    {"tp", 8},       {"failed_host", 5},
+            {"layers", 56},           {"optimizer", 0}, {"chunk_mib", 4}};
   if (name == kFanout)
     return {{"topology", "dgx-h100"}, {"gpus", 16384},  {"model_gb", 16},
             {"buckets", 64},          {"chunk_mib", 4}, {"relay_fanout", 1}};
@@ -127,6 +127,7 @@ Status BuildReplacement(Scenario& s, const PresetParams& p) {
   WP_ASSIGN_OR_RETURN(int tp, p.Int("tp", 1, 1024));
   WP_ASSIGN_OR_RETURN(int failed, p.Int("failed_host", 0, 1 << 20));
   WP_ASSIGN_OR_RETURN(int layers, p.Int("layers", 1, 1024));
+  WP_ASSIGN_OR_RETURN(int optimizer, p.Int("optimizer", 0, 1));
   WP_ASSIGN_OR_RETURN(int chunk_mib, p.Int("chunk_mib", 1, 1024));
   if (gpus % tp != 0) return p.Error("gpus", "must be a multiple of tp");
   WP_ASSIGN_OR_RETURN(s.graph, GraphWithGpus(preset, gpus));
@@ -142,20 +143,28 @@ Status BuildReplacement(Scenario& s, const PresetParams& p) {
                    "must be below the " + std::to_string(hosts.size()) + " hosts of the cluster");
   std::vector<int> on_failed, others;
   for (int e : eps) (s.graph.nodes()[e].host == hosts[failed] ? on_failed : others).push_back(e);
-  if (static_cast<int>(on_failed.size()) < tp)
-    return p.Error("failed_host", "must name a host with at least tp = " + std::to_string(tp) +
-                                      " GPUs (it has " + std::to_string(on_failed.size()) + ")");
-  on_failed.resize(tp);
+  // A host smaller than a TP group (a ring node) holds the group's first ranks: it refills those.
+  const int refill = std::min<int>(tp, static_cast<int>(on_failed.size()));
+  on_failed.resize(refill);
   const int replicas = static_cast<int>(others.size()) / tp;
   if (replicas < 1) return p.Error("gpus", "leaves no other replica to refill from");
   others.resize(static_cast<size_t>(replicas) * tp);
-  const std::vector<TensorMeta> tensors = ModelTensors(Dense50bSpec(layers));
+  std::vector<TensorMeta> tensors = ModelTensors(Dense50bSpec(layers));
+  if (optimizer) tensors = WithAdamState(std::move(tensors));
   WP_ASSIGN_OR_RETURN(Placement src, BuildMesh(tensors, std::vector<MeshAxis>{ReplicaAxis("dp", replicas),
                                                                               TensorParallelAxis("tp", tp)}));
-  WP_ASSIGN_OR_RETURN(Placement dst, BuildMesh(tensors, std::vector<MeshAxis>{TensorParallelAxis("tp", tp)}));
+  WP_ASSIGN_OR_RETURN(Placement group,
+                      BuildMesh(tensors, std::vector<MeshAxis>{TensorParallelAxis("tp", tp)}));
+  WP_ASSIGN_OR_RETURN(Placement dst, Placement::Make(tensors));
+  for (int r = 0; r < refill; ++r) {
+    dst.AddRank(r);
+    for (const Shard& shard : group.shards(r)) dst.AddShard(r, shard);
+  }
   s.endpoints = {others, on_failed};
-  s.description = "a replacement for host " + std::to_string(failed) + " refills one TP-" +
-                  std::to_string(tp) + " replica of a 50B dense model (bf16) from " +
+  s.description = "a replacement for host " + std::to_string(failed) + " refills " +
+                  (refill < tp ? std::to_string(refill) + " ranks of " : std::string()) + "one TP-" +
+                  std::to_string(tp) + " replica of a 50B dense model (bf16" +
+                  (optimizer ? " weights, fp32 master and Adam moments" : "") + ") from " +
                   std::to_string(replicas) + " data-parallel replicas on " + preset;
   return Finish(s, src, dst, static_cast<uint64_t>(chunk_mib) << 20, 1);
 }

@@ -7,7 +7,6 @@
 #include <unordered_map>
 
 #include "core/json_util.h"
-#include "weightport/sim/hbd/tp_placement.h"
 
 namespace weightport::sim::hbd {
 namespace {
@@ -16,20 +15,6 @@ void SortEvents(std::vector<FaultEvent>& events) {
   std::stable_sort(events.begin(), events.end(), [](const FaultEvent& a, const FaultEvent& b) {
     return a.day != b.day ? a.day < b.day : (!a.start && b.start);
   });
-}
-
-WasteStats Summarise(std::vector<double> waste, double fault_sum) {
-  WasteStats s;
-  s.samples = static_cast<int>(waste.size());
-  if (waste.empty()) return s;
-  s.mean = std::accumulate(waste.begin(), waste.end(), 0.0) / waste.size();
-  s.mean_fault_ratio = fault_sum / waste.size();
-  std::sort(waste.begin(), waste.end());
-  auto at = [&](double q) {
-    return waste[std::min(waste.size() - 1, static_cast<size_t>(q * (waste.size() - 1) + 0.5))];
-  };
-  s.p50 = at(0.5), s.p99 = at(0.99), s.max = waste.back();
-  return s;
 }
 
 }  // namespace
@@ -107,33 +92,6 @@ Result<std::vector<int>> MapTraceNodes(const FaultTrace& trace, int cluster_node
   return positions;
 }
 
-Result<WasteStats> WasteOverTrace(const ArchSpec& arch, int cluster_nodes, int tp, const FaultTrace& trace,
-                                  const std::vector<int>& positions, double sample_days,
-                                  std::vector<std::pair<double, double>>* series) {
-  if (!(sample_days > 0)) return InvalidArgument("the sampling interval must be > 0 days");
-  std::vector<char> faulty(cluster_nodes, 0);
-  std::vector<int> down_count(cluster_nodes, 0);  // overlapping faults of one node count once
-  std::vector<double> waste;
-  double fault_sum = 0;
-  size_t next = 0;
-  int down = 0;
-  for (double day = 0; day <= trace.days; day += sample_days) {
-    for (; next < trace.events.size() && trace.events[next].day <= day; ++next) {
-      const FaultEvent& e = trace.events[next];
-      const int node = positions[e.node];
-      const int before = down_count[node];
-      down_count[node] = std::max(0, before + (e.start ? 1 : -1));
-      faulty[node] = down_count[node] > 0;
-      down += (down_count[node] > 0) - (before > 0);
-    }
-    WP_ASSIGN_OR_RETURN(TpPlacement p, PlaceTp(arch, faulty, tp));
-    waste.push_back(p.waste_ratio());
-    fault_sum += static_cast<double>(down) / cluster_nodes;
-    if (series) series->push_back({day, p.waste_ratio()});
-  }
-  return Summarise(std::move(waste), fault_sum);
-}
-
 FaultDraws::FaultDraws(int nodes, double ratio, uint64_t seed) : order_(std::max(0, nodes)), rng_(seed) {
   std::iota(order_.begin(), order_.end(), 0);
   down_ = std::clamp(static_cast<int>(std::lround(ratio * nodes)), 0, static_cast<int>(order_.size()));
@@ -144,19 +102,6 @@ std::vector<char> FaultDraws::Next() {
   std::vector<char> faulty(order_.size(), 0);
   for (int i = 0; i < down_; ++i) faulty[order_[i]] = 1;
   return faulty;
-}
-
-Result<WasteStats> WasteAtFaultRatio(const ArchSpec& arch, int cluster_nodes, int tp, double ratio,
-                                     int samples, uint64_t seed) {
-  if (!(ratio >= 0 && ratio < 1)) return InvalidArgument("fault ratio must be in [0, 1)");
-  FaultDraws draws(cluster_nodes, ratio, seed);
-  std::vector<double> waste;
-  for (int s = 0; s < std::max(1, samples); ++s) {
-    WP_ASSIGN_OR_RETURN(TpPlacement p, PlaceTp(arch, draws.Next(), tp));
-    waste.push_back(p.waste_ratio());
-  }
-  const double fault_sum = static_cast<double>(draws.down()) / cluster_nodes * waste.size();
-  return Summarise(std::move(waste), fault_sum);
 }
 
 }  // namespace weightport::sim::hbd

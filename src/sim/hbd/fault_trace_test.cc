@@ -34,23 +34,6 @@ TEST(FaultTrace, BadEventsAreNamed) {
   EXPECT_FALSE(ParseFaultTrace(nlohmann::json::parse(R"({"node_id": "a"})")).ok());
 }
 
-TEST(FaultTrace, ASyntheticTraceHitsItsTargetRatio) {
-  SyntheticOptions o;
-  o.nodes = 2000;
-  o.fault_ratio = 0.05;
-  o.days = 200;
-  auto t = SyntheticTrace(o);
-  ASSERT_TRUE(t.ok());
-  auto arch = MakeArch("dgx");
-  auto positions = MapTraceNodes(*t, 2000, 0);
-  ASSERT_TRUE(positions.ok());
-  auto w = WasteOverTrace(*arch, 2000, 8, *t, *positions, 1.0);
-  ASSERT_TRUE(w.ok()) << w.status().ToString();
-  EXPECT_NEAR(w->mean_fault_ratio, 0.05, 0.005);
-  // DGX at TP 8 wastes nothing: a fault takes only its own node.
-  EXPECT_EQ(w->max, 0);
-}
-
 TEST(FaultTrace, TraceNodesMapOntoDistinctClusterNodes) {
   SyntheticOptions o;
   o.nodes = 50;
@@ -66,17 +49,6 @@ TEST(FaultTrace, TraceNodesMapOntoDistinctClusterNodes) {
   ASSERT_EQ(shared->size(), t->node_ids.size());
   for (int p : *shared) EXPECT_LT(p, 40);
   EXPECT_FALSE(MapTraceNodes(*t, 0, 7).ok());
-}
-
-TEST(FaultTrace, RingsWasteLessThanNvlAndTpuAtTheSameFaultRatio) {
-  // 1,152 GPUs (a multiple of 72, 64 and 4 x 16), TP 16, 5% of nodes down.
-  auto ring = WasteAtFaultRatio(*MakeArch("infinitehbd", 3), 288, 16, 0.05, 20, 1);
-  auto nvl = WasteAtFaultRatio(*MakeArch("nvl-72"), 288, 16, 0.05, 20, 1);
-  auto tpu = WasteAtFaultRatio(*MakeArch("tpuv4"), 288, 16, 0.05, 20, 1);
-  ASSERT_TRUE(ring.ok() && nvl.ok() && tpu.ok());
-  EXPECT_LT(ring->mean, nvl->mean);
-  EXPECT_LT(nvl->mean, tpu->mean);
-  EXPECT_NEAR(ring->mean_fault_ratio, 0.05, 0.002);
 }
 
 }  // namespace

@@ -10,11 +10,25 @@ int HealthyNodes(const std::vector<char>& faulty, size_t from, size_t to) {
 }
 
 // Groups inside one node: floor(g / tp) per healthy node.
-void WithinNodes(const ArchSpec& arch, const std::vector<char>& faulty, int tp, TpPlacement& p) {
+void WithinNodes(const ArchSpec& arch, const std::vector<char>& faulty, int tp, bool keep, TpPlacement& p) {
   const int per_node = arch.gpus_per_node / tp;
   const int healthy = HealthyNodes(faulty, 0, faulty.size());
   p.groups = per_node * healthy;
   p.usable_gpus = p.groups * tp;
+  if (!keep) return;
+  for (int n = 0; n < static_cast<int>(faulty.size()); ++n)
+    for (int i = 0; i < per_node && !faulty[n]; ++i)
+      p.tp_groups.push_back({.nodes = {n}, .first_gpu = i * tp});
+}
+
+// Groups of one NVLink domain or TPU cube: consecutive GPU slots of its usable nodes.
+void WithinDomain(const std::vector<int>& usable_nodes, int g, int tp, int groups, TpPlacement& p) {
+  for (int i = 0; i < groups; ++i) {
+    const int slot = i * tp;
+    TpGroup group{.first_gpu = slot % g};
+    for (int n = slot / g; n <= (slot + tp - 1) / g; ++n) group.nodes.push_back(usable_nodes[n]);
+    p.tp_groups.push_back(std::move(group));
+  }
 }
 
 Status PlaceRing(const ArchSpec& arch, const std::vector<char>& faulty, int tp, bool keep, TpPlacement& p) {
@@ -76,7 +90,7 @@ Result<TpPlacement> PlaceTp(const ArchSpec& arch, const std::vector<char>& fault
   const int g = arch.gpus_per_node;
   // Small TP on a ring or a DGX stays inside nodes; NVLink domains and TPU cubes place by domain.
   if (tp <= g && (arch.kind == ArchKind::kInfiniteHbd || arch.kind == ArchKind::kDgx)) {
-    WithinNodes(arch, faulty, tp, p);
+    WithinNodes(arch, faulty, tp, keep_groups, p);
     return p;
   }
   switch (arch.kind) {
@@ -95,6 +109,12 @@ Result<TpPlacement> PlaceTp(const ArchSpec& arch, const std::vector<char>& fault
         const int groups = tp <= arch.domain_gpus ? gpus / tp : 0;
         p.groups += groups;
         p.usable_gpus += groups * tp;
+        if (keep_groups && groups > 0) {
+          std::vector<int> usable;
+          for (size_t n = d; n < d + per_domain; ++n)
+            if (!faulty[n]) usable.push_back(static_cast<int>(n));
+          WithinDomain(usable, g, tp, groups, p);
+        }
       }
       break;
     }

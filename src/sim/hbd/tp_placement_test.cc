@@ -112,6 +112,27 @@ TEST(TpPlacement, DgxHoldsTpUpToEight) {
   EXPECT_EQ(p->waste_ratio(), 1);
 }
 
+TEST(TpPlacement, KeptGroupsSayWhereEachRankSits) {
+  // NVL-36 (9 trays of 4), tray 1 down, TP 8: the 8 healthy trays hold 4 groups on trays
+  // {0, 2}, {3, 4}, {5, 6}, {7, 8}.
+  auto p = PlaceTp(Arch("nvl-36"), Faulty(9, {1}), 8, true);
+  ASSERT_TRUE(p.ok());
+  ASSERT_EQ(p->tp_groups.size(), 4u);
+  EXPECT_EQ(p->tp_groups[0].nodes, (std::vector<int>{0, 2}));
+  EXPECT_EQ(p->tp_groups[3].nodes, (std::vector<int>{7, 8}));
+  // TP 2 inside DGX nodes: 4 groups per node at GPUs 0, 2, 4, 6.
+  auto d = PlaceTp(Arch("dgx"), Faulty(2, {0}), 2, true);
+  ASSERT_TRUE(d.ok());
+  ASSERT_EQ(d->tp_groups.size(), 4u);
+  EXPECT_EQ(d->tp_groups[3].nodes, (std::vector<int>{1}));
+  EXPECT_EQ(d->tp_groups[3].first_gpu, 6);
+  // NVL-72 at TP 6 (not a multiple of a tray): group 1 starts at GPU 2 of tray 1 and ends on tray 2.
+  auto n = PlaceTp(Arch("nvl-72"), Faulty(18, {}), 6, true);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(n->tp_groups[1].nodes, (std::vector<int>{1, 2}));
+  EXPECT_EQ(n->tp_groups[1].first_gpu, 2);
+}
+
 TEST(TpPlacement, BadInputIsNamed) {
   EXPECT_FALSE(PlaceTp(Arch("infinitehbd"), Faulty(8, {}), 0).ok());
   auto p = PlaceTp(Arch("infinitehbd"), Faulty(8, {}), 6);  // 6 does not tile nodes of 4

@@ -1,5 +1,5 @@
-// Node fault traces: the public JSON event format, synthetic traces for a target fault ratio, and
-// the waste a TP placement suffers over a trace or at a fault ratio.
+// Node fault traces: the public JSON event format, synthetic traces for a target fault ratio, the
+// mapping of trace nodes onto a cluster, and random fault sets at a fault ratio.
 //
 // JSON: a list of {"node_id": "<id>", "event_time": <days>, "event_type": "fault_start" |
 // "fault_end", "fault_type": {...}} (fault_type is kept out of the model). Node ids map to node
@@ -50,17 +50,6 @@ Result<FaultTrace> SyntheticTrace(const SyntheticOptions& options);
 // wraps around: several trace nodes share a cluster node, which is down while any of them is.
 Result<std::vector<int>> MapTraceNodes(const FaultTrace& trace, int cluster_nodes, uint64_t seed);
 
-struct WasteStats {
-  double mean = 0, p50 = 0, p99 = 0, max = 0;
-  double mean_fault_ratio = 0;
-  int samples = 0;
-};
-
-// Waste ratio of PlaceTp sampled every `sample_days` over the trace, with trace nodes on the
-// cluster's nodes by `positions`.
-Result<WasteStats> WasteOverTrace(const ArchSpec& arch, int cluster_nodes, int tp, const FaultTrace& trace,
-                                  const std::vector<int>& positions, double sample_days,
-                                  std::vector<std::pair<double, double>>* series = nullptr);
 // Fault sets of round(ratio x nodes) nodes down, chosen uniformly; the same seed gives the same
 // sequence of sets.
 class FaultDraws {
@@ -74,9 +63,5 @@ class FaultDraws {
   int down_ = 0;
   std::mt19937_64 rng_;
 };
-
-// Mean waste ratio with `round(ratio x nodes)` nodes down, chosen uniformly, over `samples` draws.
-Result<WasteStats> WasteAtFaultRatio(const ArchSpec& arch, int cluster_nodes, int tp, double ratio,
-                                     int samples, uint64_t seed);
 
 }  // namespace weightport::sim::hbd

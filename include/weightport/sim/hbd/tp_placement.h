@@ -17,9 +17,12 @@
 
 namespace weightport::sim::hbd {
 
+// A TP group's GPUs: TP rank t sits on node nodes[(first_gpu + t) / g], GPU (first_gpu + t) % g of
+// it, for nodes of g GPUs. A group smaller than a node has one node and its offset in first_gpu.
 struct TpGroup {
   std::vector<int> nodes;  // in ring order
-  bool bridged = false;    // spans faulty nodes between its first and last
+  int first_gpu = 0;
+  bool bridged = false;  // spans faulty nodes between its first and last
 };
 
 struct TpPlacement {
@@ -29,7 +32,7 @@ struct TpPlacement {
   int groups = 0;
   int bridged_groups = 0;
   int segments = 0;                // infinitehbd: pieces the ring breaks into (1: unbroken)
-  std::vector<TpGroup> tp_groups;  // infinitehbd only, when asked for
+  std::vector<TpGroup> tp_groups;  // when asked for
   double waste_ratio() const {
     return healthy_gpus > 0 ? static_cast<double>(healthy_gpus - usable_gpus) / healthy_gpus : 0;
   }

@@ -1,0 +1,59 @@
+// A cluster's metrics under node faults, per architecture: GPU waste of a TP job, the share of its
+// DP traffic that crosses a ToR, and (over a trace) how often and how long the HBD reconfigures.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "weightport/core/status.h"
+#include "weightport/sim/hbd/architecture.h"
+#include "weightport/sim/hbd/dp_placement.h"
+#include "weightport/sim/hbd/fault_trace.h"
+
+namespace weightport::sim::hbd {
+
+struct Percentiles {
+  double mean = 0, p50 = 0, p99 = 0, max = 0;
+};
+Percentiles Summarise(std::vector<double> values);
+
+struct EvalOptions {
+  int tp = 16;
+  int dp = 0;  // 0: AutoDp(tor_gpus, tp)
+  int tor_gpus = 256;
+  DpPolicy dp_policy = DpPolicy::kTorAware;
+};
+
+struct ClusterMetrics {
+  int samples = 0;
+  int dp = 0;
+  double mean_fault_ratio = 0;
+  Percentiles waste;      // GPU waste ratio
+  Percentiles cross_tor;  // share of DP bytes crossing a ToR
+  // Over a trace only. Reconfigurations: infinitehbd, rings built after the first placement by
+  // RingOrchestrator; tpuv4, cubes lost to a fault (the slice is re-formed around a spare cube by
+  // the MEMS OCS); none for NVLink domains and DGX, which have no circuits to switch.
+  int64_t reconfigurations = 0;
+  double reconfiguration_s = 0;  // reconfigurations x ReconfigurationSeconds
+  // infinitehbd over a trace: the waste of a greedy re-cut of the whole ring at every sample (the
+  // least waste; the orchestrator trades some of it for far fewer reconfigurations).
+  Percentiles waste_recut;
+};
+
+// Switching time of one reconfiguration: OCSTrx 80 us (InfiniteHBD, 60-80 us), MEMS OCS 10 ms
+// (TPUv4 Palomar, 1-10 ms), 0 for architectures without circuits.
+double ReconfigurationSeconds(const ArchSpec& arch);
+
+// Means over `samples` draws of round(ratio x nodes) faulty nodes, chosen uniformly.
+Result<ClusterMetrics> EvaluateAtFaultRatio(const ArchSpec& arch, int cluster_nodes, double ratio,
+                                            int samples, uint64_t seed, const EvalOptions& options);
+
+// The trace replayed event by event with trace nodes on cluster nodes by `positions`; waste and
+// cross-ToR traffic sampled every `sample_days`. `series` receives (day, waste ratio).
+Result<ClusterMetrics> EvaluateTrace(const ArchSpec& arch, int cluster_nodes, const FaultTrace& trace,
+                                     const std::vector<int>& positions, double sample_days,
+                                     const EvalOptions& options,
+                                     std::vector<std::pair<double, double>>* series = nullptr);
+
+}  // namespace weightport::sim::hbd

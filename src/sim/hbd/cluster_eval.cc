@@ -1,0 +1,139 @@
+#include "weightport/sim/hbd/cluster_eval.h"
+
+#include <algorithm>
+#include <numeric>
+#include <optional>
+
+#include "weightport/sim/hbd/ring_orchestrator.h"
+#include "weightport/sim/hbd/tp_placement.h"
+
+namespace weightport::sim::hbd {
+namespace {
+
+int DpSize(const EvalOptions& o) { return o.dp > 0 ? o.dp : AutoDp(o.tor_gpus, o.tp); }
+
+// Collects per-sample figures and turns them into ClusterMetrics.
+struct Samples {
+  std::vector<double> waste, cross_tor, waste_recut;
+  double fault_sum = 0;
+
+  Status Add(const ArchSpec& arch, const std::vector<TpGroup>& groups, double waste_ratio, double fault_ratio,
+             const EvalOptions& o) {
+    WP_ASSIGN_OR_RETURN(DpPlacement dp, PlaceDp(arch, groups, o.tp, DpSize(o), o.tor_gpus, o.dp_policy));
+    waste.push_back(waste_ratio);
+    cross_tor.push_back(dp.cross_tor_ratio);
+    fault_sum += fault_ratio;
+    return Status::Ok();
+  }
+  ClusterMetrics Finish(const EvalOptions& o) {
+    ClusterMetrics m;
+    m.samples = static_cast<int>(waste.size());
+    m.dp = DpSize(o);
+    m.mean_fault_ratio = waste.empty() ? 0 : fault_sum / waste.size();
+    m.waste = Summarise(std::move(waste));
+    m.cross_tor = Summarise(std::move(cross_tor));
+    m.waste_recut = Summarise(std::move(waste_recut));
+    return m;
+  }
+};
+
+bool Orchestrated(const ArchSpec& arch, int tp) {
+  return arch.kind == ArchKind::kInfiniteHbd && tp > arch.gpus_per_node;
+}
+
+}  // namespace
+
+Percentiles Summarise(std::vector<double> values) {
+  Percentiles s;
+  if (values.empty()) return s;
+  s.mean = std::accumulate(values.begin(), values.end(), 0.0) / values.size();
+  std::sort(values.begin(), values.end());
+  auto at = [&](double q) {
+    return values[std::min(values.size() - 1, static_cast<size_t>(q * (values.size() - 1) + 0.5))];
+  };
+  s.p50 = at(0.5), s.p99 = at(0.99), s.max = values.back();
+  return s;
+}
+
+double ReconfigurationSeconds(const ArchSpec& arch) {
+  switch (arch.kind) {
+    case ArchKind::kInfiniteHbd:
+      return 80e-6;
+    case ArchKind::kTpuV4:
+      return 10e-3;
+    default:
+      return 0;
+  }
+}
+
+Result<ClusterMetrics> EvaluateAtFaultRatio(const ArchSpec& arch, int cluster_nodes, double ratio,
+                                            int samples, uint64_t seed, const EvalOptions& options) {
+  if (!(ratio >= 0 && ratio < 1)) return InvalidArgument("fault ratio must be in [0, 1)");
+  FaultDraws draws(cluster_nodes, ratio, seed);
+  Samples s;
+  for (int i = 0; i < std::max(1, samples); ++i) {
+    WP_ASSIGN_OR_RETURN(TpPlacement p, PlaceTp(arch, draws.Next(), options.tp, /*keep_groups=*/true));
+    WP_RETURN_IF_ERROR(s.Add(arch, p.tp_groups, p.waste_ratio(),
+                             static_cast<double>(draws.down()) / std::max(1, cluster_nodes), options));
+  }
+  return s.Finish(options);
+}
+
+Result<ClusterMetrics> EvaluateTrace(const ArchSpec& arch, int cluster_nodes, const FaultTrace& trace,
+                                     const std::vector<int>& positions, double sample_days,
+                                     const EvalOptions& options,
+                                     std::vector<std::pair<double, double>>* series) {
+  if (!(sample_days > 0)) return InvalidArgument("the sampling interval must be > 0 days");
+  if (positions.size() != trace.node_ids.size())
+    return InvalidArgument("the trace has " + std::to_string(trace.node_ids.size()) + " nodes but " +
+                           std::to_string(positions.size()) + " positions");
+  std::vector<char> faulty(cluster_nodes, 0);
+  std::vector<int> down_count(cluster_nodes, 0);  // overlapping faults of one node count once
+  std::optional<RingOrchestrator> rings;          // made at the first sample, from the faults then
+  // TPUv4: cubes with a faulty host; a cube going from none to one is lost and swapped out.
+  const int cube_nodes = arch.kind == ArchKind::kTpuV4 ? arch.domain_gpus / arch.gpus_per_node : 0;
+  std::vector<int> cube_down(cube_nodes > 0 ? cluster_nodes / cube_nodes + 1 : 0, 0);
+  int64_t cube_losses = 0;
+  Samples s;
+  size_t next = 0;
+  int down = 0;
+  for (double day = 0; day <= trace.days; day += sample_days) {
+    for (; next < trace.events.size() && trace.events[next].day <= day; ++next) {
+      const FaultEvent& e = trace.events[next];
+      const int node = positions[e.node];
+      if (node < 0 || node >= cluster_nodes)
+        return InvalidArgument("trace node " + trace.node_ids[e.node] + " maps outside the cluster");
+      const bool was_down = down_count[node] > 0;
+      down_count[node] = std::max(0, down_count[node] + (e.start ? 1 : -1));
+      const bool is_down = down_count[node] > 0;
+      if (was_down == is_down) continue;
+      faulty[node] = is_down;
+      down += is_down ? 1 : -1;
+      if (rings) rings->SetFaulty(node, is_down);
+      if (cube_nodes > 0) {
+        int& c = cube_down[node / cube_nodes];
+        if (is_down && c++ == 0) ++cube_losses;
+        if (!is_down) --c;
+      }
+    }
+    const double fault_ratio = static_cast<double>(down) / cluster_nodes;
+    if (!rings && Orchestrated(arch, options.tp)) {
+      WP_ASSIGN_OR_RETURN(RingOrchestrator o, RingOrchestrator::Create(arch, faulty, options.tp));
+      rings.emplace(std::move(o));
+    }
+    WP_ASSIGN_OR_RETURN(TpPlacement recut, PlaceTp(arch, faulty, options.tp, /*keep_groups=*/true));
+    if (rings) {
+      WP_RETURN_IF_ERROR(s.Add(arch, rings->rings(), rings->waste_ratio(), fault_ratio, options));
+      s.waste_recut.push_back(recut.waste_ratio());
+    } else {
+      WP_RETURN_IF_ERROR(s.Add(arch, recut.tp_groups, recut.waste_ratio(), fault_ratio, options));
+    }
+    if (series) series->push_back({day, s.waste.back()});
+  }
+  ClusterMetrics m = s.Finish(options);
+  m.reconfigurations = rings ? rings->rings_built() : cube_losses;
+  m.reconfiguration_s = m.reconfigurations * ReconfigurationSeconds(arch);
+  return m;
+}
+
+}  // namespace weightport::sim::hbd

@@ -1,0 +1,92 @@
+#include "weightport/sim/hbd/cluster_eval.h"
+
+#include <gtest/gtest.h>
+
+namespace weightport::sim::hbd {
+namespace {
+
+EvalOptions Tp(int tp) {
+  EvalOptions o;
+  o.tp = tp;
+  return o;
+}
+
+TEST(ClusterEval, ASyntheticTraceHitsItsTargetRatio) {
+  SyntheticOptions o;
+  o.nodes = 2000;
+  o.fault_ratio = 0.05;
+  o.days = 200;
+  auto t = SyntheticTrace(o);
+  ASSERT_TRUE(t.ok());
+  auto arch = MakeArch("dgx");
+  auto positions = MapTraceNodes(*t, 2000, 0);
+  ASSERT_TRUE(positions.ok());
+  auto m = EvaluateTrace(*arch, 2000, *t, *positions, 1.0, Tp(8));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_NEAR(m->mean_fault_ratio, 0.05, 0.005);
+  // DGX at TP 8 wastes nothing (a fault takes only its own node) and has no circuits to switch.
+  EXPECT_EQ(m->waste.max, 0);
+  EXPECT_EQ(m->reconfigurations, 0);
+}
+
+TEST(ClusterEval, RingsWasteLessThanNvlAndTpuAtTheSameFaultRatio) {
+  // 1,152 GPUs (a multiple of 72, 64 and 4 x 16), TP 16, 5% of nodes down.
+  auto ring = EvaluateAtFaultRatio(*MakeArch("infinitehbd", 3), 288, 0.05, 20, 1, Tp(16));
+  auto nvl = EvaluateAtFaultRatio(*MakeArch("nvl-72"), 288, 0.05, 20, 1, Tp(16));
+  auto tpu = EvaluateAtFaultRatio(*MakeArch("tpuv4"), 288, 0.05, 20, 1, Tp(16));
+  ASSERT_TRUE(ring.ok() && nvl.ok() && tpu.ok());
+  EXPECT_LT(ring->waste.mean, nvl->waste.mean);
+  EXPECT_LT(nvl->waste.mean, tpu->waste.mean);
+  EXPECT_NEAR(ring->mean_fault_ratio, 0.05, 0.002);
+  EXPECT_EQ(ring->dp, 16);  // 256 GPUs per ToR group / TP 16
+}
+
+FaultTrace HandTrace() {
+  // Three nodes: 0 fails on day 1 and returns on day 2; 1 fails on day 1.5 and returns on day 3;
+  // 2 fails on day 2.5 and returns on day 2.75.
+  FaultTrace t;
+  t.node_ids = {"a", "b", "c"};
+  t.events = {{1, 0, true}, {1.5, 1, true}, {2, 0, false}, {2.5, 2, true}, {2.75, 2, false}, {3, 1, false}};
+  t.days = 3;
+  return t;
+}
+
+TEST(ClusterEval, TpuCubesLostCountAsReconfigurations) {
+  // Two cubes of 16 hosts; the trace's nodes on hosts 0 and 1 (cube 0) and 16 (cube 1). Cube 0 is
+  // lost on day 1 (node a; b joining on day 1.5 changes nothing), cube 1 on day 2.5: 2 losses.
+  auto m = EvaluateTrace(*MakeArch("tpuv4"), 32, HandTrace(), {0, 1, 16}, 0.25, Tp(16));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->reconfigurations, 2);
+  EXPECT_DOUBLE_EQ(m->reconfiguration_s, 2 * 10e-3);
+  EXPECT_DOUBLE_EQ(m->waste.max, 1.0);  // day 2.5: both cubes down
+}
+
+TEST(ClusterEval, RingReconfigurationsAreRingsRebuiltAfterTheFirstPlacement) {
+  // 9 nodes, K = 2, TP 16: rings 0-3 and 4-7, node 8 free. Day 1, a (position 1) fails: ring 0-3
+  // torn down; 8 reaches 0 across the wrap, so 8, 0, 2, 3 is built (1). Day 1.5, b (position 5)
+  // fails: ring 4-7 torn down; 4, 6, 7 are too few: wasted. Day 2, a returns: 1 reaches nothing
+  // free within 2. Day 2.5, c (position 0) fails: ring 8, 0, 2, 3 torn down; the free nodes now
+  // chain all round, 8, 1, 2, 3 is built (2). Day 2.75, c returns: 4, 6, 7, 0 is built (3).
+  // Day 3, b returns and stays free.
+  auto m = EvaluateTrace(*MakeArch("infinitehbd", 2), 9, HandTrace(), {1, 5, 0}, 0.25, Tp(16));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->reconfigurations, 3);
+  EXPECT_DOUBLE_EQ(m->reconfiguration_s, 3 * 80e-6);
+  // Between day 1.5 and day 3 one ring of two is missing: waste 3 of 7 (or 8) healthy nodes.
+  EXPECT_GT(m->waste.max, 0.3);
+  // A greedy re-cut wastes less at some samples (it moves rings instead).
+  EXPECT_LE(m->waste_recut.mean, m->waste.mean);
+}
+
+TEST(ClusterEval, Summaries) {
+  Percentiles p = Summarise({4, 1, 3, 2});
+  EXPECT_DOUBLE_EQ(p.mean, 2.5);
+  EXPECT_DOUBLE_EQ(p.max, 4);
+  EXPECT_DOUBLE_EQ(p.p99, 4);
+  EXPECT_EQ(Summarise({}).max, 0);
+  EXPECT_FALSE(EvaluateTrace(*MakeArch("dgx"), 4, HandTrace(), {0, 1}, 1, Tp(8)).ok());
+  EXPECT_FALSE(EvaluateTrace(*MakeArch("dgx"), 4, HandTrace(), {0, 1, 2}, 0, Tp(8)).ok());
+}
+
+}  // namespace
+}  // namespace weightport::sim::hbd

@@ -1,0 +1,90 @@
+#include "weightport/sim/hbd/dp_placement.h"
+
+#include <gtest/gtest.h>
+
+namespace weightport::sim::hbd {
+namespace {
+
+ArchSpec Arch(const char* name, int k = 2) {
+  auto a = MakeArch(name, k);
+  EXPECT_TRUE(a.ok()) << a.status().ToString();
+  return *a;
+}
+
+TpGroup Group(std::vector<int> nodes, int first_gpu = 0) {
+  return {.nodes = std::move(nodes), .first_gpu = first_gpu};
+}
+
+TEST(DpPlacement, ToRGroupsFollowNodesAndWholeDomains) {
+  EXPECT_EQ(TorNodes(Arch("infinitehbd"), 256), 64);  // 4-GPU nodes
+  EXPECT_EQ(TorNodes(Arch("dgx"), 256), 32);
+  EXPECT_EQ(TorNodes(Arch("nvl-72"), 256), 72);    // 256 GPUs ~ 4 racks of 72 (18 trays each)
+  EXPECT_EQ(TorNodes(Arch("tpuv4"), 256), 64);     // 4 cubes of 16 hosts
+  EXPECT_EQ(TorNodes(Arch("nvl-576"), 256), 144);  // never less than one domain
+  EXPECT_EQ(AutoDp(256, 32), 8);
+  EXPECT_EQ(AutoDp(256, 512), 1);
+}
+
+TEST(DpPlacement, HandCountedCrossToRShares) {
+  // Nodes of 4 GPUs, ToR groups of 16 GPUs = 4 nodes, TP 8 = 2 nodes per group, DP 2.
+  const ArchSpec ring = Arch("infinitehbd");
+  // A and C under ToR 0, B and D under ToR 1, listed A B C D.
+  const std::vector<TpGroup> groups = {Group({0, 1}), Group({4, 5}), Group({2, 3}), Group({6, 7})};
+  // In order: (A, B) and (C, D), every rank's two peers on different leaves: 2 edges per rank.
+  auto in_order = PlaceDp(ring, groups, 8, 2, 16, DpPolicy::kInOrder);
+  ASSERT_TRUE(in_order.ok()) << in_order.status().ToString();
+  EXPECT_EQ(in_order->dp_groups, 2);
+  EXPECT_DOUBLE_EQ(in_order->cross_tor_ratio, 1.0);
+  // ToR-aware: (A, C) and (B, D), nothing crosses.
+  auto aware = PlaceDp(ring, groups, 8, 2, 16);
+  ASSERT_TRUE(aware.ok());
+  EXPECT_DOUBLE_EQ(aware->cross_tor_ratio, 0.0);
+
+  // One group straddles ToRs 0 and 1: its ranks 4..7 (node 4) cross, ranks 0..3 do not:
+  // 4 ranks x 2 leaves = 8 edges of 1 x 2 x 8 = 16.
+  auto straddle = PlaceDp(ring, {Group({3, 4}), Group({1, 2})}, 8, 2, 16);
+  ASSERT_TRUE(straddle.ok());
+  EXPECT_DOUBLE_EQ(straddle->cross_tor_ratio, 0.5);
+
+  // A group left over is idle, not counted.
+  auto idle = PlaceDp(ring, {Group({0, 1}), Group({2, 3}), Group({4, 5})}, 8, 2, 16);
+  ASSERT_TRUE(idle.ok());
+  EXPECT_EQ(idle->dp_groups, 1);
+  EXPECT_EQ(idle->idle_tp_groups, 1);
+}
+
+TEST(DpPlacement, PeersOnDifferentRailsCrossAndTheAwarePolicyPairsRails) {
+  // TP 2 inside 4-GPU nodes: groups at GPU 0 and GPU 2 of nodes 0 and 1 (one ToR group).
+  const ArchSpec dgx4 = [] {
+    ArchSpec a = *MakeArch("infinitehbd");
+    return a;
+  }();
+  const std::vector<TpGroup> groups = {Group({0}, 0), Group({0}, 2), Group({1}, 0), Group({1}, 2)};
+  auto in_order = PlaceDp(dgx4, groups, 2, 2, 64, DpPolicy::kInOrder);
+  ASSERT_TRUE(in_order.ok());
+  EXPECT_DOUBLE_EQ(in_order->cross_tor_ratio, 1.0);  // rails 0 and 2 are different leaves
+  auto aware = PlaceDp(dgx4, groups, 2, 2, 64);
+  ASSERT_TRUE(aware.ok());
+  EXPECT_DOUBLE_EQ(aware->cross_tor_ratio, 0.0);
+}
+
+TEST(DpPlacement, NoFaultsNoCrossToRTrafficOnEveryArchitecture) {
+  // 1,152 GPUs, TP 16, DP 16 = 256 GPUs per DP group.
+  for (auto [name, nodes] : {std::pair{"infinitehbd", 288}, {"nvl-72", 288}, {"tpuv4", 288}}) {
+    const ArchSpec a = Arch(name);
+    auto p = PlaceTp(a, std::vector<char>(nodes, 0), 16, true);
+    ASSERT_TRUE(p.ok()) << name;
+    auto dp = PlaceDp(a, p->tp_groups, 16, AutoDp(256, 16), 256);
+    ASSERT_TRUE(dp.ok()) << name;
+    EXPECT_GT(dp->dp_groups, 0) << name;
+    EXPECT_EQ(dp->cross_tor_ratio, 0) << name;
+  }
+}
+
+TEST(DpPlacement, BadSizesAreErrors) {
+  EXPECT_FALSE(PlaceDp(Arch("dgx"), {}, 8, 0, 256).ok());
+  EXPECT_FALSE(PlaceDp(Arch("dgx"), {}, 8, 1, 0).ok());
+}
+
+}  // namespace
+}  // namespace weightport::sim::hbd

@@ -1,0 +1,163 @@
+#include "weightport/sim/hbd/ring_orchestrator.h"
+
+#include <algorithm>
+#include <functional>
+
+namespace weightport::sim::hbd {
+
+RingOrchestrator::RingOrchestrator(const ArchSpec& arch, int tp, std::vector<char> faulty)
+    : arch_(arch),
+      tp_(tp),
+      per_ring_(tp / arch.gpus_per_node),
+      faulty_(std::move(faulty)),
+      ring_of_(faulty_.size(), -1) {}
+
+Result<RingOrchestrator> RingOrchestrator::Create(const ArchSpec& arch, const std::vector<char>& faulty,
+                                                  int tp) {
+  if (arch.kind != ArchKind::kInfiniteHbd)
+    return InvalidArgument("ring orchestration is for infinitehbd, not " + arch.name);
+  if (tp <= arch.gpus_per_node || tp % arch.gpus_per_node != 0)
+    return InvalidArgument("ring orchestration needs TP spanning whole nodes of " +
+                           std::to_string(arch.gpus_per_node) + " GPUs (got TP " + std::to_string(tp) + ")");
+  WP_ASSIGN_OR_RETURN(TpPlacement first, PlaceTp(arch, faulty, tp, /*keep_groups=*/true));
+  RingOrchestrator o(arch, tp, faulty);
+  for (TpGroup& ring : first.tp_groups) {
+    for (int node : ring.nodes) o.ring_of_[node] = static_cast<int>(o.rings_.size());
+    o.rings_.push_back(std::move(ring));
+  }
+  for (int node = 0; node < static_cast<int>(faulty.size()); ++node) {
+    o.healthy_nodes_ += !faulty[node];
+    if (!faulty[node] && o.ring_of_[node] < 0) o.free_.insert(node);
+  }
+  return o;
+}
+
+double RingOrchestrator::waste_ratio() const {
+  return healthy_nodes_ > 0 ? 1.0 - static_cast<double>(usable_gpus()) / healthy_gpus() : 0;
+}
+
+int RingOrchestrator::Distance(int from, int to) const {
+  const int n = static_cast<int>(faulty_.size());
+  if (!arch_.wrap) return to >= from ? to - from : n;  // never within reach backwards
+  return ((to - from) % n + n) % n;
+}
+
+void RingOrchestrator::SetFaulty(int node, bool down) {
+  if (node < 0 || node >= static_cast<int>(faulty_.size()) || static_cast<bool>(faulty_[node]) == down)
+    return;
+  faulty_[node] = down;
+  healthy_nodes_ += down ? -1 : 1;
+  if (!down) {
+    free_.insert(node);
+    BuildAround(node);
+    return;
+  }
+  free_.erase(node);
+  const int ring = ring_of_[node];
+  if (ring < 0) return;
+  // Borrow a free node: tear down the rings between this one and the nearest free node reachable
+  // along the ring (the shorter side), so the re-cut of that stretch keeps the ring count.
+  std::vector<int> stretch = StretchToFreeNode(ring);
+  stretch.push_back(ring);
+  std::vector<int> survivors;
+  for (int r : stretch)
+    for (int member : rings_[r].nodes)
+      if (!faulty_[member]) survivors.push_back(member);
+  // Tear down from the highest index: TearDown moves the last ring into the hole.
+  std::sort(stretch.begin(), stretch.end(), std::greater<>());
+  stretch.erase(std::unique(stretch.begin(), stretch.end()), stretch.end());
+  for (int r : stretch) TearDown(r);
+  for (int survivor : survivors)
+    if (ring_of_[survivor] < 0 && free_.count(survivor)) BuildAround(survivor);
+}
+
+std::vector<int> RingOrchestrator::StretchToFreeNode(int ring) const {
+  const int n = static_cast<int>(faulty_.size());
+  std::vector<int> best;
+  bool found_any = false;
+  for (int dir : {+1, -1}) {
+    const std::vector<int>& nodes = rings_[ring].nodes;
+    int pos = dir > 0 ? nodes.back() : nodes.front();
+    std::vector<int> rings;
+    bool found = false;
+    for (int step = 0, run = 0; step < n && static_cast<int>(rings.size()) <= kMaxStretchRings; ++step) {
+      pos += dir;
+      if (pos < 0 || pos >= n) {
+        if (!arch_.wrap) break;
+        pos = (pos + n) % n;
+      }
+      if (faulty_[pos]) {
+        if (++run >= arch_.k) break;  // the chain cannot cross this run
+        continue;
+      }
+      run = 0;
+      if (ring_of_[pos] < 0) {
+        found = true;
+        break;
+      }
+      if (ring_of_[pos] != ring && (rings.empty() || rings.back() != ring_of_[pos]))
+        rings.push_back(ring_of_[pos]);
+    }
+    if (found && (!found_any || rings.size() < best.size())) best = std::move(rings), found_any = true;
+  }
+  return best;
+}
+
+void RingOrchestrator::TearDown(int ring) {
+  ++rings_torn_down_;
+  for (int node : rings_[ring].nodes) {
+    ring_of_[node] = -1;
+    if (!faulty_[node]) free_.insert(node);
+  }
+  // Keep rings_ dense: move the last ring into the hole.
+  const int last = static_cast<int>(rings_.size()) - 1;
+  if (ring != last) {
+    rings_[ring] = std::move(rings_[last]);
+    for (int node : rings_[ring].nodes) ring_of_[node] = ring;
+  }
+  rings_.pop_back();
+}
+
+void RingOrchestrator::AddRing(std::vector<int> nodes) {
+  TpGroup ring;
+  ring.nodes = std::move(nodes);
+  for (size_t j = 0; j < ring.nodes.size(); ++j) {
+    free_.erase(ring.nodes[j]);
+    ring_of_[ring.nodes[j]] = static_cast<int>(rings_.size());
+    if (j > 0) ring.bridged |= Distance(ring.nodes[j - 1], ring.nodes[j]) != 1;
+  }
+  rings_.push_back(std::move(ring));
+  ++rings_built_;
+}
+
+void RingOrchestrator::BuildAround(int node) {
+  if (!free_.count(node) || static_cast<int>(free_.size()) < per_ring_) return;
+  // Walk back to the chain's first node: a free node whose free predecessor is out of reach.
+  auto prev = [&](std::set<int>::iterator it) {
+    if (it != free_.begin()) return std::prev(it);
+    return arch_.wrap ? std::prev(free_.end()) : free_.end();
+  };
+  auto next = [&](std::set<int>::iterator it) {
+    ++it;
+    return it == free_.end() && arch_.wrap ? free_.begin() : it;
+  };
+  auto start = free_.find(node);
+  for (size_t steps = 0; steps < free_.size(); ++steps) {
+    auto p = prev(start);
+    if (p == free_.end() || p == start || Distance(*p, *start) > arch_.k) break;
+    start = p;
+  }
+  // Walk forward, cutting rings of per_ring_ nodes; a chain around the whole ring stops where it began.
+  std::vector<int> chain{*start};
+  for (auto it = start; chain.size() < free_.size();) {
+    auto n = next(it);
+    if (n == free_.end() || n == start || Distance(*it, *n) > arch_.k) break;
+    chain.push_back(*n);
+    it = n;
+  }
+  const size_t full = chain.size() / per_ring_ * per_ring_;
+  for (size_t i = 0; i < full; i += per_ring_)
+    AddRing(std::vector<int>(chain.begin() + i, chain.begin() + i + per_ring_));
+}
+
+}  // namespace weightport::sim::hbd

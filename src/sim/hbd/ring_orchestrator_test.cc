@@ -1,0 +1,65 @@
+#include "weightport/sim/hbd/ring_orchestrator.h"
+
+#include <gtest/gtest.h>
+
+namespace weightport::sim::hbd {
+namespace {
+
+ArchSpec Ring(int k) { return *MakeArch("infinitehbd", k); }
+
+TEST(RingOrchestrator, AFaultRebuildsOnlyTheRingItHits) {
+  // 17 nodes, TP 16 (4 nodes per ring), K = 2: rings 0-3, 4-7, 8-11, 12-15; node 16 free.
+  auto o = RingOrchestrator::Create(Ring(2), std::vector<char>(17, 0), 16);
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  ASSERT_EQ(o->rings().size(), 4u);
+  // Node 13 fails: ring 12-15 is torn down; 12, 14, 15 and the free 16 are within reach
+  // (13 is bridged, K = 2), so one new ring 12, 14, 15, 16 is built; the others stay.
+  o->SetFaulty(13, true);
+  EXPECT_EQ(o->rings_torn_down(), 1);
+  EXPECT_EQ(o->rings_built(), 1);
+  ASSERT_EQ(o->rings().size(), 4u);
+  bool found = false;
+  for (const TpGroup& r : o->rings()) {
+    if (r.nodes == std::vector<int>{12, 14, 15, 16}) found = r.bridged;
+    EXPECT_NE(r.nodes, (std::vector<int>{12, 13, 14, 15}));
+  }
+  EXPECT_TRUE(found);
+  EXPECT_EQ(o->waste_ratio(), 0);
+  // Node 5 fails: no free node is left, so its ring cannot be rebuilt: 3 healthy nodes wasted.
+  o->SetFaulty(5, true);
+  EXPECT_EQ(o->rings_built(), 1);
+  EXPECT_EQ(o->rings().size(), 3u);
+  EXPECT_NEAR(o->waste_ratio(), 12.0 / 60, 1e-12);
+  // Node 5 comes back: 4, 5, 6, 7 are free and within reach, one ring again.
+  o->SetFaulty(5, false);
+  EXPECT_EQ(o->rings_built(), 2);
+  EXPECT_EQ(o->rings().size(), 4u);
+  EXPECT_EQ(o->waste_ratio(), 0);
+}
+
+TEST(RingOrchestrator, FreeNodesOutOfReachStayFree) {
+  // K = 1: no bridging. 8 nodes, TP 8 (2 per ring): rings 0-1, 2-3, 4-5, 6-7. Node 2 fails: 3 is
+  // left alone (its neighbours 4 and 1 are in rings), so nothing is rebuilt.
+  auto o = RingOrchestrator::Create(Ring(1), std::vector<char>(8, 0), 8);
+  ASSERT_TRUE(o.ok());
+  o->SetFaulty(2, true);
+  EXPECT_EQ(o->rings().size(), 3u);
+  EXPECT_EQ(o->rings_built(), 0);
+  // Node 4 fails too: 3 and 5 are free but 2 apart, beyond K = 1.
+  o->SetFaulty(4, true);
+  EXPECT_EQ(o->rings().size(), 2u);
+  EXPECT_EQ(o->rings_built(), 0);
+  // Node 4 returns: 3, 4, 5 form a chain; one ring of 3-4, 5 stays free.
+  o->SetFaulty(4, false);
+  EXPECT_EQ(o->rings_built(), 1);
+  EXPECT_EQ(o->rings().size(), 3u);
+}
+
+TEST(RingOrchestrator, OnlyForRingsOfWholeNodes) {
+  EXPECT_FALSE(RingOrchestrator::Create(*MakeArch("nvl-72"), std::vector<char>(18, 0), 16).ok());
+  EXPECT_FALSE(RingOrchestrator::Create(Ring(2), std::vector<char>(18, 0), 4).ok());
+  EXPECT_FALSE(RingOrchestrator::Create(Ring(2), std::vector<char>(18, 0), 6).ok());
+}
+
+}  // namespace
+}  // namespace weightport::sim::hbd
