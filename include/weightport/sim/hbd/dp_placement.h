@@ -12,8 +12,8 @@
 // leaves : 0) / sum of dp.
 //
 // Policies: kTorAware sorts the TP groups by the leaves their ranks sit on, makes whole DP groups
-// of groups on identical leaves first and cuts the rest in that order (InfiniteHBD's HBD-DCN orchestration
-// aligns DP peers under one ToR); kInOrder takes TP groups in placement order (the baseline).
+// of groups on identical leaves first and cuts the rest in that order (InfiniteHBD's HBD-DCN
+// orchestration aligns DP peers under one ToR); kInOrder takes TP groups in placement order.
 #pragma once
 
 #include "weightport/core/status.h"
