@@ -27,7 +27,7 @@ struct HbdOptions {
   std::string ratios = "0.01,0.02,0.05,0.07,0.1";
   std::string trace, plot, trace_plot;
   double sample_days = 1.0 / 24;
-  int dp = 0, tor_gpus = 256, layers = 56, sim_tp = 8;
+  int dp = 0, tor_gpus = 256, layers = 56, sim_tp = 8, max_stretch = 64;
   std::string dp_policy = "tor-aware", model = "50b", cost;
   // hbd place
   int nodes = 64;
@@ -68,6 +68,7 @@ Result<EvalOptions> MakeEvalOptions(const HbdOptions& o) {
   e.tp = o.tp;
   e.dp = o.dp;
   e.tor_gpus = o.tor_gpus;
+  e.max_stretch = o.max_stretch;
   if (o.dp_policy == "tor-aware") {
     e.dp_policy = DpPolicy::kTorAware;
   } else if (o.dp_policy == "in-order") {
@@ -112,7 +113,8 @@ Result<nlohmann::ordered_json> CompareArch(const HbdOptions& o, const ArchSpec& 
                     {"reconfigurations_per_year", m.reconfigurations / years},
                     {"reconfiguration_s", m.reconfiguration_s}};
     if (a.kind == ArchKind::kInfiniteHbd && o.tp > a.gpus_per_node)
-      row["trace"]["waste_recut_every_sample"] = StatsJson(m.waste_recut);
+      row["trace"]["recut_every_sample"] = {{"waste", StatsJson(m.waste_recut)},
+                                            {"reconfigurations", m.recut_reconfigurations}};
   }
   WP_ASSIGN_OR_RETURN(ArchCost cost, CostPerGpu(a, prices));
   row["cost_per_gpu"] = {{"hbd_usd", cost.hbd_usd_per_gpu},
@@ -209,9 +211,12 @@ void PrintCompare(const HbdOptions& o, const std::vector<double>& ratios, const 
         static_cast<long long>(t["reconfigurations"].get<int64_t>()),
         t["reconfigurations_per_year"].get<double>(), t["reconfiguration_s"].get<double>(),
         100 * t["fault_ratio_mean"].get<double>());
-    if (t.contains("waste_recut_every_sample"))
-      std::printf("%-14s (a greedy re-cut of the whole ring at every sample would waste %.2f%% on average)\n",
-                  "", 100 * t["waste_recut_every_sample"]["mean"].get<double>());
+    if (t.contains("recut_every_sample"))
+      std::printf(
+          "%-14s (a greedy re-cut of the whole ring at every sample: waste %.2f%% mean, %lld rings "
+          "rebuilt)\n",
+          "", 100 * t["recut_every_sample"]["waste"]["mean"].get<double>(),
+          static_cast<long long>(t["recut_every_sample"]["reconfigurations"].get<int64_t>()));
   }
 }
 
@@ -380,6 +385,12 @@ Command AddHbdCommand(CLI::App& app) {
       ->capture_default_str();
   compare->add_option("--tor-gpus", o->tor_gpus, "GPUs under one ToR group of the rail-optimised DCN")
       ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  compare
+      ->add_option(
+          "--max-stretch", o->max_stretch,
+          "With --trace, InfiniteHBD: the most rings one repair may rebuild to borrow or gather free nodes")
+      ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   compare->add_option("--dp-policy", o->dp_policy, "DP grouping: tor-aware or in-order")
       ->capture_default_str();

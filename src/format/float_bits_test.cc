@@ -62,7 +62,7 @@ TEST(FloatBitsTest, F16RoundsToNearestEvenAgainstReference) {
     const uint32_t bits = static_cast<uint32_t>(state >> 32);
     float f = std::bit_cast<float>((bits & 0x807fffffu) | ((100u + (bits >> 8) % 45u) << 23));
     if (i % 3 == 0)
-      f = std::bit_cast<float>(std::bit_cast<uint32_t>(f) & 0xffffe000u | 0x1000u);  // exact tie
+      f = std::bit_cast<float>((std::bit_cast<uint32_t>(f) & 0xffffe000u) | 0x1000u);  // exact tie
     EXPECT_EQ(F32ToF16(f), reference(f)) << f;
   }
 }

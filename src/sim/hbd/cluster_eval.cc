@@ -1,6 +1,7 @@
 #include "weightport/sim/hbd/cluster_eval.h"
 
 #include <algorithm>
+#include <iterator>
 #include <numeric>
 #include <optional>
 
@@ -97,6 +98,8 @@ Result<ClusterMetrics> EvaluateTrace(const ArchSpec& arch, int cluster_nodes, co
   Samples s;
   size_t next = 0;
   int down = 0;
+  std::vector<std::vector<int>> previous_cut;  // infinitehbd: the last sample's re-cut, sorted
+  int64_t recut_rebuilds = 0;
   for (double day = 0; day <= trace.days; day += sample_days) {
     for (; next < trace.events.size() && trace.events[next].day <= day; ++next) {
       const FaultEvent& e = trace.events[next];
@@ -118,13 +121,25 @@ Result<ClusterMetrics> EvaluateTrace(const ArchSpec& arch, int cluster_nodes, co
     }
     const double fault_ratio = static_cast<double>(down) / cluster_nodes;
     if (!rings && Orchestrated(arch, options.tp)) {
-      WP_ASSIGN_OR_RETURN(RingOrchestrator o, RingOrchestrator::Create(arch, faulty, options.tp));
+      WP_ASSIGN_OR_RETURN(RingOrchestrator o,
+                          RingOrchestrator::Create(arch, faulty, options.tp, options.max_stretch));
       rings.emplace(std::move(o));
     }
     WP_ASSIGN_OR_RETURN(TpPlacement recut, PlaceTp(arch, faulty, options.tp, /*keep_groups=*/true));
     if (rings) {
       WP_RETURN_IF_ERROR(s.Add(arch, rings->rings(), rings->waste_ratio(), fault_ratio, options));
       s.waste_recut.push_back(recut.waste_ratio());
+      // Rings the re-cut builds that the previous sample's re-cut did not have.
+      std::vector<std::vector<int>> cut;
+      for (TpGroup& g : recut.tp_groups) cut.push_back(std::move(g.nodes));
+      std::sort(cut.begin(), cut.end());
+      if (!previous_cut.empty()) {
+        std::vector<std::vector<int>> added;
+        std::set_difference(cut.begin(), cut.end(), previous_cut.begin(), previous_cut.end(),
+                            std::back_inserter(added));
+        recut_rebuilds += static_cast<int64_t>(added.size());
+      }
+      previous_cut = std::move(cut);
     } else {
       WP_RETURN_IF_ERROR(s.Add(arch, recut.tp_groups, recut.waste_ratio(), fault_ratio, options));
     }
@@ -133,6 +148,7 @@ Result<ClusterMetrics> EvaluateTrace(const ArchSpec& arch, int cluster_nodes, co
   ClusterMetrics m = s.Finish(options);
   m.reconfigurations = rings ? rings->rings_built() : cube_losses;
   m.reconfiguration_s = m.reconfigurations * ReconfigurationSeconds(arch);
+  m.recut_reconfigurations = recut_rebuilds;
   return m;
 }
 

@@ -63,15 +63,16 @@ TEST(ClusterEval, TpuCubesLostCountAsReconfigurations) {
 
 TEST(ClusterEval, RingReconfigurationsAreRingsRebuiltAfterTheFirstPlacement) {
   // 9 nodes, K = 2, TP 16: rings 0-3 and 4-7, node 8 free. Day 1, a (position 1) fails: ring 0-3
-  // torn down; 8 reaches 0 across the wrap, so 8, 0, 2, 3 is built (1). Day 1.5, b (position 5)
-  // fails: ring 4-7 torn down; 4, 6, 7 are too few: wasted. Day 2, a returns: 1 reaches nothing
-  // free within 2. Day 2.5, c (position 0) fails: ring 8, 0, 2, 3 torn down; the free nodes now
-  // chain all round, 8, 1, 2, 3 is built (2). Day 2.75, c returns: 4, 6, 7, 0 is built (3).
-  // Day 3, b returns and stays free.
+  // borrows the free 8 across the wrap: 8, 0, 2, 3 is built (1). Day 1.5, b (position 5) fails:
+  // no free node is within reach, ring 4-7 is torn down and 4, 6, 7 idle. Day 2, a returns: with
+  // 4, 6, 7 there are enough free nodes for a ring; the ring between (8, 0, 2, 3) is re-cut with
+  // them: 8, 0, 1, 2 and 3, 4, 6, 7 (2, 3). Day 2.5, c (position 0) fails: nothing free within
+  // reach, ring 8, 0, 1, 2 torn down. Day 2.75, c returns: 8, 0, 1, 2 again (4). Day 3, b returns
+  // and stays free.
   auto m = EvaluateTrace(*MakeArch("infinitehbd", 2), 9, HandTrace(), {1, 5, 0}, 0.25, Tp(16));
   ASSERT_TRUE(m.ok()) << m.status().ToString();
-  EXPECT_EQ(m->reconfigurations, 3);
-  EXPECT_DOUBLE_EQ(m->reconfiguration_s, 3 * 80e-6);
+  EXPECT_EQ(m->reconfigurations, 4);
+  EXPECT_DOUBLE_EQ(m->reconfiguration_s, 4 * 80e-6);
   // Between day 1.5 and day 3 one ring of two is missing: waste 3 of 7 (or 8) healthy nodes.
   EXPECT_GT(m->waste.max, 0.3);
   // A greedy re-cut wastes less at some samples (it moves rings instead).

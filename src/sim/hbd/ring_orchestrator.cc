@@ -2,25 +2,28 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 
 namespace weightport::sim::hbd {
 
-RingOrchestrator::RingOrchestrator(const ArchSpec& arch, int tp, std::vector<char> faulty)
+RingOrchestrator::RingOrchestrator(const ArchSpec& arch, int tp, int max_stretch, std::vector<char> faulty)
     : arch_(arch),
       tp_(tp),
       per_ring_(tp / arch.gpus_per_node),
+      max_stretch_(max_stretch),
       faulty_(std::move(faulty)),
       ring_of_(faulty_.size(), -1) {}
 
 Result<RingOrchestrator> RingOrchestrator::Create(const ArchSpec& arch, const std::vector<char>& faulty,
-                                                  int tp) {
+                                                  int tp, int max_stretch) {
   if (arch.kind != ArchKind::kInfiniteHbd)
     return InvalidArgument("ring orchestration is for infinitehbd, not " + arch.name);
   if (tp <= arch.gpus_per_node || tp % arch.gpus_per_node != 0)
     return InvalidArgument("ring orchestration needs TP spanning whole nodes of " +
                            std::to_string(arch.gpus_per_node) + " GPUs (got TP " + std::to_string(tp) + ")");
   WP_ASSIGN_OR_RETURN(TpPlacement first, PlaceTp(arch, faulty, tp, /*keep_groups=*/true));
-  RingOrchestrator o(arch, tp, faulty);
+  if (max_stretch < 0) return InvalidArgument("the most rings a repair may rebuild must be >= 0");
+  RingOrchestrator o(arch, tp, max_stretch, faulty);
   for (TpGroup& ring : first.tp_groups) {
     for (int node : ring.nodes) o.ring_of_[node] = static_cast<int>(o.rings_.size());
     o.rings_.push_back(std::move(ring));
@@ -50,57 +53,69 @@ void RingOrchestrator::SetFaulty(int node, bool down) {
   if (!down) {
     free_.insert(node);
     BuildAround(node);
+    if (!free_.count(node) || static_cast<int>(free_.size()) < per_ring_) return;
+    // Gather: re-cut the rings between this node and enough free nodes for one more ring.
+    auto stretch = Stretch(node, node, per_ring_ - 1, -1);
+    if (stretch && !stretch->empty()) Rebuild(std::move(stretch).value());
     return;
   }
   free_.erase(node);
   const int ring = ring_of_[node];
   if (ring < 0) return;
-  // Borrow a free node: tear down the rings between this one and the nearest free node reachable
-  // along the ring (the shorter side), so the re-cut of that stretch keeps the ring count.
-  std::vector<int> stretch = StretchToFreeNode(ring);
+  // Borrow a free node: re-cut this ring and those between it and the nearest free node, so the
+  // ring count stays. With none within reach, the ring alone is torn down.
+  const std::vector<int>& nodes = rings_[ring].nodes;
+  std::vector<int> stretch = Stretch(nodes.back(), nodes.front(), 1, ring).value_or(std::vector<int>{});
   stretch.push_back(ring);
+  Rebuild(std::move(stretch));
+}
+
+std::optional<std::vector<int>> RingOrchestrator::Stretch(int forward_from, int backward_from, int needed,
+                                                          int own) const {
+  std::optional<std::vector<int>> best;
+  for (int dir : {+1, -1}) {
+    auto rings = WalkToFree(dir > 0 ? forward_from : backward_from, dir, needed, own);
+    if (rings && (!best || rings->size() < best->size())) best = std::move(rings);
+  }
+  return best;
+}
+
+std::optional<std::vector<int>> RingOrchestrator::WalkToFree(int pos, int dir, int needed, int own) const {
+  const int n = static_cast<int>(faulty_.size());
+  std::vector<int> rings;
+  int found = 0;
+  for (int step = 0, run = 0; step < n - 1 && static_cast<int>(rings.size()) <= max_stretch_; ++step) {
+    pos += dir;
+    if (pos < 0 || pos >= n) {
+      if (!arch_.wrap) return std::nullopt;
+      pos = (pos + n) % n;
+    }
+    if (faulty_[pos]) {
+      if (++run >= arch_.k) return std::nullopt;  // the chain cannot cross this run
+      continue;
+    }
+    run = 0;
+    const int r = ring_of_[pos];
+    if (r < 0) {
+      if (++found >= needed) return rings;
+    } else if (r != own && std::find(rings.begin(), rings.end(), r) == rings.end()) {
+      rings.push_back(r);
+    }
+  }
+  return std::nullopt;
+}
+
+void RingOrchestrator::Rebuild(std::vector<int> rings) {
   std::vector<int> survivors;
-  for (int r : stretch)
+  for (int r : rings)
     for (int member : rings_[r].nodes)
       if (!faulty_[member]) survivors.push_back(member);
   // Tear down from the highest index: TearDown moves the last ring into the hole.
-  std::sort(stretch.begin(), stretch.end(), std::greater<>());
-  stretch.erase(std::unique(stretch.begin(), stretch.end()), stretch.end());
-  for (int r : stretch) TearDown(r);
+  std::sort(rings.begin(), rings.end(), std::greater<>());
+  rings.erase(std::unique(rings.begin(), rings.end()), rings.end());
+  for (int r : rings) TearDown(r);
   for (int survivor : survivors)
-    if (ring_of_[survivor] < 0 && free_.count(survivor)) BuildAround(survivor);
-}
-
-std::vector<int> RingOrchestrator::StretchToFreeNode(int ring) const {
-  const int n = static_cast<int>(faulty_.size());
-  std::vector<int> best;
-  bool found_any = false;
-  for (int dir : {+1, -1}) {
-    const std::vector<int>& nodes = rings_[ring].nodes;
-    int pos = dir > 0 ? nodes.back() : nodes.front();
-    std::vector<int> rings;
-    bool found = false;
-    for (int step = 0, run = 0; step < n && static_cast<int>(rings.size()) <= kMaxStretchRings; ++step) {
-      pos += dir;
-      if (pos < 0 || pos >= n) {
-        if (!arch_.wrap) break;
-        pos = (pos + n) % n;
-      }
-      if (faulty_[pos]) {
-        if (++run >= arch_.k) break;  // the chain cannot cross this run
-        continue;
-      }
-      run = 0;
-      if (ring_of_[pos] < 0) {
-        found = true;
-        break;
-      }
-      if (ring_of_[pos] != ring && (rings.empty() || rings.back() != ring_of_[pos]))
-        rings.push_back(ring_of_[pos]);
-    }
-    if (found && (!found_any || rings.size() < best.size())) best = std::move(rings), found_any = true;
-  }
-  return best;
+    if (free_.count(survivor)) BuildAround(survivor);
 }
 
 void RingOrchestrator::TearDown(int ring) {

@@ -55,6 +55,25 @@ TEST(RingOrchestrator, FreeNodesOutOfReachStayFree) {
   EXPECT_EQ(o->rings().size(), 3u);
 }
 
+TEST(RingOrchestrator, ABrokenRingBorrowsThroughTheFewestRingsUpToTheLimit) {
+  // 17 nodes, K = 2, TP 16: rings 0-3, 4-7, 8-11, 12-15, node 16 free. Node 5 fails. The free 16
+  // is two rings away forward (8-11, 12-15) and one backward (0-3, across the wrap): 0-3 and the
+  // broken ring are re-cut with 16 as 16, 0, 1, 2 and 3, 4, 6, 7.
+  auto o = RingOrchestrator::Create(Ring(2), std::vector<char>(17, 0), 16);
+  ASSERT_TRUE(o.ok());
+  o->SetFaulty(5, true);
+  EXPECT_EQ(o->rings_built(), 2);
+  EXPECT_EQ(o->rings().size(), 4u);
+  EXPECT_EQ(o->waste_ratio(), 0);
+  // Allowed to rebuild no ring but its own, it gives up: 3 rings, 3 nodes idle.
+  auto strict = RingOrchestrator::Create(Ring(2), std::vector<char>(17, 0), 16, /*max_stretch=*/0);
+  ASSERT_TRUE(strict.ok());
+  strict->SetFaulty(5, true);
+  EXPECT_EQ(strict->rings_built(), 0);
+  EXPECT_EQ(strict->rings().size(), 3u);
+  EXPECT_FALSE(RingOrchestrator::Create(Ring(2), std::vector<char>(17, 0), 16, -1).ok());
+}
+
 TEST(RingOrchestrator, OnlyForRingsOfWholeNodes) {
   EXPECT_FALSE(RingOrchestrator::Create(*MakeArch("nvl-72"), std::vector<char>(18, 0), 16).ok());
   EXPECT_FALSE(RingOrchestrator::Create(Ring(2), std::vector<char>(18, 0), 4).ok());

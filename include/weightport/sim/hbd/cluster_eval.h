@@ -23,6 +23,7 @@ struct EvalOptions {
   int dp = 0;  // 0: AutoDp(tor_gpus, tp)
   int tor_gpus = 256;
   DpPolicy dp_policy = DpPolicy::kTorAware;
+  int max_stretch = 64;  // infinitehbd over a trace: RingOrchestrator's limit
 };
 
 struct ClusterMetrics {
@@ -39,6 +40,7 @@ struct ClusterMetrics {
   // infinitehbd over a trace: the waste of a greedy re-cut of the whole ring at every sample (the
   // least waste; the orchestrator trades some of it for far fewer reconfigurations).
   Percentiles waste_recut;
+  int64_t recut_reconfigurations = 0;  // rings each re-cut has that the previous one did not
 };
 
 // Switching time of one reconfiguration: OCSTrx 80 us (InfiniteHBD, 60-80 us), MEMS OCS 10 ms

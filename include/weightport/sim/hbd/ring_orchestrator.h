@@ -6,13 +6,15 @@
 // the side with fewer rings in between: it and the rings between are torn down and that stretch is
 // cut into rings again, one node further along. Nodes are within reach of each other when at most
 // K positions apart, whatever lies between them (the k-hop links connect them directly); a run of
-// K or more faulty nodes ends a stretch. With no free node within kMaxStretchRings rings, the ring
-// stays torn down and its nodes free. A node coming back joins the free nodes and, with free
-// nodes within reach, forms new rings when they are enough for one. Every ring built after the
-// first placement is one reconfiguration of the optical circuits of its nodes.
+// K or more faulty nodes ends a stretch. With no free node within max_stretch rings, the ring
+// stays torn down and its nodes free. A node coming back joins the free nodes; when they are
+// enough for one more ring, the rings between it and the nearest TP/g - 1 other free nodes are
+// re-cut with them (a gather: the mirror of the borrow). Every ring built after the first
+// placement is one reconfiguration of the optical circuits of its nodes.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -26,7 +28,10 @@ class RingOrchestrator {
  public:
   // The first placement is PlaceTp's greedy cut of the given fault set. Errors: as PlaceTp, and
   // an architecture other than infinitehbd or a TP not spanning whole nodes.
-  static Result<RingOrchestrator> Create(const ArchSpec& arch, const std::vector<char>& faulty, int tp);
+  // max_stretch: the most rings one borrow or gather may rebuild (fewer: fewer reconfigurations,
+  // more idle nodes).
+  static Result<RingOrchestrator> Create(const ArchSpec& arch, const std::vector<char>& faulty, int tp,
+                                         int max_stretch = 64);
 
   // Marks a node down or up and repairs the rings at once.
   void SetFaulty(int node, bool down);
@@ -39,18 +44,22 @@ class RingOrchestrator {
   int64_t rings_torn_down() const { return rings_torn_down_; }
 
  private:
-  RingOrchestrator(const ArchSpec& arch, int tp, std::vector<char> faulty);
-  static constexpr int kMaxStretchRings = 64;
+  RingOrchestrator(const ArchSpec& arch, int tp, int max_stretch, std::vector<char> faulty);
   int Distance(int from, int to) const;  // positions forward from `from` to `to`
-  // Rings between `ring` and the nearest free node on its cheaper side; empty when adjacent or
-  // when none is within reach.
-  std::vector<int> StretchToFreeNode(int ring) const;
+  // Rings (other than `own`) passed walking from `pos` in direction `dir` until `needed` free
+  // healthy nodes are passed; nullopt when a run of >= K faulty nodes, max_stretch rings or
+  // a full turn comes first.
+  std::optional<std::vector<int>> WalkToFree(int pos, int dir, int needed, int own) const;
+  // The shorter of the walks forward from `forward_from` and backward from `backward_from`.
+  std::optional<std::vector<int>> Stretch(int forward_from, int backward_from, int needed, int own) const;
+  // Tears the rings down and cuts their healthy nodes, with the free nodes they reach, again.
+  void Rebuild(std::vector<int> rings);
   void TearDown(int ring);
   void BuildAround(int node);  // cuts new rings from the chain of free nodes through `node`
   void AddRing(std::vector<int> nodes);
 
   ArchSpec arch_;
-  int tp_ = 0, per_ring_ = 0, healthy_nodes_ = 0;
+  int tp_ = 0, per_ring_ = 0, max_stretch_ = 64, healthy_nodes_ = 0;
   std::vector<char> faulty_;
   std::vector<int> ring_of_;  // node -> index in rings_, -1 when free
   std::vector<TpGroup> rings_;
