@@ -210,16 +210,20 @@ TEST_F(CliTest, HbdCompareAndSyntheticTraces) {
     const double waste = a["at_fault_ratio"][1]["waste_mean"].get<double>();
     EXPECT_GE(waste, 0);
     EXPECT_LE(waste, 1);
+    EXPECT_GT(a["cost_per_gpu"]["hbd_usd"].get<double>(), 0) << a.dump();
+    EXPECT_FALSE(a.contains("sim"));
+    if (a["arch"] == "dgx") {  // TP 16 does not fit: no DP group, no figure
+      EXPECT_TRUE(a["at_fault_ratio"][1]["cross_tor_mean"].is_null()) << a.dump();
+      continue;
+    }
     const double cross = a["at_fault_ratio"][1]["cross_tor_mean"].get<double>();
     EXPECT_GE(cross, 0);
     EXPECT_LE(cross, 1);
-    EXPECT_GT(a["cost_per_gpu"]["hbd_usd"].get<double>(), 0) << a.dump();
-    EXPECT_FALSE(a.contains("sim"));
+    EXPECT_EQ(a["at_fault_ratio"][0]["cross_tor_mean"].get<double>(), 0) << a.dump();  // no faults
   }
-  EXPECT_EQ(j["archs"][0]["at_fault_ratio"][0]["waste_mean"].get<double>(), 0);      // no faults
-  EXPECT_EQ(j["archs"][0]["at_fault_ratio"][0]["cross_tor_mean"].get<double>(), 0);  // aligned rings
-  EXPECT_GT(j["archs"][2]["trace"]["reconfigurations"].get<int64_t>(), 0);           // tpuv4 cubes lost
-  EXPECT_EQ(j["archs"][1]["trace"]["reconfigurations"].get<int64_t>(), 0);           // nvl-72: none
+  EXPECT_EQ(j["archs"][0]["at_fault_ratio"][0]["waste_mean"].get<double>(), 0);  // no faults
+  EXPECT_GT(j["archs"][2]["trace"]["reconfigurations"].get<int64_t>(), 0);       // tpuv4 cubes lost
+  EXPECT_EQ(j["archs"][1]["trace"]["reconfigurations"].get<int64_t>(), 0);       // nvl-72: none
   // The sync and recovery simulations, on a small model.
   r =
       Cli("hbd compare --gpus 144 --tp 16 --arch infinitehbd,nvl-72,nvl-36 --fault-ratio 0 --samples 1 "

@@ -94,7 +94,8 @@ Result<nlohmann::ordered_json> CompareArch(const HbdOptions& o, const ArchSpec& 
     by_ratio.push_back({{"fault_ratio", r},
                         {"waste_mean", m.waste.mean},
                         {"waste_p99", m.waste.p99},
-                        {"cross_tor_mean", m.cross_tor.mean}});
+                        {"cross_tor_mean", m.cross_tor_samples > 0 ? nlohmann::ordered_json(m.cross_tor.mean)
+                                                                   : nlohmann::ordered_json(nullptr)}});
     by_ratio_series.points.push_back({100 * r, 100 * m.waste.mean});
   }
   row["at_fault_ratio"] = by_ratio;
@@ -108,7 +109,7 @@ Result<nlohmann::ordered_json> CompareArch(const HbdOptions& o, const ArchSpec& 
     row["trace"] = {{"samples", m.samples},
                     {"fault_ratio_mean", m.mean_fault_ratio},
                     {"waste", StatsJson(m.waste)},
-                    {"cross_tor", StatsJson(m.cross_tor)},
+                    {"cross_tor", m.cross_tor_samples > 0 ? StatsJson(m.cross_tor) : nullptr},
                     {"reconfigurations", m.reconfigurations},
                     {"reconfigurations_per_year", m.reconfigurations / years},
                     {"reconfiguration_s", m.reconfiguration_s}};
@@ -169,8 +170,12 @@ void PrintCompare(const HbdOptions& o, const std::vector<double>& ratios, const 
   for (const auto& row : rows) {
     std::printf("%-14s",
                 (row["arch"].get<std::string>() + " dp" + std::to_string(row.value("dp", 0))).c_str());
-    for (const auto& w : row["at_fault_ratio"])
-      std::printf("%9.2f%%", 100 * w["cross_tor_mean"].get<double>());
+    for (const auto& w : row["at_fault_ratio"]) {
+      if (w["cross_tor_mean"].is_null())
+        std::printf("%10s", "n/a");  // no DP group was formed
+      else
+        std::printf("%9.2f%%", 100 * w["cross_tor_mean"].get<double>());
+    }
     std::printf("\n");
   }
   std::printf("\nPer GPU: interconnect cost and power (%s)%s\n",
@@ -201,13 +206,16 @@ void PrintCompare(const HbdOptions& o, const std::vector<double>& ratios, const 
               trace->node_ids.size(), trace->days, o.sample_days * 24);
   for (const auto& row : rows) {
     const auto& t = row["trace"];
+    char cross[64] = "n/a (no DP group)";
+    if (!t["cross_tor"].is_null())
+      std::snprintf(cross, sizeof cross, "mean %.2f%% p99 %.2f%%", 100 * t["cross_tor"]["mean"].get<double>(),
+                    100 * t["cross_tor"]["p99"].get<double>());
     std::printf(
-        "%-14s waste mean %.2f%% p50 %.2f%% p99 %.2f%% max %.2f%%; cross-ToR mean %.2f%% p99 %.2f%%; "
+        "%-14s waste mean %.2f%% p50 %.2f%% p99 %.2f%% max %.2f%%; cross-ToR %s; "
         "%lld reconfigurations (%.1f/year, %.3f s in all); faulty nodes %.2f%% on average\n",
         row["arch"].get<std::string>().c_str(), 100 * t["waste"]["mean"].get<double>(),
         100 * t["waste"]["p50"].get<double>(), 100 * t["waste"]["p99"].get<double>(),
-        100 * t["waste"]["max"].get<double>(), 100 * t["cross_tor"]["mean"].get<double>(),
-        100 * t["cross_tor"]["p99"].get<double>(),
+        100 * t["waste"]["max"].get<double>(), cross,
         static_cast<long long>(t["reconfigurations"].get<int64_t>()),
         t["reconfigurations_per_year"].get<double>(), t["reconfiguration_s"].get<double>(),
         100 * t["fault_ratio_mean"].get<double>());

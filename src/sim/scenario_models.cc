@@ -46,12 +46,13 @@ std::vector<TensorMeta> BucketTensors(uint64_t total_bytes, int buckets) {
   return out;
 }
 
-std::vector<TensorMeta> WithAdamState(std::vector<TensorMeta> tensors) {
+Result<std::vector<TensorMeta>> WithAdamState(std::vector<TensorMeta> tensors) {
   const size_t weights = tensors.size();
   for (const char* suffix : {".master", ".exp_avg", ".exp_avg_sq"}) {
     for (size_t i = 0; i < weights; ++i) {
-      auto t = TensorMeta::Make(tensors[i].name + suffix, DType::kF32, tensors[i].shape);
-      if (t.ok()) tensors.push_back(std::move(t).value());
+      WP_ASSIGN_OR_RETURN(TensorMeta t,
+                          TensorMeta::Make(tensors[i].name + suffix, DType::kF32, tensors[i].shape));
+      tensors.push_back(std::move(t));
     }
   }
   return tensors;

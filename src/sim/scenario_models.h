@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "weightport/core/dtype.h"
+#include "weightport/core/status.h"
 #include "weightport/core/tensor_meta.h"
 #include "weightport/format/synthetic_model.h"
 
@@ -21,6 +22,6 @@ ModelSpec Dense50bSpec(int layers);
 std::vector<TensorMeta> BucketTensors(uint64_t total_bytes, int buckets);
 // The tensors plus what mixed-precision Adam keeps for each: an fp32 master copy and two fp32
 // moments (name + ".master", ".exp_avg", ".exp_avg_sq": the TP rules' globs still match).
-std::vector<TensorMeta> WithAdamState(std::vector<TensorMeta> tensors);
+Result<std::vector<TensorMeta>> WithAdamState(std::vector<TensorMeta> tensors);
 
 }  // namespace weightport::sim

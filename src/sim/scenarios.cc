@@ -132,7 +132,6 @@ Status BuildReplacement(Scenario& s, const PresetParams& p) {
   if (gpus % tp != 0) return p.Error("gpus", "must be a multiple of tp");
   WP_ASSIGN_OR_RETURN(s.graph, GraphWithGpus(preset, gpus));
   const std::vector<int> eps = Range(s.graph.Endpoints(), 0, gpus);
-  // The failed host's first `tp` GPUs hold one replica; every other replica is a source.
   // Hosts in the order their GPUs come; the failed one by that position.
   std::vector<int> hosts;
   for (int e : eps)
@@ -141,29 +140,39 @@ Status BuildReplacement(Scenario& s, const PresetParams& p) {
   if (failed >= static_cast<int>(hosts.size()))
     return p.Error("failed_host",
                    "must be below the " + std::to_string(hosts.size()) + " hosts of the cluster");
-  std::vector<int> on_failed, others;
-  for (int e : eps) (s.graph.nodes()[e].host == hosts[failed] ? on_failed : others).push_back(e);
-  // A host smaller than a TP group (a ring node) holds the group's first ranks: it refills those.
-  const int refill = std::min<int>(tp, static_cast<int>(on_failed.size()));
-  on_failed.resize(refill);
+  // Replica r is GPUs [r * tp, (r + 1) * tp) of the cluster. The failed host's GPUs hold some
+  // ranks of one or more replicas (all of one, or part of one when a TP group spans hosts); those
+  // replicas are no source, every other one is.
+  std::vector<int> on_failed, ranks, others;
+  std::vector<char> lost(eps.size() / tp, 0);
+  for (size_t i = 0; i < eps.size(); ++i) {
+    if (s.graph.nodes()[eps[i]].host != hosts[failed]) continue;
+    on_failed.push_back(eps[i]);
+    ranks.push_back(static_cast<int>(i % tp));
+    lost[i / tp] = 1;
+  }
+  for (size_t r = 0; r < lost.size(); ++r)
+    if (!lost[r]) others.insert(others.end(), eps.begin() + r * tp, eps.begin() + (r + 1) * tp);
   const int replicas = static_cast<int>(others.size()) / tp;
   if (replicas < 1) return p.Error("gpus", "leaves no other replica to refill from");
-  others.resize(static_cast<size_t>(replicas) * tp);
   std::vector<TensorMeta> tensors = ModelTensors(Dense50bSpec(layers));
-  if (optimizer) tensors = WithAdamState(std::move(tensors));
+  if (optimizer) {
+    WP_ASSIGN_OR_RETURN(tensors, WithAdamState(std::move(tensors)));
+  }
   WP_ASSIGN_OR_RETURN(Placement src, BuildMesh(tensors, std::vector<MeshAxis>{ReplicaAxis("dp", replicas),
                                                                               TensorParallelAxis("tp", tp)}));
   WP_ASSIGN_OR_RETURN(Placement group,
                       BuildMesh(tensors, std::vector<MeshAxis>{TensorParallelAxis("tp", tp)}));
+  // The replacement's GPU k takes over TP rank ranks[k].
   WP_ASSIGN_OR_RETURN(Placement dst, Placement::Make(tensors));
-  for (int r = 0; r < refill; ++r) {
-    dst.AddRank(r);
-    for (const Shard& shard : group.shards(r)) dst.AddShard(r, shard);
+  for (size_t k = 0; k < ranks.size(); ++k) {
+    dst.AddRank(static_cast<int>(k));
+    for (const Shard& shard : group.shards(ranks[k])) dst.AddShard(static_cast<int>(k), shard);
   }
   s.endpoints = {others, on_failed};
-  s.description = "a replacement for host " + std::to_string(failed) + " refills " +
-                  (refill < tp ? std::to_string(refill) + " ranks of " : std::string()) + "one TP-" +
-                  std::to_string(tp) + " replica of a 50B dense model (bf16" +
+  s.description = "a replacement for host " + std::to_string(failed) + " refills its " +
+                  std::to_string(on_failed.size()) + " GPUs' shards of TP-" + std::to_string(tp) +
+                  " replicas of a 50B dense model (bf16" +
                   (optimizer ? " weights, fp32 master and Adam moments" : "") + ") from " +
                   std::to_string(replicas) + " data-parallel replicas on " + preset;
   return Finish(s, src, dst, static_cast<uint64_t>(chunk_mib) << 20, 1);

@@ -59,6 +59,32 @@ TEST(Scenarios, AReplacementNodeIsFedByEveryOtherReplica) {
   EXPECT_LT(r->makespan_s, 1.1 * r->lower_bound_s);
 }
 
+TEST(Scenarios, AHostSmallerThanItsTpGroupRefillsItsOwnRanks) {
+  // Ring nodes of 4 GPUs, TP 8: host 1 holds ranks 4-7 of replica 0. Replica 0 is no source (its
+  // other half lost its partner), the 7 other replicas are; the new node receives 4 ranks' shards,
+  // and with Adam state 7 times the bytes.
+  auto s = BuildScenario("node-replacement",
+                         {{"topology", "infinitehbd"}, {"gpus", 64}, {"failed_host", 1}, {"layers", 2}});
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->endpoints.dst_nodes.size(), 4u);
+  EXPECT_EQ(s->endpoints.src_nodes.size(), 56u);
+  for (int node : s->endpoints.src_nodes)
+    EXPECT_EQ(std::count(s->endpoints.dst_nodes.begin(), s->endpoints.dst_nodes.end(), node), 0);
+  auto with_state = BuildScenario(
+      "node-replacement",
+      {{"topology", "infinitehbd"}, {"gpus", 64}, {"failed_host", 1}, {"layers", 2}, {"optimizer", 1}});
+  ASSERT_TRUE(with_state.ok()) << with_state.status().ToString();
+  auto bytes_in = [](const Scenario& sc) {
+    uint64_t total = 0;
+    for (const auto& step : sc.plan.steps) total += step.bytes;
+    return total;
+  };
+  EXPECT_EQ(bytes_in(*with_state), 7 * bytes_in(*s));
+  auto r = Simulated(*s);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->destinations.size(), 4u);
+}
+
 TEST(Scenarios, ErrorsNameTheScenarioAndTheParameter) {
   auto s = BuildScenario("kimi-k3");
   ASSERT_FALSE(s.ok());

@@ -11,25 +11,31 @@
 namespace weightport::sim::hbd {
 namespace {
 
-int DpSize(const EvalOptions& o) { return o.dp > 0 ? o.dp : AutoDp(o.tor_gpus, o.tp); }
+int DpSize(const ArchSpec& arch, const EvalOptions& o) {
+  return o.dp > 0 ? o.dp : AutoDp(arch, o.tor_gpus, o.tp);
+}
 
 // Collects per-sample figures and turns them into ClusterMetrics.
 struct Samples {
   std::vector<double> waste, cross_tor, waste_recut;
   double fault_sum = 0;
 
+  int dp = 1;
+
   Status Add(const ArchSpec& arch, const std::vector<TpGroup>& groups, double waste_ratio, double fault_ratio,
              const EvalOptions& o) {
-    WP_ASSIGN_OR_RETURN(DpPlacement dp, PlaceDp(arch, groups, o.tp, DpSize(o), o.tor_gpus, o.dp_policy));
+    WP_ASSIGN_OR_RETURN(DpPlacement placed, PlaceDp(arch, groups, o.tp, dp, o.tor_gpus, o.dp_policy));
     waste.push_back(waste_ratio);
-    cross_tor.push_back(dp.cross_tor_ratio);
+    // A sample with no DP group has no DP traffic to count: it is left out, not counted as 0.
+    if (placed.dp_groups > 0) cross_tor.push_back(placed.cross_tor_ratio);
     fault_sum += fault_ratio;
     return Status::Ok();
   }
-  ClusterMetrics Finish(const EvalOptions& o) {
+  ClusterMetrics Finish() {
     ClusterMetrics m;
     m.samples = static_cast<int>(waste.size());
-    m.dp = DpSize(o);
+    m.cross_tor_samples = static_cast<int>(cross_tor.size());
+    m.dp = dp;
     m.mean_fault_ratio = waste.empty() ? 0 : fault_sum / waste.size();
     m.waste = Summarise(std::move(waste));
     m.cross_tor = Summarise(std::move(cross_tor));
@@ -72,12 +78,13 @@ Result<ClusterMetrics> EvaluateAtFaultRatio(const ArchSpec& arch, int cluster_no
   if (!(ratio >= 0 && ratio < 1)) return InvalidArgument("fault ratio must be in [0, 1)");
   FaultDraws draws(cluster_nodes, ratio, seed);
   Samples s;
+  s.dp = DpSize(arch, options);
   for (int i = 0; i < std::max(1, samples); ++i) {
     WP_ASSIGN_OR_RETURN(TpPlacement p, PlaceTp(arch, draws.Next(), options.tp, /*keep_groups=*/true));
     WP_RETURN_IF_ERROR(s.Add(arch, p.tp_groups, p.waste_ratio(),
                              static_cast<double>(draws.down()) / std::max(1, cluster_nodes), options));
   }
-  return s.Finish(options);
+  return s.Finish();
 }
 
 Result<ClusterMetrics> EvaluateTrace(const ArchSpec& arch, int cluster_nodes, const FaultTrace& trace,
@@ -96,6 +103,7 @@ Result<ClusterMetrics> EvaluateTrace(const ArchSpec& arch, int cluster_nodes, co
   std::vector<int> cube_down(cube_nodes > 0 ? cluster_nodes / cube_nodes + 1 : 0, 0);
   int64_t cube_losses = 0;
   Samples s;
+  s.dp = DpSize(arch, options);
   size_t next = 0;
   int down = 0;
   std::vector<std::vector<int>> previous_cut;  // infinitehbd: the last sample's re-cut, sorted
@@ -115,7 +123,8 @@ Result<ClusterMetrics> EvaluateTrace(const ArchSpec& arch, int cluster_nodes, co
       if (rings) rings->SetFaulty(node, is_down);
       if (cube_nodes > 0) {
         int& c = cube_down[node / cube_nodes];
-        if (is_down && c++ == 0) ++cube_losses;
+        // Faults already there at the first sample are part of the first placement, as for rings.
+        if (is_down && c++ == 0 && !s.waste.empty()) ++cube_losses;
         if (!is_down) --c;
       }
     }
@@ -145,7 +154,7 @@ Result<ClusterMetrics> EvaluateTrace(const ArchSpec& arch, int cluster_nodes, co
     }
     if (series) series->push_back({day, s.waste.back()});
   }
-  ClusterMetrics m = s.Finish(options);
+  ClusterMetrics m = s.Finish();
   m.reconfigurations = rings ? rings->rings_built() : cube_losses;
   m.reconfiguration_s = m.reconfigurations * ReconfigurationSeconds(arch);
   m.recut_reconfigurations = recut_rebuilds;

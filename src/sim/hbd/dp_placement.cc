@@ -62,13 +62,28 @@ int TorNodes(const ArchSpec& arch, int tor_gpus) {
   return std::max(1, tor_gpus / arch.gpus_per_node);
 }
 
-int AutoDp(int tor_gpus, int tp) { return std::max(1, tor_gpus / std::max(1, tp)); }
+int AutoDp(const ArchSpec& arch, int tor_gpus, int tp) {
+  auto p = PlaceTp(arch, std::vector<char>(TorNodes(arch, tor_gpus), 0), tp, /*keep_groups=*/true);
+  if (!p.ok()) return 1;
+  const int same_rails = static_cast<int>(std::count_if(p->tp_groups.begin(), p->tp_groups.end(),
+                                                        [](const TpGroup& g) { return g.first_gpu == 0; }));
+  return std::max(1, same_rails);
+}
 
 Result<DpPlacement> PlaceDp(const ArchSpec& arch, const std::vector<TpGroup>& groups, int tp, int dp,
                             int tor_gpus, DpPolicy policy) {
   if (dp < 1) return InvalidArgument("DP size must be >= 1 (got " + std::to_string(dp) + ")");
   if (tor_gpus < 1)
     return InvalidArgument("GPUs per ToR group must be >= 1 (got " + std::to_string(tor_gpus) + ")");
+  const int g = arch.gpus_per_node;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const TpGroup& group = groups[i];
+    if (group.first_gpu < 0 || group.first_gpu >= g ||
+        static_cast<int64_t>(group.nodes.size()) * g < group.first_gpu + static_cast<int64_t>(tp))
+      return InvalidArgument("TP group " + std::to_string(i) + " (first GPU " +
+                             std::to_string(group.first_gpu) + ", " + std::to_string(group.nodes.size()) +
+                             " nodes of " + std::to_string(g) + ") cannot hold TP " + std::to_string(tp));
+  }
   const int tor_nodes = TorNodes(arch, tor_gpus);
   std::vector<int> order(groups.size());
   std::iota(order.begin(), order.end(), 0);

@@ -21,8 +21,11 @@ TEST(DpPlacement, ToRGroupsFollowNodesAndWholeDomains) {
   EXPECT_EQ(TorNodes(Arch("nvl-72"), 256), 72);    // 256 GPUs ~ 4 racks of 72 (18 trays each)
   EXPECT_EQ(TorNodes(Arch("tpuv4"), 256), 64);     // 4 cubes of 16 hosts
   EXPECT_EQ(TorNodes(Arch("nvl-576"), 256), 144);  // never less than one domain
-  EXPECT_EQ(AutoDp(256, 32), 8);
-  EXPECT_EQ(AutoDp(256, 512), 1);
+  EXPECT_EQ(AutoDp(Arch("infinitehbd"), 256, 32), 8);
+  EXPECT_EQ(AutoDp(Arch("infinitehbd"), 256, 512), 1);
+  EXPECT_EQ(AutoDp(Arch("nvl-36"), 256, 16), 14);  // 7 racks of 2 groups
+  EXPECT_EQ(AutoDp(Arch("dgx"), 256, 4), 32);      // one group per node on rails 0-3
+  EXPECT_EQ(AutoDp(Arch("dgx"), 256, 16), 1);      // does not fit
 }
 
 TEST(DpPlacement, HandCountedCrossToRShares) {
@@ -69,21 +72,28 @@ TEST(DpPlacement, PeersOnDifferentRailsCrossAndTheAwarePolicyPairsRails) {
 }
 
 TEST(DpPlacement, NoFaultsNoCrossToRTrafficOnEveryArchitecture) {
-  // 1,152 GPUs, TP 16, DP 16 = 256 GPUs per DP group.
-  for (auto [name, nodes] : {std::pair{"infinitehbd", 288}, {"nvl-72", 288}, {"tpuv4", 288}}) {
-    const ArchSpec a = Arch(name);
-    auto p = PlaceTp(a, std::vector<char>(nodes, 0), 16, true);
-    ASSERT_TRUE(p.ok()) << name;
-    auto dp = PlaceDp(a, p->tp_groups, 16, AutoDp(256, 16), 256);
-    ASSERT_TRUE(dp.ok()) << name;
-    EXPECT_GT(dp->dp_groups, 0) << name;
-    EXPECT_EQ(dp->cross_tor_ratio, 0) << name;
+  // 4,608 GPUs, every architecture and TP it can place, the DP size chosen by AutoDp.
+  for (const std::string& name : ArchNames()) {
+    const ArchSpec a = Arch(name.c_str());
+    for (int tp : {2, 4, 8, 16, 32, 64}) {
+      auto p = PlaceTp(a, std::vector<char>(4608 / a.gpus_per_node, 0), tp, true);
+      if (!p.ok() || p->groups == 0) continue;  // TP the architecture cannot place
+      auto dp = PlaceDp(a, p->tp_groups, tp, AutoDp(a, 256, tp), 256);
+      ASSERT_TRUE(dp.ok()) << name << " TP " << tp << ": " << dp.status().ToString();
+      EXPECT_GT(dp->dp_groups, 0) << name << " TP " << tp;
+      EXPECT_EQ(dp->cross_tor_ratio, 0) << name << " TP " << tp;
+    }
   }
 }
 
 TEST(DpPlacement, BadSizesAreErrors) {
   EXPECT_FALSE(PlaceDp(Arch("dgx"), {}, 8, 0, 256).ok());
   EXPECT_FALSE(PlaceDp(Arch("dgx"), {}, 8, 1, 0).ok());
+  // Groups whose ranks do not fit their nodes: too few nodes, a first GPU outside the node.
+  const ArchSpec ring = Arch("infinitehbd");
+  EXPECT_FALSE(PlaceDp(ring, {Group({0, 1}), Group({2})}, 8, 2, 16).ok());
+  EXPECT_FALSE(PlaceDp(ring, {Group({0}, 0), Group({1}, 2)}, 8, 2, 16).ok());
+  EXPECT_FALSE(PlaceDp(ring, {Group({0}, 4)}, 1, 1, 16).ok());
 }
 
 }  // namespace

@@ -84,7 +84,18 @@ std::optional<std::vector<int>> RingOrchestrator::WalkToFree(int pos, int dir, i
   const int n = static_cast<int>(faulty_.size());
   std::vector<int> rings;
   int found = 0;
-  for (int step = 0, run = 0; step < n - 1 && static_cast<int>(rings.size()) <= max_stretch_; ++step) {
+  // The walk may start on a faulty node (the one that just failed): the run it ends counts.
+  int run = 0;
+  for (int p = pos; run < n && faulty_[p];) {
+    ++run;
+    p -= dir;
+    if (p < 0 || p >= n) {
+      if (!arch_.wrap) break;
+      p = (p + n) % n;
+    }
+  }
+  if (run >= arch_.k) return std::nullopt;
+  for (int step = 0; step < n - 1 && static_cast<int>(rings.size()) <= max_stretch_; ++step) {
     pos += dir;
     if (pos < 0 || pos >= n) {
       if (!arch_.wrap) return std::nullopt;
@@ -139,7 +150,9 @@ void RingOrchestrator::AddRing(std::vector<int> nodes) {
   for (size_t j = 0; j < ring.nodes.size(); ++j) {
     free_.erase(ring.nodes[j]);
     ring_of_[ring.nodes[j]] = static_cast<int>(rings_.size());
-    if (j > 0) ring.bridged |= Distance(ring.nodes[j - 1], ring.nodes[j]) != 1;
+    // Bridged: a faulty node lies between two members (a skipped healthy node does not count).
+    for (int d = 1; j > 0 && d < Distance(ring.nodes[j - 1], ring.nodes[j]); ++d)
+      ring.bridged |= faulty_[(ring.nodes[j - 1] + d) % faulty_.size()] != 0;
   }
   rings_.push_back(std::move(ring));
   ++rings_built_;

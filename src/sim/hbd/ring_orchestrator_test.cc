@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 namespace weightport::sim::hbd {
 namespace {
 
@@ -72,6 +74,63 @@ TEST(RingOrchestrator, ABrokenRingBorrowsThroughTheFewestRingsUpToTheLimit) {
   EXPECT_EQ(strict->rings_built(), 0);
   EXPECT_EQ(strict->rings().size(), 3u);
   EXPECT_FALSE(RingOrchestrator::Create(Ring(2), std::vector<char>(17, 0), 16, -1).ok());
+}
+
+// Every ring has TP/4 healthy nodes, none in two rings, consecutive members at most K apart; the
+// free set is exactly the healthy nodes in no ring.
+void ExpectConsistent(const RingOrchestrator& o, const std::vector<char>& faulty, int k, int per_ring) {
+  const int n = static_cast<int>(faulty.size());
+  std::vector<int> owner(n, -1);
+  int healthy = 0;
+  for (char f : faulty) healthy += !f;
+  for (size_t r = 0; r < o.rings().size(); ++r) {
+    const std::vector<int>& nodes = o.rings()[r].nodes;
+    ASSERT_EQ(static_cast<int>(nodes.size()), per_ring);
+    for (size_t j = 0; j < nodes.size(); ++j) {
+      ASSERT_FALSE(faulty[nodes[j]]) << "faulty node " << nodes[j] << " in ring " << r;
+      ASSERT_EQ(owner[nodes[j]], -1) << "node " << nodes[j] << " in two rings";
+      owner[nodes[j]] = static_cast<int>(r);
+      if (j > 0) {
+        ASSERT_LE((nodes[j] - nodes[j - 1] + n) % n, k) << "ring " << r << " cannot close";
+      }
+    }
+  }
+  EXPECT_EQ(o.healthy_gpus(), healthy * 4);
+}
+
+TEST(RingOrchestrator, RandomFaultsKeepEveryRingValid) {
+  std::mt19937 rng(11);
+  for (int k : {1, 2, 3}) {
+    const int n = 97, tp = 16;
+    std::vector<char> faulty(n, 0);
+    auto o = RingOrchestrator::Create(Ring(k), faulty, tp);
+    ASSERT_TRUE(o.ok());
+    for (int step = 0; step < 3000; ++step) {
+      const int node = static_cast<int>(rng() % n);
+      // Keep about 8% down: a down node comes back, an up node fails, biased to that ratio.
+      const bool down = faulty[node] ? (rng() % 100 < 8) : (rng() % 100 < 8);
+      faulty[node] = faulty[node] ? down : down;
+      o->SetFaulty(node, faulty[node]);
+      ExpectConsistent(*o, faulty, k, tp / 4);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST(RingOrchestrator, ABorrowDoesNotCrossARunOfKFaultyNodes) {
+  // 14 nodes, K = 2, TP 16: rings 0-3, 4-7, 8-11; 12 and 13 free. Node 8 fails: its ring borrows
+  // 12 (9, 10, 11, 12). Node 7 fails next to it: a run of 2 = K lies forward of ring 4-7, so it
+  // must borrow backward, through ring 0-3, from 13 across the wrap: nothing is wasted.
+  auto o = RingOrchestrator::Create(Ring(2), std::vector<char>(14, 0), 16);
+  ASSERT_TRUE(o.ok());
+  o->SetFaulty(8, true);
+  EXPECT_EQ(o->rings().size(), 3u);  // 13 healthy nodes: one is left over
+  o->SetFaulty(7, true);
+  EXPECT_EQ(o->rings().size(), 3u);
+  EXPECT_EQ(o->waste_ratio(), 0);
+  std::vector<char> faulty(14, 0);
+  faulty[7] = faulty[8] = 1;
+  ExpectConsistent(*o, faulty, 2, 4);
 }
 
 TEST(RingOrchestrator, OnlyForRingsOfWholeNodes) {

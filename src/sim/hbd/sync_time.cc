@@ -43,7 +43,8 @@ Result<SyncTimes> SimulateSyncAndRecovery(const ArchSpec& arch, int gpus, int tp
   WP_ASSIGN_OR_RETURN(SimResult s, Run("dense-50b-sync", sync));
   t.sync_s = s.makespan_s;
   t.sync_bound_s = s.lower_bound_s;
-  // Host 1 fails: every other host is a peer (host 0 holds the first replica, as in the sync).
+  // Host 1 fails (host 0's first GPUs are the sync's source): the replicas it held part of are
+  // no source, every other replica is.
   nlohmann::json replace = common;
   replace["failed_host"] = 1;
   WP_ASSIGN_OR_RETURN(SimResult r, Run("node-replacement", replace));

@@ -20,7 +20,7 @@ Percentiles Summarise(std::vector<double> values);
 
 struct EvalOptions {
   int tp = 16;
-  int dp = 0;  // 0: AutoDp(tor_gpus, tp)
+  int dp = 0;  // 0: AutoDp(arch, tor_gpus, tp)
   int tor_gpus = 256;
   DpPolicy dp_policy = DpPolicy::kTorAware;
   int max_stretch = 64;  // infinitehbd over a trace: RingOrchestrator's limit
@@ -30,8 +30,9 @@ struct ClusterMetrics {
   int samples = 0;
   int dp = 0;
   double mean_fault_ratio = 0;
-  Percentiles waste;      // GPU waste ratio
-  Percentiles cross_tor;  // share of DP bytes crossing a ToR
+  Percentiles waste;          // GPU waste ratio
+  Percentiles cross_tor;      // share of DP bytes crossing a ToR, over samples with a DP group
+  int cross_tor_samples = 0;  // 0: no sample had a DP group (no figure)
   // Over a trace only. Reconfigurations: infinitehbd, rings built after the first placement by
   // RingOrchestrator; tpuv4, cubes lost to a fault (the slice is re-formed around a spare cube by
   // the MEMS OCS); none for NVLink domains and DGX, which have no circuits to switch.

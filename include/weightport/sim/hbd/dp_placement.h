@@ -27,16 +27,18 @@ enum class DpPolicy : uint8_t { kTorAware, kInOrder };
 struct DpPlacement {
   int dp = 0;
   int dp_groups = 0;
-  int idle_tp_groups = 0;  // TP groups left over when the count is not a multiple of dp
-  double cross_tor_ratio = 0;
+  int idle_tp_groups = 0;      // TP groups left over when the count is not a multiple of dp
+  double cross_tor_ratio = 0;  // meaningful only with dp_groups > 0 and dp > 1
 };
 
 // Nodes under one ToR group of this architecture.
 int TorNodes(const ArchSpec& arch, int tor_gpus);
-// The DP size a job picks when none is given: the replicas whose rank-t GPUs fit one leaf.
-int AutoDp(int tor_gpus, int tp);
+// The DP size a job picks when none is given: the TP groups of one fault-free ToR group that sit
+// on the same rails (so their rank-t GPUs share a leaf); at least 1.
+int AutoDp(const ArchSpec& arch, int tor_gpus, int tp);
 
-// `groups`: every TP group of a placement (PlaceTp with keep_groups). Errors: dp < 1, tor_gpus < 1.
+// `groups`: every TP group of a placement (PlaceTp with keep_groups). Errors: dp < 1, tor_gpus < 1,
+// a group whose ranks do not fit its nodes (first_gpu outside the node, too few nodes for tp).
 Result<DpPlacement> PlaceDp(const ArchSpec& arch, const std::vector<TpGroup>& groups, int tp, int dp,
                             int tor_gpus, DpPolicy policy = DpPolicy::kTorAware);
 
