@@ -1,0 +1,139 @@
+// float8 e4m3fn quantisation with per-tensor or 128x128 block scales.
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kernels/convert_lanes.h"
+#include "weightport/kernels/convert.h"
+
+namespace weightport::kernels {
+namespace {
+
+using lanes::u16;
+using lanes::u32;
+
+// Largest finite |x| of a row segment, as bits (for non-negative floats, bit order is value order).
+WP_VECTOR_CLONES uint32_t AmaxBitsF32(const u32* in, size_t n, uint32_t m) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t a = lanes::Select((in[i] & 0x7fffffffu) <= 0x7f7fffffu, in[i] & 0x7fffffffu, 0u);
+    m = m > a ? m : a;
+  }
+  return m;
+}
+WP_VECTOR_CLONES uint32_t AmaxBitsBf16(const u16* in, size_t n, uint32_t m) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t abs = lanes::Bf16ToF32(in[i]) & 0x7fffffffu;
+    const uint32_t a = lanes::Select(abs <= 0x7f7fffffu, abs, 0u);
+    m = m > a ? m : a;
+  }
+  return m;
+}
+WP_VECTOR_CLONES void QuantizeF32(const u32* in, size_t n, float scale, uint8_t* out) {
+  for (size_t i = 0; i < n; ++i)
+    out[i] = lanes::F32ToE4m3(std::bit_cast<uint32_t>(std::bit_cast<float>(in[i]) / scale));
+}
+WP_VECTOR_CLONES void QuantizeBf16(const u16* in, size_t n, float scale, uint8_t* out) {
+  for (size_t i = 0; i < n; ++i)
+    out[i] = lanes::F32ToE4m3(std::bit_cast<uint32_t>(std::bit_cast<float>(lanes::Bf16ToF32(in[i])) / scale));
+}
+
+const std::array<float, 256>& E4m3Table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int v = 0; v < 256; ++v) {
+      const int exp = (v >> 3) & 0xf, mant = v & 7;
+      float mag = exp == 0 ? std::ldexp(static_cast<float>(mant), -9)
+                           : std::ldexp(1.0f + static_cast<float>(mant) / 8.0f, exp - 7);
+      if ((v & 0x7f) == 0x7f) mag = std::bit_cast<float>(0x7fc00000u);  // NaN
+      t[v] = (v & 0x80) ? -mag : mag;
+    }
+    return t;
+  }();
+  return table;
+}
+
+struct Blocks {
+  int64_t rows = 0, cols = 0, block_rows = 0, block_cols = 0;  // block size in elements
+  int64_t count_rows() const { return (rows + block_rows - 1) / block_rows; }
+  int64_t count_cols() const { return (cols + block_cols - 1) / block_cols; }
+};
+
+Result<Blocks> MakeBlocks(int64_t rows, int64_t cols, Fp8Scaling scaling) {
+  if (rows < 1 || cols < 1)
+    return InvalidArgument("fp8: a " + std::to_string(rows) + " x " + std::to_string(cols) +
+                           " tensor has no elements to scale");
+  if (scaling == Fp8Scaling::kPerTensor) return Blocks{rows, cols, rows, cols};
+  return Blocks{rows, cols, kFp8Block, kFp8Block};
+}
+
+}  // namespace
+
+uint8_t F32ToE4m3(float f) { return lanes::F32ToE4m3(std::bit_cast<uint32_t>(f)); }
+float E4m3ToF32(uint8_t v) { return E4m3Table()[v]; }
+
+int64_t Fp8ScaleCount(int64_t rows, int64_t cols, Fp8Scaling scaling) {
+  auto b = MakeBlocks(rows, cols, scaling);
+  return b.ok() ? b->count_rows() * b->count_cols() : 0;
+}
+
+Status QuantizeE4m3(DType from, const void* src, int64_t rows, int64_t cols, Fp8Scaling scaling, uint8_t* dst,
+                    float* scales) {
+  if (from != DType::kF32 && from != DType::kBF16)
+    return InvalidArgument("fp8: quantises f32 or bf16, not " + std::string(DTypeName(from)));
+  WP_ASSIGN_OR_RETURN(Blocks b, MakeBlocks(rows, cols, scaling));
+  const auto* in32 = static_cast<const u32*>(src);
+  const auto* in16 = static_cast<const u16*>(src);
+  std::vector<uint32_t> amax(b.count_cols());
+  for (int64_t br = 0; br < b.count_rows(); ++br) {
+    const int64_t r0 = br * b.block_rows, r1 = std::min(rows, r0 + b.block_rows);
+    // One pass for the strip's block maxima, one to quantise it.
+    std::fill(amax.begin(), amax.end(), 0u);
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t bc = 0; bc < b.count_cols(); ++bc) {
+        const int64_t c0 = bc * b.block_cols, n = std::min(cols, c0 + b.block_cols) - c0;
+        const int64_t at = r * cols + c0;
+        amax[bc] =
+            from == DType::kF32 ? AmaxBitsF32(in32 + at, n, amax[bc]) : AmaxBitsBf16(in16 + at, n, amax[bc]);
+      }
+    for (int64_t bc = 0; bc < b.count_cols(); ++bc) {
+      const float m = std::bit_cast<float>(amax[bc]);
+      scales[br * b.count_cols() + bc] = m > 0 ? m / kE4m3Max : 1.0f;
+    }
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t bc = 0; bc < b.count_cols(); ++bc) {
+        const int64_t c0 = bc * b.block_cols, n = std::min(cols, c0 + b.block_cols) - c0;
+        const int64_t at = r * cols + c0;
+        const float scale = scales[br * b.count_cols() + bc];
+        if (from == DType::kF32)
+          QuantizeF32(in32 + at, n, scale, dst + at);
+        else
+          QuantizeBf16(in16 + at, n, scale, dst + at);
+      }
+  }
+  return Status::Ok();
+}
+
+Status DequantizeE4m3(const uint8_t* src, const float* scales, int64_t rows, int64_t cols, Fp8Scaling scaling,
+                      DType to, void* dst) {
+  if (to != DType::kF32 && to != DType::kBF16)
+    return InvalidArgument("fp8: dequantises to f32 or bf16, not " + std::string(DTypeName(to)));
+  WP_ASSIGN_OR_RETURN(Blocks b, MakeBlocks(rows, cols, scaling));
+  const std::array<float, 256>& table = E4m3Table();
+  auto* out32 = static_cast<u32*>(dst);
+  auto* out16 = static_cast<u16*>(dst);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t at = r * cols + c;
+      const float v = table[src[at]] * scales[(r / b.block_rows) * b.count_cols() + c / b.block_cols];
+      if (to == DType::kF32)
+        out32[at] = std::bit_cast<uint32_t>(v);
+      else
+        out16[at] = lanes::F32ToBf16(std::bit_cast<uint32_t>(v));
+    }
+  return Status::Ok();
+}
+
+}  // namespace weightport::kernels
