@@ -15,3 +15,5 @@ endif()
 find_package(PkgConfig REQUIRED)
 # UCX (Debian libucx-dev): the transport for shared memory, CMA, TCP, verbs and CUDA memory.
 pkg_check_modules(UCX REQUIRED IMPORTED_TARGET ucx)
+# zstd (Debian libzstd-dev): per-chunk compression of weights and deltas on slow links.
+pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)

@@ -37,6 +37,7 @@ struct DemoOptions {
   std::string transport = "shm";
   bool keep = false;
   bool no_verify = false;
+  bool no_delta = false;
   bool json = false;
   std::string scenario = "publish";
   int fanout = 1;
@@ -94,6 +95,7 @@ Result<nlohmann::ordered_json> Demo(const DemoOptions& o, const fs::path& dir, s
                                      "--swap-mode",   o.swap_mode, "--transport", o.transport,
                                      "--json",        "--quiet"};
     if (o.no_verify) args.push_back("--no-verify");
+    if (o.no_delta) args.push_back("--no-delta");
     WP_ASSIGN_OR_RETURN(c.pid, Spawn(args, c.log));
     children.push_back(std::move(c));
   }
@@ -211,6 +213,9 @@ Command AddDemoCommand(CLI::App& app) {
   sub->add_option("--transport", o->transport, "shm, tcp or auto")
       ->check(CLI::IsMember(kTransportChoices))
       ->capture_default_str();
+  sub->add_flag("--no-delta", o->no_delta,
+                "Subscribers fetch every chunk of every version (measures full transfers; default: only what "
+                "changed)");
   sub->add_flag("--no-verify", o->no_verify,
                 "Subscribers skip the hash check of each chunk (measures the transport alone)");
   sub->add_option("--scenario", o->scenario,

@@ -29,6 +29,7 @@ struct SubscribeOptions {
   double wait_s = 30;
   size_t window = 32;
   bool no_verify = false;
+  bool no_delta = false;
   bool json = false;
   bool quiet = false;
 };
@@ -77,6 +78,7 @@ int RunSubscribe(SubscribeOptions o) {
   so.tensors = o.tensors;
   so.fetch.window = o.window;
   so.fetch.verify = !o.no_verify;
+  so.delta = !o.no_delta;
   so.log = [&o](std::string line) {
     if (!o.quiet) std::cerr << "weightport subscribe: " << line << std::endl;
   };
@@ -180,6 +182,9 @@ Command AddSubscribeCommand(CLI::App& app) {
   sub->add_option("--window", o->window, "Gets in flight at most")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
+  sub->add_flag(
+      "--no-delta", o->no_delta,
+      "Fetch every chunk of every version (default: only the chunks changed since the version held)");
   sub->add_flag("--no-verify", o->no_verify,
                 "Do not check chunks against the manifest's hashes: measures the transport alone; unsafe");
   sub->add_flag("--json", o->json, "Print a machine-readable summary");

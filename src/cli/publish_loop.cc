@@ -45,10 +45,15 @@ nlohmann::ordered_json Describe(Publisher& publisher, const PublishReport& pub, 
       verified += s.verified ? 1 : 0;
     }
   }
-  const double bytes = static_cast<double>(publisher.model_bytes());
+  // Bytes a subscriber fetched: the model, or with delta updates the chunks that changed.
+  uint64_t fetched = report != nullptr ? 0 : publisher.model_bytes();
+  if (report != nullptr)
+    for (const auto& s : report->subscribers) fetched = std::max(fetched, s.bytes);
+  const double bytes = static_cast<double>(fetched);
   const size_t n = std::max<size_t>(subscribers.size(), 1);
   return {{"version", pub.version},
           {"bytes", publisher.model_bytes()},
+          {"fetched_bytes", fetched},
           {"copy_s", copy},
           {"gbps", copy > 0 ? bytes / copy / 1e9 : 0.0},
           {"aggregate_gbps", copy > 0 ? bytes * static_cast<double>(n) / copy / 1e9 : 0.0},
@@ -84,8 +89,11 @@ Result<nlohmann::ordered_json> PublishVersions(Publisher& publisher, const Publi
     }
     nlohmann::ordered_json j = Describe(publisher, report, detail ? &*detail : nullptr);
     if (!o.quiet) {
-      std::cout << "version " << v << ": " << HumanBytes(publisher.model_bytes()) << " to "
-                << j["subscribers_verified"].get<uint64_t>() << " subscriber(s), copy "
+      const uint64_t fetched = j["fetched_bytes"].get<uint64_t>();
+      std::cout << "version " << v << ": " << HumanBytes(fetched)
+                << (fetched < publisher.model_bytes() ? " changed of " + HumanBytes(publisher.model_bytes())
+                                                      : "")
+                << " to " << j["subscribers_verified"].get<uint64_t>() << " subscriber(s), copy "
                 << Fixed(j["copy_s"].get<double>(), "%.3f") << " s, "
                 << Fixed(j["gbps"].get<double>(), "%.2f") << " GB/s each ("
                 << Fixed(j["aggregate_gbps"].get<double>(), "%.2f") << " GB/s in all), pause max "

@@ -1,6 +1,7 @@
 // One version on the subscriber: check the manifest, fetch into staging, report, swap or abandon.
 // Runs on the session thread, except the fetch's completion, which runs on the loop thread.
 #include <algorithm>
+#include <cstring>
 #include <set>
 
 #include "subscriber_impl.h"
@@ -85,6 +86,9 @@ void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
     created = std::move(*made);
     target = created.get();
   }
+  // The version whose bytes the live copy holds, read before an in-place update starts to change
+  // them (0 when none is valid, e.g. after an aborted in-place update).
+  const uint64_t held_version = target->live_version();
   Result<std::span<std::byte>> staging = target->BeginUpdate(v);
   lock.lock();
   if (created) store = std::move(created);
@@ -105,11 +109,34 @@ void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
   const MemoryRegion& local = *registered[base];
 
   std::set<std::string> wanted(options.tensors.begin(), options.tensors.end());
+  // Delta: a chunk whose hash equals the one in the version held is not fetched. It is copied from
+  // the live copy into staging, or, in place, already there. A subscriber that missed versions
+  // compares with the one it holds, so it gets everything changed since then.
+  const bool in_place = store->mode() == SwapMode::kInPlace;
+  const Manifest* held =
+      options.delta && live_manifest && held_version == live_manifest->version() ? &*live_manifest : nullptr;
+  std::vector<ByteRange> unchanged;  // ranges to copy from the live copy, adjacent ones merged
+  uint64_t kept_chunks = 0, all_chunks = 0;
   std::vector<ChunkFetch> chunks;
   for (const ManifestTensor& t : manifest.tensors()) {
     if (!wanted.empty() && wanted.count(t.meta.name) == 0) continue;
+    std::vector<char> changed(t.chunk_hashes.size(), 1);
+    if (held != nullptr) {
+      std::fill(changed.begin(), changed.end(), 0);
+      for (size_t i : manifest.ChangedChunks(t, *held)) changed[i] = 1;
+    }
     for (size_t i = 0; i < t.chunk_hashes.size(); ++i) {
       const ByteRange r = manifest.ChunkRange(t, i);
+      ++all_chunks;
+      if (!changed[i]) {
+        ++kept_chunks;
+        if (in_place) continue;
+        if (!unchanged.empty() && unchanged.back().offset + unchanged.back().length == t.offset + r.offset)
+          unchanged.back().length += r.length;
+        else
+          unchanged.push_back({t.offset + r.offset, r.length});
+        continue;
+      }
       chunks.push_back({.remote_offset = t.offset + r.offset,
                         .local_offset = t.offset + r.offset,
                         .length = r.length,
@@ -121,9 +148,29 @@ void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
   fetch_running = true;
   fetch_ok = false;
   RemoteKey remote = key->second;
+  VersionedStore* held_store = store.get();
   lock.unlock();
 
-  Emit({.kind = SubscriberEvent::Kind::kBegin, .version = v});
+  if (!unchanged.empty()) {
+    // The live copy stays pinned only while copying: a stage-then-copy Commit waits for pins.
+    auto pin = held_store->Acquire();
+    if (!pin.ok()) {
+      lock.lock();
+      updating = 0;
+      fetch_running = false;
+      cv.notify_all();
+      if (store && store->updating()) store->Abort().IgnoreError();
+      lock.unlock();
+      return Fail(v, "reading the live copy for the unchanged chunks: " + pin.status().message());
+    }
+    for (const ByteRange& r : unchanged)
+      std::memcpy(base + r.offset, pin->bytes().data() + r.offset, r.length);
+  }
+  Emit({.kind = SubscriberEvent::Kind::kBegin,
+        .version = v,
+        .detail = held ? std::to_string(all_chunks - kept_chunks) + " of " + std::to_string(all_chunks) +
+                             " chunks changed since version " + std::to_string(held->version())
+                       : std::string()});
   loop->Post([this, v, &local, remote, chunks = std::move(chunks)](Transport&) mutable {
     if (!connection) {
       std::lock_guard<std::mutex> lock(mu);

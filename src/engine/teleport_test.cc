@@ -202,6 +202,66 @@ TEST(Teleport, SubscriberFetchesOnlyTheTensorsItAsksFor) {
   EXPECT_EQ(std::memcmp(pin->bytes().data() + t->offset, want.data(), want.size()), 0);
 }
 
+// Bytes of the chunks of `m` whose hash differs from `older`'s.
+uint64_t ChangedBytes(const Manifest& m, const Manifest& older) {
+  uint64_t bytes = 0;
+  for (const ManifestTensor& t : m.tensors())
+    for (size_t i : m.ChangedChunks(t, older)) bytes += m.ChunkRange(t, i).length;
+  return bytes;
+}
+
+TEST(Teleport, ADeltaFetchesOnlyTheChangedChunksInEverySwapMode) {
+  for (SwapMode mode : {SwapMode::kDoubleBuffer, SwapMode::kStageThenCopy, SwapMode::kInPlace}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    Cluster c;
+    auto pub = c.MakePublisher(SmallModel());
+    auto sub = c.MakeSubscriber(*pub, "delta", nullptr, mode);
+    SubscriberOptions full_opts = c.SubscriberOpts(*pub, "full");
+    full_opts.delta = false;
+    auto full = Subscriber::Connect(c.secret, full_opts);
+    ASSERT_TRUE(sub && full.ok());
+    ASSERT_TRUE(pub->coordinator()->WaitForSubscribers(2, kWait).ok());
+    FillVersion(*pub, 1);
+    ASSERT_TRUE(pub->Publish(1, PublishMode::kLive).ok());
+    ASSERT_TRUE(sub->WaitForVersion(1, kWait).ok());
+    auto m1 = sub->LiveManifest();
+    ASSERT_TRUE(m1.ok());
+    // Version 2 changes one byte of the up_proj tensor and one of the norm: two chunks of 16 KiB
+    // or less change; version 3 changes one more chunk.
+    const ManifestTensor* up = m1->Find("model.layers.0.mlp.up_proj.weight");
+    const ManifestTensor* norm = m1->Find("model.norm.weight");
+    for (uint64_t v : {2, 3}) {
+      auto w = pub->weights();
+      if (v == 2) {
+        w[up->offset + 40000] ^= std::byte{1};
+        w[norm->offset + 3] ^= std::byte{0x80};
+      } else {
+        w[up->offset + 100] ^= std::byte{2};
+      }
+      const std::vector<std::byte> want(w.begin(), w.end());
+      auto before = sub->LiveManifest();
+      ASSERT_TRUE(pub->Publish(v, PublishMode::kLive).ok());
+      ASSERT_TRUE(sub->WaitForVersion(v, kWait).ok());
+      ASSERT_TRUE((*full)->WaitForVersion(v, kWait).ok());
+      auto after = sub->LiveManifest();
+      ASSERT_TRUE(before.ok() && after.ok());
+      const uint64_t changed = ChangedBytes(*after, *before);
+      EXPECT_GT(changed, 0u);
+      EXPECT_LE(changed, (v == 2 ? 2u : 1u) * (16u << 10));
+      auto report = pub->coordinator()->WaitForVersion(v, kWait);
+      ASSERT_TRUE(report.ok());
+      for (const auto& s : report->subscribers)
+        EXPECT_EQ(s.bytes, s.name == "delta" ? changed : pub->model_bytes()) << s.name << " v" << v;
+      for (Subscriber* s : {sub.get(), full->get()}) {
+        auto pin = s->Acquire();
+        ASSERT_TRUE(pin.ok());
+        EXPECT_EQ(pin->version(), v);
+        EXPECT_EQ(std::memcmp(pin->bytes().data(), want.data(), want.size()), 0) << "v" << v;
+      }
+    }
+  }
+}
+
 TEST(Teleport, MismatchedManifestIsRefusedAndTheLiveVersionStays) {
   Cluster c;
   auto coordinator = Coordinator::Start("127.0.0.1", 0, c.secret, c.CoordOpts());

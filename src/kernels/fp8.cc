@@ -32,8 +32,10 @@ WP_VECTOR_CLONES uint32_t AmaxBitsBf16(const u16* in, size_t n, uint32_t m) {
   return m;
 }
 WP_VECTOR_CLONES void QuantizeF32(const u32* in, size_t n, float scale, uint8_t* out) {
-  for (size_t i = 0; i < n; ++i)
-    out[i] = lanes::F32ToE4m3(std::bit_cast<uint32_t>(std::bit_cast<float>(in[i]) / scale));
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t u = in[i];  // a copy: bit_cast takes a reference, in[i] may be unaligned
+    out[i] = lanes::F32ToE4m3(std::bit_cast<uint32_t>(std::bit_cast<float>(u) / scale));
+  }
 }
 WP_VECTOR_CLONES void QuantizeBf16(const u16* in, size_t n, float scale, uint8_t* out) {
   for (size_t i = 0; i < n; ++i)

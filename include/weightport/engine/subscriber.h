@@ -39,7 +39,7 @@ struct SubscriberEvent {
   uint64_t retries = 0;               // kVerified
   std::chrono::nanoseconds fetch{0};  // kVerified: first Get to last chunk verified
   std::chrono::nanoseconds pause{0};  // kCommitted
-  std::string detail;                 // kFailed / kAborted: why
+  std::string detail;                 // kFailed / kAborted: why; kBegin: chunks changed (delta)
 };
 
 struct SubscriberOptions {
@@ -49,6 +49,9 @@ struct SubscriberOptions {
   TransportFactory make_transport;  // required
   FetchOptions fetch;
   std::vector<std::string> tensors;  // fetch only these; empty: the whole model
+  // Fetch only the chunks whose hash changed since the version held; the rest is copied from the
+  // live copy (or, in place, left where it is). Off: every chunk of every version travels.
+  bool delta = true;
   SessionTiming timing;
   std::chrono::milliseconds swap_wait_timeout{10'000};  // for readers' pins to drain
   std::function<void(std::string)> log;
