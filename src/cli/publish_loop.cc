@@ -45,18 +45,26 @@ nlohmann::ordered_json Describe(Publisher& publisher, const PublishReport& pub, 
       verified += s.verified ? 1 : 0;
     }
   }
-  // Bytes a subscriber fetched: the model, or with delta updates the chunks that changed.
-  uint64_t fetched = report != nullptr ? 0 : publisher.model_bytes();
-  if (report != nullptr)
-    for (const auto& s : report->subscribers) fetched = std::max(fetched, s.bytes);
-  const double bytes = static_cast<double>(fetched);
-  const size_t n = std::max<size_t>(subscribers.size(), 1);
+  // Bytes the subscribers fetched: the model, or with delta updates the chunks that changed. Known
+  // only from the embedded coordinator's report; without it the model size stands in.
+  nlohmann::ordered_json fetched_max = nullptr, fetched_total = nullptr;
+  double per_subscriber = static_cast<double>(publisher.model_bytes());
+  double all = per_subscriber * static_cast<double>(std::max<size_t>(subscribers.size(), 1));
+  if (report != nullptr) {
+    uint64_t most = 0, sum = 0;
+    for (const auto& s : report->subscribers) most = std::max(most, s.bytes), sum += s.bytes;
+    fetched_max = most;
+    fetched_total = sum;
+    per_subscriber = static_cast<double>(most);
+    all = static_cast<double>(sum);
+  }
   return {{"version", pub.version},
           {"bytes", publisher.model_bytes()},
-          {"fetched_bytes", fetched},
+          {"fetched_bytes", fetched_max},
+          {"fetched_bytes_total", fetched_total},
           {"copy_s", copy},
-          {"gbps", copy > 0 ? bytes / copy / 1e9 : 0.0},
-          {"aggregate_gbps", copy > 0 ? bytes * static_cast<double>(n) / copy / 1e9 : 0.0},
+          {"gbps", copy > 0 ? per_subscriber / copy / 1e9 : 0.0},
+          {"aggregate_gbps", copy > 0 ? all / copy / 1e9 : 0.0},
           {"pause_s", max_pause},
           {"hold_s", Secs(pub.hold)},
           {"hash_s", Secs(pub.hash)},

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "subscriber_impl.h"
+#include "weightport/core/hash.h"
 #include "weightport/engine/arena.h"
 
 namespace weightport {
@@ -113,9 +114,13 @@ void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
   // the live copy into staging, or, in place, already there. A subscriber that missed versions
   // compares with the one it holds, so it gets everything changed since then.
   const bool in_place = store->mode() == SwapMode::kInPlace;
+  // Without verification a chunk that arrived corrupt would be kept forever: no delta then.
   const Manifest* held =
-      options.delta && live_manifest && held_version == live_manifest->version() ? &*live_manifest : nullptr;
+      options.delta && options.fetch.verify && live_manifest && held_version == live_manifest->version()
+          ? &*live_manifest
+          : nullptr;
   std::vector<ByteRange> unchanged;  // ranges to copy from the live copy, adjacent ones merged
+  std::vector<ChunkFetch> kept;      // unchanged chunks, checked against their hash once in staging
   uint64_t kept_chunks = 0, all_chunks = 0;
   std::vector<ChunkFetch> chunks;
   for (const ManifestTensor& t : manifest.tensors()) {
@@ -130,6 +135,11 @@ void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
       ++all_chunks;
       if (!changed[i]) {
         ++kept_chunks;
+        kept.push_back({.remote_offset = t.offset + r.offset,
+                        .local_offset = t.offset + r.offset,
+                        .length = r.length,
+                        .xxh3 = t.chunk_hashes[i],
+                        .what = "tensor '" + t.meta.name + "' chunk " + std::to_string(i)});
         if (in_place) continue;
         if (!unchanged.empty() && unchanged.back().offset + unchanged.back().length == t.offset + r.offset)
           unchanged.back().length += r.length;
@@ -166,6 +176,17 @@ void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
     for (const ByteRange& r : unchanged)
       std::memcpy(base + r.offset, pin->bytes().data() + r.offset, r.length);
   }
+  // A kept chunk must hash as the manifest says (the live copy could have been written to); one
+  // that does not is fetched after all.
+  size_t refetch = 0;
+  for (ChunkFetch& c : kept) {
+    if (Xxh3(std::span<const std::byte>(base + c.local_offset, c.length)) == c.xxh3) continue;
+    chunks.push_back(std::move(c));
+    ++refetch;
+  }
+  if (refetch > 0)
+    Log("subscriber '" + options.name + "': " + std::to_string(refetch) +
+        " unchanged chunk(s) did not match their hash in the held copy; fetching them");
   Emit({.kind = SubscriberEvent::Kind::kBegin,
         .version = v,
         .detail = held ? std::to_string(all_chunks - kept_chunks) + " of " + std::to_string(all_chunks) +

@@ -262,6 +262,34 @@ TEST(Teleport, ADeltaFetchesOnlyTheChangedChunksInEverySwapMode) {
   }
 }
 
+TEST(Teleport, AKeptChunkThatNoLongerMatchesItsHashIsFetched) {
+  // A reader scribbles on the live copy (it should not, but a bug might): the next delta copies
+  // that chunk as unchanged, finds its hash wrong and fetches it, so the version is still exact.
+  Cluster c;
+  auto pub = c.MakePublisher(SmallModel());
+  auto sub = c.MakeSubscriber(*pub, "delta");
+  ASSERT_TRUE(sub && pub->coordinator()->WaitForSubscribers(1, kWait).ok());
+  FillVersion(*pub, 1);
+  ASSERT_TRUE(pub->Publish(1, PublishMode::kLive).ok());
+  ASSERT_TRUE(sub->WaitForVersion(1, kWait).ok());
+  {
+    auto pin = sub->Acquire();
+    ASSERT_TRUE(pin.ok());
+    const_cast<std::byte&>(pin->bytes()[5]) ^= std::byte{0xff};  // embed_tokens chunk 0
+  }
+  auto w = pub->weights();
+  w[w.size() - 1] ^= std::byte{1};  // only the last chunk changes
+  const std::vector<std::byte> want(w.begin(), w.end());
+  ASSERT_TRUE(pub->Publish(2, PublishMode::kLive).ok());
+  ASSERT_TRUE(sub->WaitForVersion(2, kWait).ok());
+  auto report = pub->coordinator()->WaitForVersion(2, kWait);
+  ASSERT_TRUE(report.ok());
+  EXPECT_LE(report->subscribers.at(0).bytes, 2u * (16u << 10));  // the changed and the scribbled chunk
+  auto pin = sub->Acquire();
+  ASSERT_TRUE(pin.ok());
+  EXPECT_EQ(std::memcmp(pin->bytes().data(), want.data(), want.size()), 0);
+}
+
 TEST(Teleport, MismatchedManifestIsRefusedAndTheLiveVersionStays) {
   Cluster c;
   auto coordinator = Coordinator::Start("127.0.0.1", 0, c.secret, c.CoordOpts());

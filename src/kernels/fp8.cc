@@ -3,6 +3,7 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,10 @@ struct Blocks {
 };
 
 Result<Blocks> MakeBlocks(int64_t rows, int64_t cols, Fp8Scaling scaling) {
+  constexpr int64_t kMaxElements = int64_t{1} << 50;  // far beyond any tensor; keeps products in range
+  if (rows >= 1 && cols >= 1 && rows > kMaxElements / cols)
+    return InvalidArgument("fp8: a " + std::to_string(rows) + " x " + std::to_string(cols) +
+                           " tensor is too large");
   if (rows < 1 || cols < 1)
     return InvalidArgument("fp8: a " + std::to_string(rows) + " x " + std::to_string(cols) +
                            " tensor has no elements to scale");
@@ -86,6 +91,7 @@ Status QuantizeE4m3(DType from, const void* src, int64_t rows, int64_t cols, Fp8
   if (from != DType::kF32 && from != DType::kBF16)
     return InvalidArgument("fp8: quantises f32 or bf16, not " + std::string(DTypeName(from)));
   WP_ASSIGN_OR_RETURN(Blocks b, MakeBlocks(rows, cols, scaling));
+  if (src == nullptr || dst == nullptr || scales == nullptr) return InvalidArgument("fp8: a null buffer");
   const auto* in32 = static_cast<const u32*>(src);
   const auto* in16 = static_cast<const u16*>(src);
   std::vector<uint32_t> amax(b.count_cols());
@@ -102,7 +108,9 @@ Status QuantizeE4m3(DType from, const void* src, int64_t rows, int64_t cols, Fp8
       }
     for (int64_t bc = 0; bc < b.count_cols(); ++bc) {
       const float m = std::bit_cast<float>(amax[bc]);
-      scales[br * b.count_cols() + bc] = m > 0 ? m / kE4m3Max : 1.0f;
+      // A scale that underflows to 0 would make 0/0 NaN: the smallest normal float at least.
+      scales[br * b.count_cols() + bc] =
+          m > 0 ? std::max(m / kE4m3Max, std::numeric_limits<float>::min()) : 1.0f;
     }
     for (int64_t r = r0; r < r1; ++r)
       for (int64_t bc = 0; bc < b.count_cols(); ++bc) {
@@ -123,6 +131,7 @@ Status DequantizeE4m3(const uint8_t* src, const float* scales, int64_t rows, int
   if (to != DType::kF32 && to != DType::kBF16)
     return InvalidArgument("fp8: dequantises to f32 or bf16, not " + std::string(DTypeName(to)));
   WP_ASSIGN_OR_RETURN(Blocks b, MakeBlocks(rows, cols, scaling));
+  if (src == nullptr || dst == nullptr || scales == nullptr) return InvalidArgument("fp8: a null buffer");
   const std::array<float, 256>& table = E4m3Table();
   auto* out32 = static_cast<u32*>(dst);
   auto* out16 = static_cast<u16*>(dst);

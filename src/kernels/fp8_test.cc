@@ -111,7 +111,16 @@ TEST(Fp8, PerTensorScaleZerosAndErrors) {
   EXPECT_EQ(q[0], 0x7e);            // inf saturates
   EXPECT_EQ(q[1], 0x7e);
   EXPECT_EQ(q[2] & 0x7f, 0x7f);  // NaN
+  // An amax so small that amax / 448 underflows: the scale stays a normal float, nothing is NaN.
+  w = {0.0f, 1e-45f, -1e-45f};
+  ASSERT_TRUE(QuantizeE4m3(DType::kF32, w.data(), 1, 3, Fp8Scaling::kPerTensor, q.data(), &scale).ok());
+  EXPECT_GT(scale, 0.0f);
+  for (uint8_t code : q) EXPECT_NE(code & 0x7f, 0x7f);
   EXPECT_EQ(Fp8ScaleCount(0, 3, Fp8Scaling::kBlock128), 0);
+  EXPECT_FALSE(QuantizeE4m3(DType::kF32, w.data(), int64_t{1} << 40, int64_t{1} << 40, Fp8Scaling::kPerTensor,
+                            q.data(), &scale)
+                   .ok());
+  EXPECT_FALSE(QuantizeE4m3(DType::kF32, nullptr, 1, 3, Fp8Scaling::kPerTensor, q.data(), &scale).ok());
   EXPECT_FALSE(QuantizeE4m3(DType::kF16, w.data(), 1, 3, Fp8Scaling::kPerTensor, q.data(), &scale).ok());
   EXPECT_FALSE(QuantizeE4m3(DType::kF32, w.data(), 0, 3, Fp8Scaling::kPerTensor, q.data(), &scale).ok());
   EXPECT_FALSE(DequantizeE4m3(q.data(), &scale, 1, 3, Fp8Scaling::kPerTensor, DType::kF16, w.data()).ok());
