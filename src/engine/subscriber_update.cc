@@ -2,7 +2,10 @@
 // Runs on the session thread, except the fetch's completion, which runs on the loop thread.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <set>
+#include <system_error>
+#include <thread>
 
 #include "subscriber_impl.h"
 #include "weightport/core/hash.h"
@@ -35,6 +38,40 @@ std::string LayoutMismatch(const Manifest& live, const Manifest& next) {
            " does not match the layout held: " + std::to_string(a.size()) + " tensors here, " +
            std::to_string(b.size()) + " in the new version";
   return "";
+}
+
+// Copies the kept chunks from `live` into `staging` (live == nullptr: in place, already there)
+// and hashes them in staging, over several threads for a large model. Returns the indices of those
+// whose hash is not the manifest's.
+std::vector<size_t> KeepChunks(const std::vector<ChunkFetch>& kept, const std::byte* live,
+                               std::byte* staging) {
+  uint64_t bytes = 0;
+  for (const ChunkFetch& c : kept) bytes += c.length;
+  const size_t threads = std::clamp<size_t>(bytes / (64u << 20), 1,
+                                            std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8));
+  std::vector<std::vector<size_t>> bad(threads);
+  auto work = [&](size_t t) {
+    for (size_t i = t; i < kept.size(); i += threads) {
+      const ChunkFetch& c = kept[i];
+      if (live != nullptr) std::memcpy(staging + c.local_offset, live + c.local_offset, c.length);
+      if (Xxh3(std::span<const std::byte>(staging + c.local_offset, c.length)) != c.xxh3) bad[t].push_back(i);
+    }
+  };
+  std::vector<std::thread> helpers;
+  std::vector<size_t> on_this_thread = {0};
+  for (size_t t = 1; t < threads; ++t) {
+    try {
+      helpers.emplace_back(work, t);
+    } catch (const std::system_error&) {  // no thread to be had: do its share here
+      on_this_thread.push_back(t);
+    }
+  }
+  for (size_t t : on_this_thread) work(t);
+  for (std::thread& h : helpers) h.join();
+  std::vector<size_t> out;
+  for (const auto& b : bad) out.insert(out.end(), b.begin(), b.end());
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace
@@ -119,8 +156,7 @@ void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
       options.delta && options.fetch.verify && live_manifest && held_version == live_manifest->version()
           ? &*live_manifest
           : nullptr;
-  std::vector<ByteRange> unchanged;  // ranges to copy from the live copy, adjacent ones merged
-  std::vector<ChunkFetch> kept;      // unchanged chunks, checked against their hash once in staging
+  std::vector<ChunkFetch> kept;  // unchanged chunks: copied from the live copy, then hashed in staging
   uint64_t kept_chunks = 0, all_chunks = 0;
   std::vector<ChunkFetch> chunks;
   for (const ManifestTensor& t : manifest.tensors()) {
@@ -140,11 +176,6 @@ void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
                         .length = r.length,
                         .xxh3 = t.chunk_hashes[i],
                         .what = "tensor '" + t.meta.name + "' chunk " + std::to_string(i)});
-        if (in_place) continue;
-        if (!unchanged.empty() && unchanged.back().offset + unchanged.back().length == t.offset + r.offset)
-          unchanged.back().length += r.length;
-        else
-          unchanged.push_back({t.offset + r.offset, r.length});
         continue;
       }
       chunks.push_back({.remote_offset = t.offset + r.offset,
@@ -161,29 +192,27 @@ void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
   VersionedStore* held_store = store.get();
   lock.unlock();
 
-  if (!unchanged.empty()) {
+  std::optional<VersionedStore::Pin> pin;
+  if (!kept.empty() && !in_place) {
     // The live copy stays pinned only while copying: a stage-then-copy Commit waits for pins.
-    auto pin = held_store->Acquire();
-    if (!pin.ok()) {
+    auto acquired = held_store->Acquire();
+    if (!acquired.ok()) {
       lock.lock();
       updating = 0;
       fetch_running = false;
       cv.notify_all();
       if (store && store->updating()) store->Abort().IgnoreError();
       lock.unlock();
-      return Fail(v, "reading the live copy for the unchanged chunks: " + pin.status().message());
+      return Fail(v, "reading the live copy for the unchanged chunks: " + acquired.status().message());
     }
-    for (const ByteRange& r : unchanged)
-      std::memcpy(base + r.offset, pin->bytes().data() + r.offset, r.length);
+    pin = std::move(*acquired);
   }
   // A kept chunk must hash as the manifest says (the live copy could have been written to); one
   // that does not is fetched after all.
-  size_t refetch = 0;
-  for (ChunkFetch& c : kept) {
-    if (Xxh3(std::span<const std::byte>(base + c.local_offset, c.length)) == c.xxh3) continue;
-    chunks.push_back(std::move(c));
-    ++refetch;
-  }
+  const std::vector<size_t> mismatched = KeepChunks(kept, pin ? pin->bytes().data() : nullptr, base);
+  pin.reset();
+  const size_t refetch = mismatched.size();
+  for (size_t i : mismatched) chunks.push_back(std::move(kept[i]));
   if (refetch > 0)
     Log("subscriber '" + options.name + "': " + std::to_string(refetch) +
         " unchanged chunk(s) did not match their hash in the held copy; fetching them");
