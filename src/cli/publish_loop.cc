@@ -97,10 +97,12 @@ Result<nlohmann::ordered_json> PublishVersions(Publisher& publisher, const Publi
     }
     nlohmann::ordered_json j = Describe(publisher, report, detail ? &*detail : nullptr);
     if (!o.quiet) {
-      const uint64_t fetched = j["fetched_bytes"].get<uint64_t>();
+      // Without the embedded coordinator's report the bytes fetched are unknown: the model stands in.
+      const uint64_t fetched =
+          j["fetched_bytes"].is_null() ? publisher.model_bytes() : j["fetched_bytes"].get<uint64_t>();
       std::cout << "version " << v << ": " << HumanBytes(fetched)
-                << (fetched < publisher.model_bytes() ? " changed of " + HumanBytes(publisher.model_bytes())
-                                                      : "")
+                << (fetched != publisher.model_bytes() ? " fetched of " + HumanBytes(publisher.model_bytes())
+                                                       : std::string())
                 << " to " << j["subscribers_verified"].get<uint64_t>() << " subscriber(s), copy "
                 << Fixed(j["copy_s"].get<double>(), "%.3f") << " s, "
                 << Fixed(j["gbps"].get<double>(), "%.2f") << " GB/s each ("

@@ -66,11 +66,13 @@ def test_standalone_coordinator_metrics_and_refusal(tmp_path, procs):
     code, out = procs.finish(intruder)
     assert code == 1 and "refused" in out, out
     pub = procs.start("publish", "--preset", "tiny", "--coordinator", f"127.0.0.1:{port}", "--secret-file", secret,
-                      "--versions", "2", "--quiet")
+                      "--versions", "2")
     # Joined to a standalone coordinator, the publisher cannot wait for subscribers by count; the
-    # subscriber started first, so version 1 finds it connected (retry until it is).
+    # subscriber started first, so version 1 finds it connected (retry until it is). It has no report
+    # of the bytes each subscriber fetched, and says the model size for each version.
     code, out = procs.finish(pub)
     assert code == 0, out
+    assert "version 2: " in out, out
     code, out = procs.finish(sub)
     assert code == 0, out
 
