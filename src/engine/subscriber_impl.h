@@ -31,6 +31,10 @@ struct Subscriber::Impl {
   std::unique_ptr<VersionedStore> store;
   std::map<const std::byte*, std::unique_ptr<MemoryRegion>> registered;  // store buffers
   std::optional<Manifest> live_manifest, pending_manifest;
+  // The version each store buffer holds, when known (set when it was committed, cleared when an
+  // update starts writing it): a delta skips copying what the staging buffer already has.
+  std::map<const std::byte*, std::optional<Manifest>> staged;
+  const std::byte* updating_base = nullptr;
   std::map<uint64_t, RemoteKey> keys;
   Bytes publisher_address;
   std::shared_ptr<Connection> connection;  // used on the loop thread only

@@ -6,6 +6,7 @@
 #include <set>
 #include <system_error>
 #include <thread>
+#include <utility>
 
 #include "subscriber_impl.h"
 #include "weightport/core/hash.h"
@@ -40,11 +41,11 @@ std::string LayoutMismatch(const Manifest& live, const Manifest& next) {
   return "";
 }
 
-// Copies the kept chunks from `live` into `staging` (live == nullptr: in place, already there)
-// and hashes them in staging, over several threads for a large model. Returns the indices of those
-// whose hash is not the manifest's.
-std::vector<size_t> KeepChunks(const std::vector<ChunkFetch>& kept, const std::byte* live,
-                               std::byte* staging) {
+// Copies the kept chunks from `live` into `staging` (live == nullptr: in place, already there;
+// in_staging[i]: the staging buffer holds chunk i already) and hashes them in staging, over several threads
+// for a large model. Returns the indices of those whose hash is not the manifest's.
+std::vector<size_t> KeepChunks(const std::vector<ChunkFetch>& kept, const std::vector<char>& in_staging,
+                               const std::byte* live, std::byte* staging) {
   uint64_t bytes = 0;
   for (const ChunkFetch& c : kept) bytes += c.length;
   const size_t threads = std::clamp<size_t>(bytes / (64u << 20), 1,
@@ -53,7 +54,8 @@ std::vector<size_t> KeepChunks(const std::vector<ChunkFetch>& kept, const std::b
   auto work = [&](size_t t) {
     for (size_t i = t; i < kept.size(); i += threads) {
       const ChunkFetch& c = kept[i];
-      if (live != nullptr) std::memcpy(staging + c.local_offset, live + c.local_offset, c.length);
+      if (live != nullptr && !in_staging[i])
+        std::memcpy(staging + c.local_offset, live + c.local_offset, c.length);
       if (Xxh3(std::span<const std::byte>(staging + c.local_offset, c.length)) != c.xxh3) bad[t].push_back(i);
     }
   };
@@ -145,6 +147,10 @@ void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
     registered[base] = std::move(*region);
   }
   const MemoryRegion& local = *registered[base];
+  // What the staging buffer holds from its last commit (double-buffer: the version before the live
+  // one; stage-copy: the live one); it is about to be written, so it holds nothing known after.
+  const std::optional<Manifest> in_staging_version = std::exchange(staged[base], std::nullopt);
+  updating_base = base;
 
   std::set<std::string> wanted(options.tensors.begin(), options.tensors.end());
   // Delta: a chunk whose hash equals the one in the version held is not fetched. It is copied from
@@ -156,7 +162,8 @@ void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
       options.delta && options.fetch.verify && live_manifest && held_version == live_manifest->version()
           ? &*live_manifest
           : nullptr;
-  std::vector<ChunkFetch> kept;  // unchanged chunks: copied from the live copy, then hashed in staging
+  std::vector<ChunkFetch> kept;       // unchanged chunks: copied from the live copy, then hashed in staging
+  std::vector<char> kept_in_staging;  // kept chunk i is in the staging buffer already: no copy
   uint64_t kept_chunks = 0, all_chunks = 0;
   std::vector<ChunkFetch> chunks;
   for (const ManifestTensor& t : manifest.tensors()) {
@@ -165,6 +172,11 @@ void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
     if (held != nullptr) {
       std::fill(changed.begin(), changed.end(), 0);
       for (size_t i : manifest.ChangedChunks(t, *held)) changed[i] = 1;
+    }
+    std::vector<char> staged_same(t.chunk_hashes.size(), 0);
+    if (held != nullptr && in_staging_version) {
+      std::fill(staged_same.begin(), staged_same.end(), 1);
+      for (size_t i : manifest.ChangedChunks(t, *in_staging_version)) staged_same[i] = 0;
     }
     for (size_t i = 0; i < t.chunk_hashes.size(); ++i) {
       const ByteRange r = manifest.ChunkRange(t, i);
@@ -176,6 +188,7 @@ void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
                         .length = r.length,
                         .xxh3 = t.chunk_hashes[i],
                         .what = "tensor '" + t.meta.name + "' chunk " + std::to_string(i)});
+        kept_in_staging.push_back(staged_same[i]);
         continue;
       }
       chunks.push_back({.remote_offset = t.offset + r.offset,
@@ -209,7 +222,8 @@ void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
   }
   // A kept chunk must hash as the manifest says (the live copy could have been written to); one
   // that does not is fetched after all.
-  const std::vector<size_t> mismatched = KeepChunks(kept, pin ? pin->bytes().data() : nullptr, base);
+  const std::vector<size_t> mismatched =
+      KeepChunks(kept, kept_in_staging, pin ? pin->bytes().data() : nullptr, base);
   pin.reset();
   const size_t refetch = mismatched.size();
   for (size_t i : mismatched) chunks.push_back(std::move(kept[i]));
@@ -277,6 +291,7 @@ void Subscriber::Impl::OnCommit(uint64_t version) {
     return;
   }
   live_manifest = pending_manifest;
+  if (updating_base != nullptr) staged[updating_base] = live_manifest;
   const auto pause = store->stats().last_pause;
   cv.notify_all();
   lock.unlock();
