@@ -197,11 +197,19 @@ INSTANTIATE_TEST_SUITE_P(Fanout, PlanRankReplay, ::testing::Values(0, 1, 2));
 TEST(PlanRank, CorruptChunkIsFetchedAgain) {
   Group g(MustPlan(FsdpFlat(Model(), 4), ReplicasOfTp(2, 2), 0));
   g.Update(1);
-  g.faults->set_corrupt(FaultTrigger{.nth = 40, .ops = kFaultGet});
-  ReceiveStats s = g.Update(2);
-  EXPECT_EQ(g.faults->stats().corrupted, 1u);
-  EXPECT_EQ(s.corrupt_refetched, 1u);
-  g.ExpectLive(2);
+  // Which Get comes 40th across the ranks is a race: now and then it reads a hash area entry the
+  // rank does not use, which harms nothing. So over several versions: every version exact, and at
+  // least one corrupted chunk caught by its hash and fetched again.
+  uint64_t corrupted = 0, refetched = 0;
+  for (uint64_t v = 2; v <= 11 && refetched == 0; ++v) {
+    g.faults->set_corrupt(FaultTrigger{.nth = 40, .ops = kFaultGet});
+    ReceiveStats s = g.Update(v);
+    refetched += s.corrupt_refetched;
+    corrupted = g.faults->stats().corrupted;
+    g.ExpectLive(v);
+  }
+  EXPECT_GE(corrupted, 1u);
+  EXPECT_GE(refetched, 1u);
 }
 
 TEST(PlanRank, CorruptionOnRelayHopsIsRepaired) {
