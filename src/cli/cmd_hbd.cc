@@ -94,8 +94,8 @@ Result<nlohmann::ordered_json> CompareArch(const HbdOptions& o, const ArchSpec& 
     by_ratio.push_back({{"fault_ratio", r},
                         {"waste_mean", m.waste.mean},
                         {"waste_p99", m.waste.p99},
-                        {"cross_tor_mean", m.cross_tor_samples > 0 ? nlohmann::ordered_json(m.cross_tor.mean)
-                                                                   : nlohmann::ordered_json(nullptr)}});
+                        {"cross_tor_mean", m.cross_tor ? nlohmann::ordered_json(m.cross_tor->mean)
+                                                       : nlohmann::ordered_json(nullptr)}});
     by_ratio_series.points.push_back({100 * r, 100 * m.waste.mean});
   }
   row["at_fault_ratio"] = by_ratio;
@@ -109,12 +109,12 @@ Result<nlohmann::ordered_json> CompareArch(const HbdOptions& o, const ArchSpec& 
     row["trace"] = {{"samples", m.samples},
                     {"fault_ratio_mean", m.mean_fault_ratio},
                     {"waste", StatsJson(m.waste)},
-                    {"cross_tor", m.cross_tor_samples > 0 ? StatsJson(m.cross_tor) : nullptr},
+                    {"cross_tor", m.cross_tor ? StatsJson(*m.cross_tor) : nullptr},
                     {"reconfigurations", m.reconfigurations},
                     {"reconfigurations_per_year", m.reconfigurations / years},
                     {"reconfiguration_s", m.reconfiguration_s}};
-    if (a.kind == ArchKind::kInfiniteHbd && o.tp > a.gpus_per_node)
-      row["trace"]["recut_every_sample"] = {{"waste", StatsJson(m.waste_recut)},
+    if (m.waste_recut)
+      row["trace"]["recut_every_sample"] = {{"waste", StatsJson(*m.waste_recut)},
                                             {"reconfigurations", m.recut_reconfigurations}};
   }
   WP_ASSIGN_OR_RETURN(ArchCost cost, CostPerGpu(a, prices));

@@ -30,9 +30,11 @@ nlohmann::ordered_json Describe(Publisher& publisher, const PublishReport& pub, 
   const double copy = report != nullptr ? Secs(report->copy) : Secs(pub.transfer);
   nlohmann::ordered_json subscribers = nlohmann::ordered_json::array();
   double max_pause = 0;
-  uint64_t retries = 0, verified = 0;
+  uint64_t retries = 0, verified = 0, fetched_most = 0, fetched_sum = 0;
   if (report != nullptr) {
     for (const auto& s : report->subscribers) {
+      fetched_most = std::max(fetched_most, s.bytes);
+      fetched_sum += s.bytes;
       subscribers.push_back({{"name", s.name},
                              {"bytes", s.bytes},
                              {"fetch_s", Secs(s.fetch)},
@@ -47,17 +49,14 @@ nlohmann::ordered_json Describe(Publisher& publisher, const PublishReport& pub, 
   }
   // Bytes the subscribers fetched: the model, or with delta updates the chunks that changed. Known
   // only from the embedded coordinator's report; without it the model size stands in.
-  nlohmann::ordered_json fetched_max = nullptr, fetched_total = nullptr;
-  double per_subscriber = static_cast<double>(publisher.model_bytes());
-  double all = per_subscriber * static_cast<double>(std::max<size_t>(subscribers.size(), 1));
-  if (report != nullptr) {
-    uint64_t most = 0, sum = 0;
-    for (const auto& s : report->subscribers) most = std::max(most, s.bytes), sum += s.bytes;
-    fetched_max = most;
-    fetched_total = sum;
-    per_subscriber = static_cast<double>(most);
-    all = static_cast<double>(sum);
-  }
+  const double model = static_cast<double>(publisher.model_bytes());
+  const double per_subscriber = report != nullptr ? static_cast<double>(fetched_most) : model;
+  const double all = report != nullptr ? static_cast<double>(fetched_sum)
+                                       : model * static_cast<double>(std::max<size_t>(subscribers.size(), 1));
+  const nlohmann::ordered_json fetched_max =
+      report != nullptr ? nlohmann::ordered_json(fetched_most) : nullptr;
+  const nlohmann::ordered_json fetched_total =
+      report != nullptr ? nlohmann::ordered_json(fetched_sum) : nullptr;
   return {{"version", pub.version},
           {"bytes", publisher.model_bytes()},
           {"fetched_bytes", fetched_max},

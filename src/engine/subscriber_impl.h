@@ -43,7 +43,8 @@ struct Subscriber::Impl {
   bool fetch_ok = false;
   std::shared_ptr<FetchExecutor> fetch;
   std::shared_ptr<WorkerPool> verifier;  // hash checks of every fetch, beside the loop thread
-  std::optional<Status> ended;           // the session's end: OK on Bye
+  std::unique_ptr<WorkerPool> keepers;  // delta: copy and hash of unchanged chunks (session thread's helpers)
+  std::optional<Status> ended;          // the session's end: OK on Bye
 
   void SessionLoop();
   void HeartbeatLoop();

@@ -2,15 +2,16 @@
 // Runs on the session thread, except the fetch's completion, which runs on the loop thread.
 #include <algorithm>
 #include <cstring>
+#include <latch>
 #include <optional>
 #include <set>
-#include <system_error>
 #include <thread>
 #include <utility>
 
 #include "subscriber_impl.h"
 #include "weightport/core/hash.h"
 #include "weightport/engine/arena.h"
+#include "weightport/engine/worker_pool.h"
 
 namespace weightport {
 
@@ -42,34 +43,31 @@ std::string LayoutMismatch(const Manifest& live, const Manifest& next) {
 }
 
 // Copies the kept chunks from `live` into `staging` (live == nullptr: in place, already there;
-// in_staging[i]: the staging buffer holds chunk i already) and hashes them in staging, over several threads
-// for a large model. Returns the indices of those whose hash is not the manifest's.
+// in_staging[i]: the staging buffer holds chunk i already) and hashes them in staging, shared with
+// `pool` for a large model (one share per 64 MiB, at most one per pool thread and this one).
+// Returns the indices of those whose hash is not the manifest's.
 std::vector<size_t> KeepChunks(const std::vector<ChunkFetch>& kept, const std::vector<char>& in_staging,
-                               const std::byte* live, std::byte* staging) {
+                               const std::byte* live, std::byte* staging, WorkerPool& pool) {
   uint64_t bytes = 0;
   for (const ChunkFetch& c : kept) bytes += c.length;
-  const size_t threads = std::clamp<size_t>(bytes / (64u << 20), 1,
-                                            std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8));
-  std::vector<std::vector<size_t>> bad(threads);
+  const size_t shares = std::clamp<size_t>(bytes / (64u << 20), 1, pool.size() + 1);
+  std::vector<std::vector<size_t>> bad(shares);
   auto work = [&](size_t t) {
-    for (size_t i = t; i < kept.size(); i += threads) {
+    for (size_t i = t; i < kept.size(); i += shares) {
       const ChunkFetch& c = kept[i];
       if (live != nullptr && !in_staging[i])
         std::memcpy(staging + c.local_offset, live + c.local_offset, c.length);
       if (Xxh3(std::span<const std::byte>(staging + c.local_offset, c.length)) != c.xxh3) bad[t].push_back(i);
     }
   };
-  std::vector<std::thread> helpers;
-  std::vector<size_t> on_this_thread = {0};
-  for (size_t t = 1; t < threads; ++t) {
-    try {
-      helpers.emplace_back(work, t);
-    } catch (const std::system_error&) {  // no thread to be had: do its share here
-      on_this_thread.push_back(t);
-    }
-  }
-  for (size_t t : on_this_thread) work(t);
-  for (std::thread& h : helpers) h.join();
+  std::latch done(static_cast<std::ptrdiff_t>(shares - 1));
+  for (size_t t = 1; t < shares; ++t)
+    pool.Submit([&, t] {
+      work(t);
+      done.count_down();
+    });
+  work(0);
+  done.wait();
   std::vector<size_t> out;
   for (const auto& b : bad) out.insert(out.end(), b.begin(), b.end());
   std::sort(out.begin(), out.end());
@@ -162,77 +160,68 @@ void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
       options.delta && options.fetch.verify && live_manifest && held_version == live_manifest->version()
           ? &*live_manifest
           : nullptr;
-  std::vector<ChunkFetch> kept;       // unchanged chunks: copied from the live copy, then hashed in staging
+  std::vector<ChunkFetch> chunks;     // to fetch
+  std::vector<ChunkFetch> kept;       // unchanged since `held`: copied from the live copy, then hashed
   std::vector<char> kept_in_staging;  // kept chunk i is in the staging buffer already: no copy
-  uint64_t kept_chunks = 0, all_chunks = 0;
-  std::vector<ChunkFetch> chunks;
+  // unchanged[i]: chunk i of `t` is the same in `older` (all 0 without one).
+  auto unchanged = [&](const ManifestTensor& t, const Manifest* older) {
+    std::vector<char> same(t.chunk_hashes.size(), older != nullptr);
+    if (older != nullptr)
+      for (size_t i : manifest.ChangedChunks(t, *older)) same[i] = 0;
+    return same;
+  };
   for (const ManifestTensor& t : manifest.tensors()) {
     if (!wanted.empty() && wanted.count(t.meta.name) == 0) continue;
-    std::vector<char> changed(t.chunk_hashes.size(), 1);
-    if (held != nullptr) {
-      std::fill(changed.begin(), changed.end(), 0);
-      for (size_t i : manifest.ChangedChunks(t, *held)) changed[i] = 1;
-    }
-    std::vector<char> staged_same(t.chunk_hashes.size(), 0);
-    if (held != nullptr && in_staging_version) {
-      std::fill(staged_same.begin(), staged_same.end(), 1);
-      for (size_t i : manifest.ChangedChunks(t, *in_staging_version)) staged_same[i] = 0;
-    }
+    const std::vector<char> same_as_held = unchanged(t, held);
+    const std::vector<char> same_in_staging =
+        unchanged(t, held != nullptr && in_staging_version ? &*in_staging_version : nullptr);
     for (size_t i = 0; i < t.chunk_hashes.size(); ++i) {
       const ByteRange r = manifest.ChunkRange(t, i);
-      ++all_chunks;
-      if (!changed[i]) {
-        ++kept_chunks;
-        kept.push_back({.remote_offset = t.offset + r.offset,
-                        .local_offset = t.offset + r.offset,
-                        .length = r.length,
-                        .xxh3 = t.chunk_hashes[i],
-                        .what = "tensor '" + t.meta.name + "' chunk " + std::to_string(i)});
-        kept_in_staging.push_back(staged_same[i]);
+      ChunkFetch c{.remote_offset = t.offset + r.offset,
+                   .local_offset = t.offset + r.offset,
+                   .length = r.length,
+                   .xxh3 = t.chunk_hashes[i],
+                   .what = "tensor '" + t.meta.name + "' chunk " + std::to_string(i)};
+      if (!same_as_held[i]) {
+        chunks.push_back(std::move(c));
         continue;
       }
-      chunks.push_back({.remote_offset = t.offset + r.offset,
-                        .local_offset = t.offset + r.offset,
-                        .length = r.length,
-                        .xxh3 = t.chunk_hashes[i],
-                        .what = "tensor '" + t.meta.name + "' chunk " + std::to_string(i)});
+      kept.push_back(std::move(c));
+      kept_in_staging.push_back(same_in_staging[i]);
     }
   }
+  const size_t changed_chunks = chunks.size(), all_chunks = chunks.size() + kept.size();
+  // The live copy stays pinned only while copying from it: a stage-then-copy Commit waits for pins.
+  std::optional<VersionedStore::Pin> pin;
+  if (!kept.empty() && !in_place) {
+    auto acquired = store->Acquire();
+    if (!acquired.ok()) {
+      store->Abort().IgnoreError();
+      return fail("reading the live copy for the unchanged chunks: " + acquired.status().message());
+    }
+    pin = std::move(*acquired);
+  }
+  if (!keepers && !kept.empty())  // this thread and up to 7 more
+    keepers = std::make_unique<WorkerPool>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u) - 1);
   updating = v;
   fetch_running = true;
   fetch_ok = false;
   RemoteKey remote = key->second;
-  VersionedStore* held_store = store.get();
   lock.unlock();
 
-  std::optional<VersionedStore::Pin> pin;
-  if (!kept.empty() && !in_place) {
-    // The live copy stays pinned only while copying: a stage-then-copy Commit waits for pins.
-    auto acquired = held_store->Acquire();
-    if (!acquired.ok()) {
-      lock.lock();
-      updating = 0;
-      fetch_running = false;
-      cv.notify_all();
-      if (store && store->updating()) store->Abort().IgnoreError();
-      lock.unlock();
-      return Fail(v, "reading the live copy for the unchanged chunks: " + acquired.status().message());
-    }
-    pin = std::move(*acquired);
-  }
   // A kept chunk must hash as the manifest says (the live copy could have been written to); one
   // that does not is fetched after all.
   const std::vector<size_t> mismatched =
-      KeepChunks(kept, kept_in_staging, pin ? pin->bytes().data() : nullptr, base);
+      kept.empty() ? std::vector<size_t>{}
+                   : KeepChunks(kept, kept_in_staging, pin ? pin->bytes().data() : nullptr, base, *keepers);
   pin.reset();
-  const size_t refetch = mismatched.size();
   for (size_t i : mismatched) chunks.push_back(std::move(kept[i]));
-  if (refetch > 0)
-    Log("subscriber '" + options.name + "': " + std::to_string(refetch) +
+  if (!mismatched.empty())
+    Log("subscriber '" + options.name + "': " + std::to_string(mismatched.size()) +
         " unchanged chunk(s) did not match their hash in the held copy; fetching them");
   Emit({.kind = SubscriberEvent::Kind::kBegin,
         .version = v,
-        .detail = held ? std::to_string(all_chunks - kept_chunks) + " of " + std::to_string(all_chunks) +
+        .detail = held ? std::to_string(changed_chunks) + " of " + std::to_string(all_chunks) +
                              " chunks changed since version " + std::to_string(held->version())
                        : std::string()});
   loop->Post([this, v, &local, remote, chunks = std::move(chunks)](Transport&) mutable {

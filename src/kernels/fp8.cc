@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/convert_lanes.h"
@@ -62,6 +63,11 @@ struct Blocks {
   int64_t rows = 0, cols = 0, block_rows = 0, block_cols = 0;  // block size in elements
   int64_t count_rows() const { return (rows + block_rows - 1) / block_rows; }
   int64_t count_cols() const { return (cols + block_cols - 1) / block_cols; }
+  // Row r's part of block column bc: its first element and its length.
+  std::pair<int64_t, int64_t> Segment(int64_t r, int64_t bc) const {
+    const int64_t c0 = bc * block_cols;
+    return {r * cols + c0, std::min(cols, c0 + block_cols) - c0};
+  }
 };
 
 Result<Blocks> MakeBlocks(int64_t rows, int64_t cols, Fp8Scaling scaling) {
@@ -101,8 +107,7 @@ Status QuantizeE4m3(DType from, const void* src, int64_t rows, int64_t cols, Fp8
     std::fill(amax.begin(), amax.end(), 0u);
     for (int64_t r = r0; r < r1; ++r)
       for (int64_t bc = 0; bc < b.count_cols(); ++bc) {
-        const int64_t c0 = bc * b.block_cols, n = std::min(cols, c0 + b.block_cols) - c0;
-        const int64_t at = r * cols + c0;
+        const auto [at, n] = b.Segment(r, bc);
         amax[bc] =
             from == DType::kF32 ? AmaxBitsF32(in32 + at, n, amax[bc]) : AmaxBitsBf16(in16 + at, n, amax[bc]);
       }
@@ -114,8 +119,7 @@ Status QuantizeE4m3(DType from, const void* src, int64_t rows, int64_t cols, Fp8
     }
     for (int64_t r = r0; r < r1; ++r)
       for (int64_t bc = 0; bc < b.count_cols(); ++bc) {
-        const int64_t c0 = bc * b.block_cols, n = std::min(cols, c0 + b.block_cols) - c0;
-        const int64_t at = r * cols + c0;
+        const auto [at, n] = b.Segment(r, bc);
         const float scale = scales[br * b.count_cols() + bc];
         if (from == DType::kF32)
           QuantizeF32(in32 + at, n, scale, dst + at);

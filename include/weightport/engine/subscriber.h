@@ -50,7 +50,8 @@ struct SubscriberOptions {
   FetchOptions fetch;
   std::vector<std::string> tensors;  // fetch only these; empty: the whole model
   // Fetch only the chunks whose hash changed since the version held; the rest is copied from the
-  // live copy (or, in place, left where it is). Off: every chunk of every version travels.
+  // live copy (or, in place, left where it is) and checked against its hash. Off, or with
+  // fetch.verify off: every chunk of every version travels.
   bool delta = true;
   SessionTiming timing;
   std::chrono::milliseconds swap_wait_timeout{10'000};  // for readers' pins to drain

@@ -34,13 +34,32 @@ struct Samples {
   ClusterMetrics Finish() {
     ClusterMetrics m;
     m.samples = static_cast<int>(waste.size());
-    m.cross_tor_samples = static_cast<int>(cross_tor.size());
     m.dp = dp;
     m.mean_fault_ratio = waste.empty() ? 0 : fault_sum / waste.size();
     m.waste = Summarise(std::move(waste));
-    m.cross_tor = Summarise(std::move(cross_tor));
-    m.waste_recut = Summarise(std::move(waste_recut));
+    if (!cross_tor.empty()) m.cross_tor = Summarise(std::move(cross_tor));
+    if (!waste_recut.empty()) m.waste_recut = Summarise(std::move(waste_recut));
     return m;
+  }
+};
+
+// Rings each greedy re-cut has that the previous sample's re-cut did not: the rebuilds of an
+// orchestrator that re-cut the whole ring at every sample.
+struct RecutCounter {
+  std::vector<std::vector<int>> previous;  // sorted; empty before the first sample
+  int64_t rebuilt = 0;
+
+  void Add(std::vector<TpGroup>& groups) {
+    std::vector<std::vector<int>> cut;
+    for (TpGroup& g : groups) cut.push_back(std::move(g.nodes));
+    std::sort(cut.begin(), cut.end());
+    if (!previous.empty()) {
+      std::vector<std::vector<int>> added;
+      std::set_difference(cut.begin(), cut.end(), previous.begin(), previous.end(),
+                          std::back_inserter(added));
+      rebuilt += static_cast<int64_t>(added.size());
+    }
+    previous = std::move(cut);
   }
 };
 
@@ -106,8 +125,7 @@ Result<ClusterMetrics> EvaluateTrace(const ArchSpec& arch, int cluster_nodes, co
   s.dp = DpSize(arch, options);
   size_t next = 0;
   int down = 0;
-  std::vector<std::vector<int>> previous_cut;  // infinitehbd: the last sample's re-cut, sorted
-  int64_t recut_rebuilds = 0;
+  RecutCounter recuts;
   for (double day = 0; day <= trace.days; day += sample_days) {
     for (; next < trace.events.size() && trace.events[next].day <= day; ++next) {
       const FaultEvent& e = trace.events[next];
@@ -138,17 +156,7 @@ Result<ClusterMetrics> EvaluateTrace(const ArchSpec& arch, int cluster_nodes, co
     if (rings) {
       WP_RETURN_IF_ERROR(s.Add(arch, rings->rings(), rings->waste_ratio(), fault_ratio, options));
       s.waste_recut.push_back(recut.waste_ratio());
-      // Rings the re-cut builds that the previous sample's re-cut did not have.
-      std::vector<std::vector<int>> cut;
-      for (TpGroup& g : recut.tp_groups) cut.push_back(std::move(g.nodes));
-      std::sort(cut.begin(), cut.end());
-      if (!previous_cut.empty()) {
-        std::vector<std::vector<int>> added;
-        std::set_difference(cut.begin(), cut.end(), previous_cut.begin(), previous_cut.end(),
-                            std::back_inserter(added));
-        recut_rebuilds += static_cast<int64_t>(added.size());
-      }
-      previous_cut = std::move(cut);
+      recuts.Add(recut.tp_groups);
     } else {
       WP_RETURN_IF_ERROR(s.Add(arch, recut.tp_groups, recut.waste_ratio(), fault_ratio, options));
     }
@@ -157,7 +165,7 @@ Result<ClusterMetrics> EvaluateTrace(const ArchSpec& arch, int cluster_nodes, co
   ClusterMetrics m = s.Finish();
   m.reconfigurations = rings ? rings->rings_built() : cube_losses;
   m.reconfiguration_s = m.reconfigurations * ReconfigurationSeconds(arch);
-  m.recut_reconfigurations = recut_rebuilds;
+  m.recut_reconfigurations = recuts.rebuilt;
   return m;
 }
 

@@ -51,6 +51,28 @@ std::vector<int> LeafKey(const TpGroup& group, int tor_nodes) {
   return key;
 }
 
+// TP groups by leaf key, whole DP groups of identical keys first (no traffic crosses a ToR in
+// them), then the rest in key order, so one short run does not shift every later group off its ToR.
+std::vector<int> TorAwareOrder(const std::vector<TpGroup>& groups, int tor_nodes, int dp) {
+  std::vector<int> order(groups.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::vector<std::vector<int>> keys;
+  keys.reserve(order.size());
+  for (const TpGroup& group : groups) keys.push_back(LeafKey(group, tor_nodes));
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return keys[a] < keys[b]; });
+  std::vector<int> pure, rest;
+  for (size_t i = 0; i < order.size();) {
+    size_t j = i;
+    while (j < order.size() && keys[order[j]] == keys[order[i]]) ++j;
+    const size_t whole = (j - i) / dp * dp;
+    pure.insert(pure.end(), order.begin() + i, order.begin() + i + whole);
+    rest.insert(rest.end(), order.begin() + i + whole, order.begin() + j);
+    i = j;
+  }
+  pure.insert(pure.end(), rest.begin(), rest.end());
+  return pure;
+}
+
 }  // namespace
 
 int TorNodes(const ArchSpec& arch, int tor_gpus) {
@@ -87,25 +109,7 @@ Result<DpPlacement> PlaceDp(const ArchSpec& arch, const std::vector<TpGroup>& gr
   const int tor_nodes = TorNodes(arch, tor_gpus);
   std::vector<int> order(groups.size());
   std::iota(order.begin(), order.end(), 0);
-  if (policy == DpPolicy::kTorAware) {
-    std::vector<std::vector<int>> keys;
-    keys.reserve(order.size());
-    for (const TpGroup& group : groups) keys.push_back(LeafKey(group, tor_nodes));
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return keys[a] < keys[b]; });
-    // Whole DP groups of identical keys first (no traffic crosses a ToR in them), then the rest
-    // in key order, so one short run does not shift every later group off its ToR.
-    std::vector<int> pure, rest;
-    for (size_t i = 0; i < order.size();) {
-      size_t j = i;
-      while (j < order.size() && keys[order[j]] == keys[order[i]]) ++j;
-      const size_t whole = (j - i) / dp * dp;
-      pure.insert(pure.end(), order.begin() + i, order.begin() + i + whole);
-      rest.insert(rest.end(), order.begin() + i + whole, order.begin() + j);
-      i = j;
-    }
-    order = std::move(pure);
-    order.insert(order.end(), rest.begin(), rest.end());
-  }
+  if (policy == DpPolicy::kTorAware) order = TorAwareOrder(groups, tor_nodes, dp);
   DpPlacement out;
   out.dp = dp;
   out.dp_groups = static_cast<int>(order.size()) / dp;

@@ -21,8 +21,8 @@ Result<RingOrchestrator> RingOrchestrator::Create(const ArchSpec& arch, const st
   if (tp <= arch.gpus_per_node || tp % arch.gpus_per_node != 0)
     return InvalidArgument("ring orchestration needs TP spanning whole nodes of " +
                            std::to_string(arch.gpus_per_node) + " GPUs (got TP " + std::to_string(tp) + ")");
-  WP_ASSIGN_OR_RETURN(TpPlacement first, PlaceTp(arch, faulty, tp, /*keep_groups=*/true));
   if (max_stretch < 0) return InvalidArgument("the most rings a repair may rebuild must be >= 0");
+  WP_ASSIGN_OR_RETURN(TpPlacement first, PlaceTp(arch, faulty, tp, /*keep_groups=*/true));
   RingOrchestrator o(arch, tp, max_stretch, faulty);
   for (TpGroup& ring : first.tp_groups) {
     for (int node : ring.nodes) o.ring_of_[node] = static_cast<int>(o.rings_.size());
@@ -37,6 +37,14 @@ Result<RingOrchestrator> RingOrchestrator::Create(const ArchSpec& arch, const st
 
 double RingOrchestrator::waste_ratio() const {
   return healthy_nodes_ > 0 ? 1.0 - static_cast<double>(usable_gpus()) / healthy_gpus() : 0;
+}
+
+std::optional<int> RingOrchestrator::Step(int pos, int dir) const {
+  const int n = static_cast<int>(faulty_.size());
+  pos += dir;
+  if (pos >= 0 && pos < n) return pos;
+  if (!arch_.wrap) return std::nullopt;
+  return (pos + n) % n;
 }
 
 int RingOrchestrator::Distance(int from, int to) const {
@@ -86,21 +94,12 @@ std::optional<std::vector<int>> RingOrchestrator::WalkToFree(int pos, int dir, i
   int found = 0;
   // The walk may start on a faulty node (the one that just failed): the run it ends counts.
   int run = 0;
-  for (int p = pos; run < n && faulty_[p];) {
-    ++run;
-    p -= dir;
-    if (p < 0 || p >= n) {
-      if (!arch_.wrap) break;
-      p = (p + n) % n;
-    }
-  }
+  for (std::optional<int> p = pos; p && run < n && faulty_[*p]; p = Step(*p, -dir)) ++run;
   if (run >= arch_.k) return std::nullopt;
   for (int step = 0; step < n - 1 && static_cast<int>(rings.size()) <= max_stretch_; ++step) {
-    pos += dir;
-    if (pos < 0 || pos >= n) {
-      if (!arch_.wrap) return std::nullopt;
-      pos = (pos + n) % n;
-    }
+    const std::optional<int> next = Step(pos, dir);
+    if (!next) return std::nullopt;
+    pos = *next;
     if (faulty_[pos]) {
       if (++run >= arch_.k) return std::nullopt;  // the chain cannot cross this run
       continue;

@@ -39,8 +39,7 @@ Result<SyncTimes> SimulateSyncAndRecovery(const ArchSpec& arch, int gpus, int tp
     return InvalidArgument(arch.name + ": " + std::to_string(gpus) + " GPUs hold fewer than two TP-" +
                            std::to_string(t.tp) + " replicas");
   const nlohmann::json common = {{"topology", t.preset}, {"gpus", t.gpus}, {"tp", t.tp}, {"layers", layers}};
-  nlohmann::json sync = common;
-  WP_ASSIGN_OR_RETURN(SimResult s, Run("dense-50b-sync", sync));
+  WP_ASSIGN_OR_RETURN(SimResult s, Run("dense-50b-sync", common));
   t.sync_s = s.makespan_s;
   t.sync_bound_s = s.lower_bound_s;
   // Host 1 fails (host 0's first GPUs are the sync's source): the replicas it held part of are

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -30,18 +31,20 @@ struct ClusterMetrics {
   int samples = 0;
   int dp = 0;
   double mean_fault_ratio = 0;
-  Percentiles waste;          // GPU waste ratio
-  Percentiles cross_tor;      // share of DP bytes crossing a ToR, over samples with a DP group
-  int cross_tor_samples = 0;  // 0: no sample had a DP group (no figure)
+  Percentiles waste;  // GPU waste ratio
+  // Share of DP bytes crossing a ToR, over samples with a DP group; none when no sample had one.
+  std::optional<Percentiles> cross_tor;
   // Over a trace only. Reconfigurations: infinitehbd, rings built after the first placement by
   // RingOrchestrator; tpuv4, cubes lost to a fault (the slice is re-formed around a spare cube by
   // the MEMS OCS); none for NVLink domains and DGX, which have no circuits to switch.
   int64_t reconfigurations = 0;
   double reconfiguration_s = 0;  // reconfigurations x ReconfigurationSeconds
-  // infinitehbd over a trace: the waste of a greedy re-cut of the whole ring at every sample (the
-  // least waste; the orchestrator trades some of it for far fewer reconfigurations).
-  Percentiles waste_recut;
-  int64_t recut_reconfigurations = 0;  // rings each re-cut has that the previous one did not
+  // Over a trace, where RingOrchestrator places the rings (infinitehbd, TP spanning nodes): the
+  // waste of a greedy re-cut of the whole ring at every sample (the least waste; the orchestrator
+  // trades some of it for far fewer reconfigurations), and the rings each re-cut has that the
+  // previous one did not.
+  std::optional<Percentiles> waste_recut;
+  int64_t recut_reconfigurations = 0;
 };
 
 // Switching time of one reconfiguration: OCSTrx 80 us (InfiniteHBD, 60-80 us), MEMS OCS 10 ms

@@ -46,6 +46,8 @@ class RingOrchestrator {
  private:
   RingOrchestrator(const ArchSpec& arch, int tp, int max_stretch, std::vector<char> faulty);
   int Distance(int from, int to) const;  // positions forward from `from` to `to`
+  // The position one step in direction `dir` (+1, -1); none past an end of an unwrapped ring.
+  std::optional<int> Step(int pos, int dir) const;
   // Rings (other than `own`) passed walking from `pos` in direction `dir` until `needed` free
   // healthy nodes are passed; nullopt when a run of >= K faulty nodes, max_stretch rings or
   // a full turn comes first.
