@@ -34,7 +34,7 @@ std::map<Endpoint, PlanLayout> ComputeLayouts(const Plan& plan) {
     auto it = hashes.find(ep);
     l.hash_bytes = it == hashes.end() ? 0 : kHashHeaderBytes + 8 * it->second;
     l.counter_offset = Align64(l.hash_offset + l.hash_bytes);
-    l.public_bytes = Align64(l.counter_offset + 8 * l.counter_slot.size());
+    l.public_bytes = Align64(l.counter_offset + kCounterBytes * l.counter_slot.size());
   }
   return out;
 }

@@ -5,12 +5,12 @@
 //
 //   copy c      the rank's RankBuffer (a source: one copy, where the trainer writes; a destination:
 //               live and staging, which Commit flips)
-//   hash area   (sources only) a 16-byte header {published version, xxh3 of the hashes} then one
+//   hash area   (sources only) a 16-byte header {published version, HashAreaCheck} then one
 //               xxh3-64 per chunk of every step sent from this source, in step order
-//   counters    (destinations only) one 8-byte word per incoming step that another step relays
-//               from: EncodeCounter(version, staging copy, verified prefix)
+//   counters    (destinations only) one 16-byte slot per incoming step that another step relays
+//               from: {EncodeCounter(version, staging copy, verified prefix), CounterCheck of it}
 //   scratch     this rank's private landing space: mirrors of the hash areas of the sources its
-//               steps are rooted at, and one word per incoming relay step for counter polls
+//               steps are rooted at, and one slot per incoming relay step for counter polls
 // Only the first three parts are read by peers; scratch differs per rank and is never read remotely.
 //
 // Thread-safety: a plain value.
@@ -26,6 +26,10 @@
 namespace weightport::plan_layout {
 
 inline constexpr uint64_t kHashHeaderBytes = 16;
+// A counter slot holds the word and a check of it. A poll that reads a torn slot or a corrupted
+// one fails the check and counts as no news; a bad copy bit or prefix taken as true would send the
+// reader to the wrong copy, or ahead of the relay, until it gave up on a chunk that was fine.
+inline constexpr uint64_t kCounterBytes = 16;
 
 struct PlanLayout {
   Endpoint endpoint;
@@ -35,14 +39,16 @@ struct PlanLayout {
   uint64_t hash_bytes = 0;                 // header + hashes; 0 when the rank sends nothing from a source
   std::map<uint32_t, uint64_t> hash_slot;  // step id -> index of its chunk 0's hash
   uint64_t counter_offset = 0;
-  std::map<uint32_t, uint64_t> counter_slot;  // incoming step id -> word index
+  std::map<uint32_t, uint64_t> counter_slot;  // incoming step id -> slot index
   uint64_t public_bytes = 0;                  // everything peers may read
 
   uint64_t CopyOffset(int copy) const { return static_cast<uint64_t>(copy) * data_bytes; }
   uint64_t HashOffset(uint32_t step, uint32_t chunk) const {
     return hash_offset + kHashHeaderBytes + 8 * (hash_slot.at(step) + chunk);
   }
-  uint64_t CounterOffset(uint32_t step) const { return counter_offset + 8 * counter_slot.at(step); }
+  uint64_t CounterOffset(uint32_t step) const {
+    return counter_offset + kCounterBytes * counter_slot.at(step);
+  }
 };
 
 // The public layout of every rank of the plan, in one pass over the steps.
@@ -59,5 +65,12 @@ inline uint64_t EncodeCounter(uint64_t version, int copy, uint32_t prefix) {
 inline uint64_t CounterVersion(uint64_t word) { return word >> 33; }
 inline int CounterCopy(uint64_t word) { return static_cast<int>((word >> 32) & 1); }
 inline uint32_t CounterPrefix(uint64_t word) { return static_cast<uint32_t>(word); }
+// Bijective in the word, so any change of the word or of its check shows.
+inline uint64_t CounterCheck(uint64_t word) {
+  word = (word ^ 0x5851F42D4C957F2Dull) * 0xBF58476D1CE4E5B9ull;
+  word ^= word >> 31;
+  word *= 0x94D049BB133111EBull;
+  return word ^ (word >> 29);
+}
 
 }  // namespace weightport::plan_layout

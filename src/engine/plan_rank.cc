@@ -115,7 +115,7 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
     if (s.after >= 0) {
       in.sender_counter = impl->layouts.at(s.from).CounterOffset(static_cast<uint32_t>(s.after));
       in.poll_scratch = end;
-      end += 8;
+      end += plan_layout::kCounterBytes;
     }
     if (mine.counter_slot.count(s.id)) in.my_counter = static_cast<int64_t>(mine.CounterOffset(s.id));
     auto [it, fresh] = root_index.emplace(in.root_source, impl->roots.size());
@@ -166,7 +166,7 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
   // destination would otherwise be faulted by the first two versions).
   std::memset(raw->arena->data(), 0, raw->arena->size());
   if (!impl->is_source())
-    for (const auto& [step, slot] : mine.counter_slot) StoreWord(raw->at(mine.counter_offset + 8 * slot), 0);
+    for (const auto& [step, slot] : mine.counter_slot) StoreCounter(raw->at(mine.CounterOffset(step)), 0);
   return std::unique_ptr<PlanRank>(new PlanRank(std::move(impl)));
 }
 
@@ -227,7 +227,7 @@ Status PlanRank::Publish(uint64_t version) {
     const uint64_t h = HashRuns(r.at(0), r.out_runs, c.run_begin, c.run_end, &Run::from);
     std::memcpy(r.at(c.hash_offset), &h, 8);
   }
-  StoreWord(header + 8, Xxh3(header + kHashHeaderBytes, r.mine->hash_bytes - kHashHeaderBytes));
+  StoreWord(header + 8, HashAreaCheck(version, header, r.mine->hash_bytes));
   StoreWord(header, version);
   return Status::Ok();
 }

@@ -55,7 +55,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     if (r_.cancelled_version.load() == v_) return Fail(Cancelled("receive cancelled before it started"));
     for (const InStep& s : r_.in_steps)
       if (s.my_counter >= 0)
-        StoreWord(r_.at(static_cast<uint64_t>(s.my_counter)), EncodeCounter(v_, staging_, 0));
+        StoreCounter(r_.at(static_cast<uint64_t>(s.my_counter)), EncodeCounter(v_, staging_, 0));
     std::weak_ptr<ReceiveRun> weak = keep_;
     r_.loop->PostAfter(r_.options.timeout, [weak](Transport&) {
       if (auto self = weak.lock(); self && !self->reported_) self->Fail(Timeout(self->Waiting()));
@@ -105,8 +105,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
       return Fail(FailedPrecondition(root.endpoint.ToString() + " published version " +
                                      std::to_string(version) + " while " + r_.me.ToString() + " receives " +
                                      std::to_string(v_)));
-    const bool good =
-        version == v_ && LoadWord(m + 8) == Xxh3(m + kHashHeaderBytes, root.bytes - kHashHeaderBytes);
+    const bool good = version == v_ && LoadWord(m + 8) == HashAreaCheck(version, m, root.bytes);
     if (!good) {  // not yet published, or a torn or corrupt read: read again after a pause
       auto self = shared_from_this();
       const auto delay = std::min(r_.options.backoff_max,
@@ -141,7 +140,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     ++in_flight_;
     ++stats_.polls;
     auto self = shared_from_this();
-    Conn(s.sender).Get(*r_.arena, s.poll_scratch, r_.keys.at(s.sender), s.sender_counter, 8,
+    Conn(s.sender).Get(*r_.arena, s.poll_scratch, r_.keys.at(s.sender), s.sender_counter, kCounterBytes,
                        [self, st](const Status& status) { self->OnPoll(st, status); });
   }
 
@@ -152,8 +151,10 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     if (!s.ok() && Fatal(s, Conn(step.sender)))
       return Fail(s.WithContext(r_.StepName(step.step) + ": progress of " + step.sender.ToString()));
     bool progressed = false;
-    if (s.ok()) {
-      const uint64_t word = LoadWord(r_.at(step.poll_scratch));
+    // A torn or corrupt read of the counter fails its check and is no news.
+    const std::optional<uint64_t> counter = s.ok() ? LoadCounter(r_.at(step.poll_scratch)) : std::nullopt;
+    if (counter) {
+      const uint64_t word = *counter;
       if (CounterVersion(word) == v_ && CounterPrefix(word) == kRelayFailed)
         return Fail(Unavailable(r_.StepName(step.step) + ": its relay " + step.sender.ToString() +
                                 " failed version " + std::to_string(v_)));
@@ -234,7 +235,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     if (step.my_counter >= 0) {  // advance the verified prefix others poll
       uint32_t& p = prefix_[chunk.in_step];
       while (p < step.chunks && verified_[step.first_chunk + p]) ++p;
-      StoreWord(r_.at(static_cast<uint64_t>(step.my_counter)), EncodeCounter(v_, staging_, p));
+      StoreCounter(r_.at(static_cast<uint64_t>(step.my_counter)), EncodeCounter(v_, staging_, p));
     }
     Issue();
     MaybeFinish();
@@ -262,7 +263,8 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     // Tell the ranks that relay from this one not to wait for it.
     for (const InStep& step : r_.in_steps)
       if (step.my_counter >= 0)
-        StoreWord(r_.at(static_cast<uint64_t>(step.my_counter)), EncodeCounter(v_, staging_, kRelayFailed));
+        StoreCounter(r_.at(static_cast<uint64_t>(step.my_counter)),
+                     EncodeCounter(v_, staging_, kRelayFailed));
     ready_ = {};
     MaybeFinish();
   }
