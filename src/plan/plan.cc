@@ -6,6 +6,7 @@
 
 #include "weightport/core/dtype.h"
 #include "weightport/core/hash.h"
+#include "weightport/kernels/convert.h"
 
 namespace weightport {
 namespace {
@@ -39,7 +40,8 @@ Status ValidateBuffers(const Plan& plan, const std::vector<RankBuffer>& buffers,
       const TensorMeta& t = plan.tensors[shard.tensor];
       Status valid = ValidateSlice(shard.slice, t.shape);
       if (!valid.ok()) return valid.WithContext(shard_what + " of tensor '" + t.name + "'");
-      if (shard.bytes != static_cast<uint64_t>(shard.slice.num_elements()) * DTypeSize(t.dtype))
+      const DType dtype = side == PlanSide::kSource ? t.dtype : plan.destination_dtypes[shard.tensor];
+      if (shard.bytes != static_cast<uint64_t>(shard.slice.num_elements()) * DTypeSize(dtype))
         return InvalidArgument(shard_what + ": byte count does not match its slice");
       if (shard.offset % kPlanAlignment != 0 || shard.offset < end)
         return InvalidArgument(shard_what + ": offset " + std::to_string(shard.offset) +
@@ -52,12 +54,40 @@ Status ValidateBuffers(const Plan& plan, const std::vector<RankBuffer>& buffers,
   return Status::Ok();
 }
 
+// The transform agrees with the tensor's two dtypes and with where the step's sender is.
+Status ValidateTransform(const Plan& plan, const PlanStep& step, const std::string& what) {
+  const DType src = plan.tensors[step.tensor].dtype, dst = plan.destination_dtypes[step.tensor];
+  const std::string dtypes = std::string(DTypeName(src)) + " -> " + std::string(DTypeName(dst));
+  const bool relay = step.from.side == PlanSide::kDestination;
+  switch (step.transform) {
+    case TransformKind::kIdentity:
+      if (src != dst && !relay) return InvalidArgument(what + ": identity from a source, but " + dtypes);
+      return Status::Ok();
+    case TransformKind::kConvertAtSender:
+    case TransformKind::kConvertAtReceiver:
+      break;
+  }
+  if (src == dst || !kernels::CanConvert(src, dst))
+    return InvalidArgument(what + ": cannot convert " + dtypes);
+  if (step.transform == TransformKind::kConvertAtSender && relay)
+    return InvalidArgument(what + ": only a source converts at the sender");
+  if (plan.options.chunk_bytes % DTypeSize(plan.WireDType(step)) != 0)
+    return InvalidArgument(what + ": chunk_bytes " + std::to_string(plan.options.chunk_bytes) +
+                           " is not a whole number of " + std::string(DTypeName(plan.WireDType(step))) +
+                           " elements");
+  return Status::Ok();
+}
+
 }  // namespace
 
 const char* TransformName(TransformKind kind) {
   switch (kind) {
     case TransformKind::kIdentity:
       return "identity";
+    case TransformKind::kConvertAtSender:
+      return "convert_at_sender";
+    case TransformKind::kConvertAtReceiver:
+      return "convert_at_receiver";
   }
   return "unknown";
 }
@@ -79,6 +109,24 @@ uint64_t Plan::DestinationBytes() const {
   return total;
 }
 
+DType Plan::WireDType(const PlanStep& step) const {
+  switch (step.transform) {
+    case TransformKind::kConvertAtSender:
+      return destination_dtypes[step.tensor];
+    case TransformKind::kConvertAtReceiver:
+      return tensors[step.tensor].dtype;
+    case TransformKind::kIdentity:
+      break;
+  }
+  return step.from.side == PlanSide::kSource ? tensors[step.tensor].dtype : destination_dtypes[step.tensor];
+}
+
+bool SenderEndPacked(const PlanStep& step) {
+  return step.transform == TransformKind::kConvertAtSender ||
+         (step.transform == TransformKind::kConvertAtReceiver && step.from.side == PlanSide::kDestination);
+}
+bool ReceiverEndPacked(const PlanStep& step) { return step.transform == TransformKind::kConvertAtReceiver; }
+
 uint64_t Plan::Digest() const {
   const std::string text = ToJson().dump();
   return Xxh3(text.data(), text.size());
@@ -86,6 +134,9 @@ uint64_t Plan::Digest() const {
 
 Status Plan::Validate() const {
   if (options.chunk_bytes == 0) return InvalidArgument("plan: chunk_bytes must be positive");
+  if (destination_dtypes.size() != tensors.size())
+    return InvalidArgument("plan: " + std::to_string(destination_dtypes.size()) + " destination dtypes for " +
+                           std::to_string(tensors.size()) + " tensors");
   WP_RETURN_IF_ERROR(ValidateBuffers(*this, sources, PlanSide::kSource));
   WP_RETURN_IF_ERROR(ValidateBuffers(*this, destinations, PlanSide::kDestination));
   for (size_t i = 0; i < steps.size(); ++i) {
@@ -111,7 +162,8 @@ Status Plan::Validate() const {
     if (!in_from || !in_to)
       return InvalidArgument(what + ": piece " + step.piece.ToString() + " is not inside " +
                              (in_from ? "the receiver's" : "the sender's") + " shard");
-    if (step.bytes != static_cast<uint64_t>(step.piece.num_elements()) * DTypeSize(t.dtype) ||
+    WP_RETURN_IF_ERROR(ValidateTransform(*this, step, what));
+    if (step.bytes != static_cast<uint64_t>(step.piece.num_elements()) * DTypeSize(WireDType(step)) ||
         step.bytes == 0)
       return InvalidArgument(what + ": byte count does not match its piece");
     if (step.chunks != (step.bytes + options.chunk_bytes - 1) / options.chunk_bytes)
@@ -129,6 +181,10 @@ Status Plan::Validate() const {
         prev.to_shard != step.from_shard || !(prev.piece == step.piece))
       return InvalidArgument(what + ": step " + std::to_string(step.after) +
                              " (its `after`) does not deliver the same piece to its sender");
+    if ((prev.transform == TransformKind::kConvertAtReceiver) !=
+        (step.transform == TransformKind::kConvertAtReceiver))
+      return InvalidArgument(what + ": a relay converts at its receiver exactly when step " +
+                             std::to_string(step.after) + " (its `after`) does");
     if (step.root != prev.root || step.depth != prev.depth + 1)
       return InvalidArgument(what + ": root or depth disagrees with step " + std::to_string(step.after));
   }
@@ -146,19 +202,52 @@ Status ForEachStepRun(const Plan& plan, const PlanStep& step,
   const PlannedShard& fs = from->shards[step.from_shard];
   const PlannedShard& ts = to->shards[step.to_shard];
   const TensorMeta& t = plan.tensors[step.tensor];
+  // A packed end holds exactly the piece, in its row-major order, at offset 0.
+  const bool from_packed = SenderEndPacked(step), to_packed = ReceiverEndPacked(step);
+  const uint64_t from_base = from_packed ? 0 : fs.offset, to_base = to_packed ? 0 : ts.offset;
   const uint64_t chunk = plan.options.chunk_bytes;
   uint64_t piece_offset = 0;
-  return ForEachCopyRun(step.piece, t.shape, DTypeSize(t.dtype), fs.slice, ts.slice, [&](const CopyRun& run) {
+  return ForEachCopyRun(
+      step.piece, t.shape, DTypeSize(plan.WireDType(step)), from_packed ? step.piece : fs.slice,
+      to_packed ? step.piece : ts.slice, [&](const CopyRun& run) {
+        uint64_t done = 0;
+        while (done < run.length) {
+          // Cut the run where the next chunk starts, so every visited run lies in one chunk.
+          const uint64_t at = piece_offset + done;
+          const uint64_t room = chunk - at % chunk;
+          const uint64_t length = std::min(room, run.length - done);
+          visit(StepRun{from_base + run.src_offset + done, to_base + run.dst_offset + done, at, length});
+          done += length;
+        }
+        piece_offset += run.length;
+      });
+}
+
+Status ForEachConvertRun(const Plan& plan, const PlanStep& step,
+                         const std::function<void(const ConvertRun&)>& visit) {
+  if (step.transform == TransformKind::kIdentity) return Status::Ok();
+  const bool at_sender = step.transform == TransformKind::kConvertAtSender;
+  const RankBuffer* holder =
+      at_sender ? plan.Buffer(step.from) : plan.Buffer({PlanSide::kDestination, step.to_rank});
+  const uint32_t index = at_sender ? step.from_shard : step.to_shard;
+  if (!holder || index >= holder->shards.size() || step.tensor >= plan.tensors.size())
+    return InvalidArgument("plan step " + std::to_string(step.id) + ": its converting shard does not exist");
+  const PlannedShard& shard = holder->shards[index];
+  const TensorMeta& t = plan.tensors[step.tensor];
+  const uint64_t element = DTypeSize(at_sender ? t.dtype : plan.destination_dtypes[step.tensor]);
+  const uint64_t chunk = plan.options.chunk_bytes / DTypeSize(plan.WireDType(step));  // elements
+  if (chunk == 0) return InvalidArgument("plan step " + std::to_string(step.id) + ": chunks hold no element");
+  uint64_t piece_element = 0;
+  // Element size 1 makes the copy runs' offsets element indices.
+  return ForEachCopyRun(step.piece, t.shape, 1, shard.slice, step.piece, [&](const CopyRun& run) {
     uint64_t done = 0;
     while (done < run.length) {
-      // Cut the run where the next chunk starts, so every visited run lies in one chunk.
-      const uint64_t at = piece_offset + done;
-      const uint64_t room = chunk - at % chunk;
-      const uint64_t length = std::min(room, run.length - done);
-      visit(StepRun{fs.offset + run.src_offset + done, ts.offset + run.dst_offset + done, at, length});
-      done += length;
+      const uint64_t at = piece_element + done;
+      const uint64_t count = std::min(chunk - at % chunk, run.length - done);
+      visit(ConvertRun{shard.offset + (run.src_offset + done) * element, at, count});
+      done += count;
     }
-    piece_offset += run.length;
+    piece_element += run.length;
   });
 }
 

@@ -16,7 +16,7 @@ using namespace json_util;
 Json OptionsToJson(const PlanOptions& o) {
   Json transforms = Json::array();
   for (const TransformRule& r : o.transforms)
-    transforms.push_back({{"glob", r.glob}, {"kind", TransformName(r.kind)}});
+    transforms.push_back({{"glob", r.glob}, {"to", DTypeName(r.to)}});
   return {{"chunk_bytes", o.chunk_bytes},
           {"relay_fanout", o.relay_fanout},
           {"split_bytes", o.split_bytes},
@@ -25,8 +25,18 @@ Json OptionsToJson(const PlanOptions& o) {
 }
 
 Result<TransformKind> ParseTransform(const std::string& name, const std::string& path) {
-  if (name == TransformName(TransformKind::kIdentity)) return TransformKind::kIdentity;
-  return InvalidArgument(path + ": unknown transform '" + name + "' (known: identity)");
+  for (TransformKind k :
+       {TransformKind::kIdentity, TransformKind::kConvertAtSender, TransformKind::kConvertAtReceiver})
+    if (name == TransformName(k)) return k;
+  return InvalidArgument(path + ": unknown transform '" + name +
+                         "' (known: identity, convert_at_sender, convert_at_receiver)");
+}
+
+Result<DType> ReadDType(const Json& obj, const char* key, const std::string& path) {
+  WP_ASSIGN_OR_RETURN(std::string name, GetString(obj, key, path));
+  auto dtype = ParseDTypeName(name);
+  if (!dtype.ok()) return dtype.status().WithContext(path + "." + key);
+  return dtype;
 }
 
 Result<int> ReadInt(const Json& obj, const char* key, const std::string& path, int64_t min) {
@@ -54,11 +64,10 @@ Result<PlanOptions> OptionsFromJson(const Json& j, const std::string& path) {
   WP_ASSIGN_OR_RETURN(const Json* transforms, GetArray(j, "transforms", path));
   for (size_t i = 0; i < transforms->size(); ++i) {
     const std::string at = At(path + ".transforms", i);
-    WP_RETURN_IF_ERROR(CheckKeys((*transforms)[i], {"glob", "kind"}, at));
+    WP_RETURN_IF_ERROR(CheckKeys((*transforms)[i], {"glob", "to"}, at));
     TransformRule rule;
     WP_ASSIGN_OR_RETURN(rule.glob, GetString((*transforms)[i], "glob", at));
-    WP_ASSIGN_OR_RETURN(std::string kind, GetString((*transforms)[i], "kind", at));
-    WP_ASSIGN_OR_RETURN(rule.kind, ParseTransform(kind, at + ".kind"));
+    WP_ASSIGN_OR_RETURN(rule.to, ReadDType((*transforms)[i], "to", at));
     o.transforms.push_back(std::move(rule));
   }
   return o;
@@ -173,25 +182,23 @@ Json EstimateToJson(const PlanEstimate& e) {
 nlohmann::json Plan::ToJson() const {
   Json tensor_list = Json::array();
   for (const TensorMeta& t : tensors) tensor_list.push_back(TensorToJson(t));
+  Json dtypes = Json::array();
+  for (DType d : destination_dtypes) dtypes.push_back(DTypeName(d));
   Json step_list = Json::array();
   for (const PlanStep& s : steps) step_list.push_back(StepToJson(s));
-  return {{"format", "weightport-plan"},
-          {"version", 1},
-          {"options", OptionsToJson(options)},
-          {"topology", topology.ToJson()},
-          {"tensors", std::move(tensor_list)},
-          {"sources", BuffersToJson(sources)},
-          {"destinations", BuffersToJson(destinations)},
-          {"steps", std::move(step_list)},
-          {"estimate", EstimateToJson(estimate)}};
+  return {{"format", "weightport-plan"},       {"version", 1},
+          {"options", OptionsToJson(options)}, {"topology", topology.ToJson()},
+          {"tensors", std::move(tensor_list)}, {"destination_dtypes", std::move(dtypes)},
+          {"sources", BuffersToJson(sources)}, {"destinations", BuffersToJson(destinations)},
+          {"steps", std::move(step_list)},     {"estimate", EstimateToJson(estimate)}};
 }
 
 Result<Plan> Plan::FromJson(const nlohmann::json& json) {
   const std::string root = "plan";
-  WP_RETURN_IF_ERROR(CheckKeys(
-      json,
-      {"format", "version", "options", "topology", "tensors", "sources", "destinations", "steps", "estimate"},
-      root));
+  WP_RETURN_IF_ERROR(CheckKeys(json,
+                               {"format", "version", "options", "topology", "tensors", "destination_dtypes",
+                                "sources", "destinations", "steps", "estimate"},
+                               root));
   WP_ASSIGN_OR_RETURN(std::string format, GetString(json, "format", root));
   WP_ASSIGN_OR_RETURN(uint64_t version, GetU64(json, "version", root));
   if (format != "weightport-plan" || version != 1)
@@ -206,6 +213,15 @@ Result<Plan> Plan::FromJson(const nlohmann::json& json) {
   for (size_t i = 0; i < tensors->size(); ++i) {
     WP_ASSIGN_OR_RETURN(TensorMeta t, ReadTensor((*tensors)[i], At(root + ".tensors", i)));
     plan.tensors.push_back(std::move(t));
+  }
+  WP_ASSIGN_OR_RETURN(const Json* dtypes, GetArray(json, "destination_dtypes", root));
+  for (size_t i = 0; i < dtypes->size(); ++i) {
+    const Json& d = (*dtypes)[i];
+    if (!d.is_string())
+      return InvalidArgument(At(root + ".destination_dtypes", i) + ": expected a dtype name");
+    auto dtype = ParseDTypeName(d.get<std::string>());
+    if (!dtype.ok()) return dtype.status().WithContext(At(root + ".destination_dtypes", i));
+    plan.destination_dtypes.push_back(*dtype);
   }
   WP_ASSIGN_OR_RETURN(const Json* sources, Field(json, "sources", root));
   WP_ASSIGN_OR_RETURN(plan.sources, BuffersFromJson(*sources, root + ".sources", PlanSide::kSource));

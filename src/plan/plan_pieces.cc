@@ -207,7 +207,9 @@ class PieceFinder {
   // Adds a piece, split among its sources when it is large and several hold it.
   Status Add(uint32_t group, Slice slice, const std::vector<Holder>& sources) {
     const TensorMeta& t = plan_.tensors[out_.dst_groups[group].tensor];
-    const uint64_t element = DTypeSize(t.dtype);
+    // The bytes that travel: the narrower of the two dtypes (plan.h, TransformKind).
+    const uint64_t element =
+        std::min(DTypeSize(t.dtype), DTypeSize(plan_.destination_dtypes[out_.dst_groups[group].tensor]));
     const uint64_t bytes = static_cast<uint64_t>(slice.num_elements()) * element;
     const uint64_t split = plan_.options.split_bytes ? plan_.options.split_bytes : plan_.options.chunk_bytes;
     std::vector<Slice> parts;

@@ -4,10 +4,12 @@
 
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "weightport/core/dtype.h"
+#include "weightport/kernels/convert.h"
 #include "weightport/plan/plan.h"
 
 namespace weightport::plan_test {
@@ -42,55 +44,106 @@ void ForEachElement(const Slice& slice, const Shape& shape, Visit visit) {
   }
 }
 
-// A buffer laid out as `buffer` says, each shard filled with its tensor's bytes.
+// The bytes of element `flat` of tensor `t` as the destinations store it: the source's bytes
+// (ElementByte) converted to the destination dtype.
+inline void DestinationElement(const Plan& plan, uint32_t t, int64_t flat, std::byte* out) {
+  const DType from = plan.tensors[t].dtype, to = plan.destination_dtypes[t];
+  std::byte in[8];
+  for (uint64_t b = 0; b < DTypeSize(from); ++b) in[b] = ElementByte(t, flat, b);
+  if (!kernels::Convert(from, to, in, out, 1).ok()) std::memset(out, 0xee, DTypeSize(to));
+}
+
+// A buffer laid out as `buffer` says, each shard filled with its tensor's bytes as that side
+// stores them.
 inline std::vector<std::byte> FilledBuffer(const Plan& plan, const RankBuffer& buffer) {
   std::vector<std::byte> out(buffer.bytes, std::byte{0});
+  const bool source = buffer.endpoint.side == PlanSide::kSource;
   for (const PlannedShard& s : buffer.shards) {
     const TensorMeta& t = plan.tensors[s.tensor];
-    const uint64_t es = DTypeSize(t.dtype);
+    const uint64_t es = DTypeSize(source ? t.dtype : plan.destination_dtypes[s.tensor]);
     uint64_t at = s.offset;
     ForEachElement(s.slice, t.shape, [&](int64_t flat) {
-      for (uint64_t b = 0; b < es; ++b) out[at++] = ElementByte(s.tensor, flat, b);
+      if (source) {
+        for (uint64_t b = 0; b < es; ++b) out[at + b] = ElementByte(s.tensor, flat, b);
+      } else {
+        DestinationElement(plan, s.tensor, flat, out.data() + at);
+      }
+      at += es;
     });
   }
   return out;
 }
 
-// Runs every step in order with memcpy (a relay reads what an earlier step wrote) and checks each
-// destination buffer against FilledBuffer, and that no destination byte is written twice.
-// Returns "" or a description of the first problem.
+// Runs every step in order with memcpy and kernels::Convert as the engine does (a source
+// converting fills a wire area; a receiver converting lands the piece and converts it; a relay
+// reads what an earlier step wrote) and checks each destination buffer against FilledBuffer, and
+// that no destination byte is written twice. Returns "" or a description of the first problem.
 inline std::string RunPlanInMemory(const Plan& plan) {
   std::vector<std::vector<std::byte>> src, dst;
   std::vector<std::vector<uint8_t>> writes;
+  std::map<uint32_t, std::vector<std::byte>> landing;  // step id -> its receiver's landing area
   for (const RankBuffer& b : plan.sources) src.push_back(FilledBuffer(plan, b));
   for (const RankBuffer& b : plan.destinations) {
     dst.emplace_back(b.bytes, std::byte{0});
     writes.emplace_back(b.bytes, 0);
   }
   std::string problem;
+  auto note = [&](const PlanStep& step, const std::string& what) {
+    if (problem.empty()) problem = "step " + std::to_string(step.id) + ": " + what;
+  };
   for (const PlanStep& step : plan.steps) {
     const RankBuffer* from = plan.Buffer(step.from);
     const RankBuffer* to = plan.Buffer({PlanSide::kDestination, step.to_rank});
-    std::vector<std::byte>& in = step.from.side == PlanSide::kSource ? src[from - plan.sources.data()]
-                                                                     : dst[from - plan.destinations.data()];
     const size_t out_index = to - plan.destinations.data();
+    const uint64_t wire = DTypeSize(plan.WireDType(step));
+    const DType src_dtype = plan.tensors[step.tensor].dtype, dst_dtype = plan.destination_dtypes[step.tensor];
+    const std::vector<std::byte>* in = step.from.side == PlanSide::kSource
+                                           ? &src[from - plan.sources.data()]
+                                           : &dst[from - plan.destinations.data()];
+    std::vector<std::byte> wire_area;
+    if (step.transform == TransformKind::kConvertAtSender) {  // the source's Publish
+      wire_area.resize(step.bytes);
+      Status st = ForEachConvertRun(plan, step, [&](const ConvertRun& r) {
+        if (!kernels::Convert(src_dtype, dst_dtype, in->data() + r.shard_offset,
+                              wire_area.data() + r.piece_element * wire, r.count)
+                 .ok())
+          note(step, "conversion at the sender failed");
+      });
+      if (!st.ok()) return st.ToString();
+      in = &wire_area;
+    } else if (SenderEndPacked(step)) {
+      in = &landing[static_cast<uint32_t>(step.after)];
+    }
+    std::vector<std::byte>& out = ReceiverEndPacked(step) ? landing[step.id] : dst[out_index];
+    if (ReceiverEndPacked(step)) out.assign(step.bytes, std::byte{0});
     uint64_t moved = 0, expect_piece_offset = 0;
     Status st = ForEachStepRun(plan, step, [&](const StepRun& run) {
-      if (run.piece_offset != expect_piece_offset && problem.empty())
-        problem = "step " + std::to_string(step.id) + ": runs out of piece order";
-      if ((run.piece_offset % plan.options.chunk_bytes) + run.length > plan.options.chunk_bytes &&
-          problem.empty())
-        problem = "step " + std::to_string(step.id) + ": a run crosses a chunk boundary";
+      if (run.piece_offset != expect_piece_offset) note(step, "runs out of piece order");
+      if ((run.piece_offset % plan.options.chunk_bytes) + run.length > plan.options.chunk_bytes)
+        note(step, "a run crosses a chunk boundary");
+      if (run.from_offset + run.length > in->size() || run.to_offset + run.length > out.size())
+        return note(step, "a run leaves its buffer");
       expect_piece_offset += run.length;
-      std::memcpy(dst[out_index].data() + run.to_offset, in.data() + run.from_offset, run.length);
-      for (uint64_t i = 0; i < run.length; ++i)
-        if (writes[out_index][run.to_offset + i]++ && problem.empty())
-          problem = "step " + std::to_string(step.id) + ": writes a byte written before";
+      std::memcpy(out.data() + run.to_offset, in->data() + run.from_offset, run.length);
+      if (!ReceiverEndPacked(step))
+        for (uint64_t i = 0; i < run.length; ++i)
+          if (writes[out_index][run.to_offset + i]++) note(step, "writes a byte written before");
       moved += run.length;
     });
     if (!st.ok()) return st.ToString();
-    if (moved != step.bytes && problem.empty())
-      problem = "step " + std::to_string(step.id) + ": moved the wrong count";
+    if (moved != step.bytes) note(step, "moved the wrong count");
+    if (ReceiverEndPacked(step)) {  // the receiver converts its landing area into its shard
+      const uint64_t es = DTypeSize(dst_dtype);
+      st = ForEachConvertRun(plan, step, [&](const ConvertRun& r) {
+        if (!kernels::Convert(src_dtype, dst_dtype, out.data() + r.piece_element * wire,
+                              dst[out_index].data() + r.shard_offset, r.count)
+                 .ok())
+          note(step, "conversion at the receiver failed");
+        for (uint64_t i = 0; i < r.count * es; ++i)
+          if (writes[out_index][r.shard_offset + i]++) note(step, "writes a byte written before");
+      });
+      if (!st.ok()) return st.ToString();
+    }
     if (!problem.empty()) return problem;
   }
   for (size_t b = 0; b < plan.destinations.size(); ++b) {

@@ -9,6 +9,8 @@
 
 #include "plan/plan_pieces.h"
 #include "weightport/core/dtype.h"
+#include "weightport/core/placement_builders.h"
+#include "weightport/kernels/convert.h"
 
 namespace weightport {
 namespace {
@@ -37,7 +39,8 @@ Result<std::vector<RankBuffer>> BuildBuffers(const Placement& placement, PlanSid
       PlannedShard ps;
       ps.tensor = static_cast<uint32_t>(t);
       ps.slice = shard.slice;
-      ps.bytes = static_cast<uint64_t>(shard.slice.num_elements()) * DTypeSize(meta->dtype);
+      const DType dtype = side == PlanSide::kSource ? meta->dtype : plan.destination_dtypes[t];
+      ps.bytes = static_cast<uint64_t>(shard.slice.num_elements()) * DTypeSize(dtype);
       ps.offset = AlignUp(b.bytes);
       b.bytes = ps.offset + ps.bytes;
       b.shards.push_back(std::move(ps));
@@ -47,22 +50,43 @@ Result<std::vector<RankBuffer>> BuildBuffers(const Placement& placement, PlanSid
   return buffers;
 }
 
-// Maps each destination tensor to its index in the source table; errors on disagreements.
-Result<std::vector<int>> MatchTensors(const Placement& src, const Placement& dst) {
+// Maps each destination tensor to its index in the source table and sets the plan's destination
+// dtypes (the destination placement's, then the transform rules'); errors on disagreements.
+Result<std::vector<int>> MatchTensors(const Placement& src, const Placement& dst, Plan& plan) {
+  plan.destination_dtypes.clear();
+  for (const TensorMeta& t : plan.tensors) plan.destination_dtypes.push_back(t.dtype);
   std::vector<int> index(dst.tensors().size(), -1);
   for (size_t i = 0; i < dst.tensors().size(); ++i) {
     const TensorMeta& d = dst.tensors()[i];
     const TensorMeta* s = src.FindTensor(d.name);
     if (!s) continue;  // an error only if some destination rank holds part of it (BuildBuffers)
-    if (s->dtype != d.dtype)
-      return InvalidArgument("tensor '" + d.name + "': sources hold " + std::string(DTypeName(s->dtype)) +
-                             ", destinations want " + std::string(DTypeName(d.dtype)) +
-                             " (plans move bytes unchanged; convert with a transform when one exists)");
     if (s->shape != d.shape)
       return InvalidArgument("tensor '" + d.name + "': source and destination shapes differ");
     index[i] = static_cast<int>(s - src.tensors().data());
+    plan.destination_dtypes[index[i]] = d.dtype;
+  }
+  for (size_t t = 0; t < plan.tensors.size(); ++t) {
+    const std::string& name = plan.tensors[t].name;
+    for (const TransformRule& rule : plan.options.transforms)
+      if (GlobMatch(rule.glob, name)) {
+        plan.destination_dtypes[t] = rule.to;
+        break;
+      }
+    const DType from = plan.tensors[t].dtype, to = plan.destination_dtypes[t];
+    if (!kernels::CanConvert(from, to))
+      return InvalidArgument("tensor '" + name + "': sources hold " + std::string(DTypeName(from)) +
+                             ", destinations want " + std::string(DTypeName(to)) +
+                             " (conversions in flight: between f32, bf16 and f16)");
   }
   return index;
+}
+
+// Where a piece's conversion runs: where the fewer bytes travel, and at the source on a tie (it
+// converts once; receivers would convert once each).
+TransformKind RootTransform(DType from, DType to) {
+  if (from == to) return TransformKind::kIdentity;
+  return DTypeSize(to) <= DTypeSize(from) ? TransformKind::kConvertAtSender
+                                          : TransformKind::kConvertAtReceiver;
 }
 
 // Per-host busy time in seconds, the quantity the greedy keeps low.
@@ -275,6 +299,7 @@ class Planner {
     step.to_rank = plan_.destinations[to.buffer].endpoint.rank;
     step.to_shard = to.shard;
     step.piece = piece.slice;
+    step.transform = RootTransform(plan_.tensors[piece.tensor].dtype, plan_.destination_dtypes[piece.tensor]);
     step.bytes = piece.bytes;
     step.chunks =
         static_cast<uint32_t>((piece.bytes + plan_.options.chunk_bytes - 1) / plan_.options.chunk_bytes);
@@ -306,6 +331,8 @@ class Planner {
         step.from = plan_.destinations[from.buffer].endpoint;
         step.from_shard = from.shard;
         step.after = prev.id;
+        // A relay forwards the converted bytes from its shard, or the unconverted ones from its landing area.
+        if (step.transform == TransformKind::kConvertAtSender) step.transform = TransformKind::kIdentity;
         step.root = prev.root;
         step.depth = prev.depth + 1;
       }
@@ -332,8 +359,12 @@ Status CheckOptions(const PlanOptions& o) {
   if (o.relay_fanout < 0) return InvalidArgument("plan options: relay_fanout must be >= 0");
   if (!(o.per_chunk_overhead_s >= 0))
     return InvalidArgument("plan options: per_chunk_overhead_s must be >= 0");
-  for (const TransformRule& r : o.transforms)
+  for (const TransformRule& r : o.transforms) {
     if (r.glob.empty()) return InvalidArgument("plan options: a transform rule has an empty glob");
+    if (!IsFloatingPoint(r.to) || DTypeSize(r.to) < 2)
+      return InvalidArgument("plan options: transform rule '" + r.glob + "' converts to " +
+                             std::string(DTypeName(r.to)) + " (conversions in flight: f32, bf16, f16)");
+  }
   return Status::Ok();
 }
 
@@ -358,7 +389,7 @@ Result<Plan> MakePlan(const Placement& src, const Placement& dst, const Topology
   std::vector<int> identity(src.tensors().size());
   std::iota(identity.begin(), identity.end(), 0);
   WP_ASSIGN_OR_RETURN(plan.sources, BuildBuffers(src, PlanSide::kSource, plan, identity));
-  WP_ASSIGN_OR_RETURN(std::vector<int> dst_index, MatchTensors(src, dst));
+  WP_ASSIGN_OR_RETURN(std::vector<int> dst_index, MatchTensors(src, dst, plan));
   WP_ASSIGN_OR_RETURN(plan.destinations, BuildBuffers(dst, PlanSide::kDestination, plan, dst_index));
 
   WP_ASSIGN_OR_RETURN(plan_internal::PieceSet set, plan_internal::FindPieces(plan));

@@ -122,6 +122,7 @@ TEST(PlannerProperty, RandomPlacementsAreCoveredExactlyOnce) {
   constexpr int kCases = 3000;
   Rng rng(20261202);
   int relayed = 0, straddled = 0, flat_to_box = 0, overlapping_sources = 0;
+  int at_sender = 0, at_receiver = 0, relayed_conversion = 0;
   for (int c = 0; c < kCases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
     std::vector<TensorMeta> tensors = RandomTensors(rng);
@@ -134,6 +135,13 @@ TEST(PlannerProperty, RandomPlacementsAreCoveredExactlyOnce) {
     options.chunk_bytes = Uniform(rng, 1, 64);
     options.relay_fanout = Uniform(rng, 0, 3);
     options.split_bytes = Uniform(rng, 1, 128);
+    if (Uniform(rng, 0, 2) == 0) {  // destinations store some floating-point tensors in another dtype
+      static const DType kFloats[] = {DType::kF32, DType::kBF16, DType::kF16};
+      for (const TensorMeta& t : tensors)
+        if (t.dtype != DType::kU8 && Uniform(rng, 0, 1))
+          options.transforms.push_back({t.name, kFloats[Uniform(rng, 0, 2)]});
+      options.chunk_bytes = 4 * Uniform(rng, 1, 16);  // whole elements of every dtype on the wire
+    }
     auto plan = MakePlan(src, dst, RandomTopology(rng, src_ranks, dst_ranks), options);
     ASSERT_TRUE(plan.ok()) << plan.status().ToString() << "\nsrc " << src.ToJson().dump() << "\ndst "
                            << dst.ToJson().dump();
@@ -143,7 +151,12 @@ TEST(PlannerProperty, RandomPlacementsAreCoveredExactlyOnce) {
     ASSERT_EQ(problem, "") << "src " << src.ToJson().dump() << "\ndst " << dst.ToJson().dump();
     std::map<std::pair<int, uint32_t>, int> steps_into;
     bool any_relay = false, any_straddle = false, any_flat_to_box = false;
+    bool sender = false, receiver = false, relayed_converted = false;
     for (const PlanStep& s : plan->steps) {
+      sender |= s.transform == TransformKind::kConvertAtSender;
+      receiver |= s.transform == TransformKind::kConvertAtReceiver;
+      relayed_converted |=
+          s.after >= 0 && plan->tensors[s.tensor].dtype != plan->destination_dtypes[s.tensor];
       any_relay |= s.after >= 0;
       any_straddle |= ++steps_into[{s.to_rank, s.to_shard}] == 2;
       any_flat_to_box |=
@@ -153,12 +166,18 @@ TEST(PlannerProperty, RandomPlacementsAreCoveredExactlyOnce) {
     relayed += any_relay;
     straddled += any_straddle;
     flat_to_box += any_flat_to_box;
+    at_sender += sender;
+    at_receiver += receiver;
+    relayed_conversion += relayed_converted;
   }
   // The generator must reach the interesting cases often, or the property says little.
   EXPECT_GT(relayed, kCases / 5);
   EXPECT_GT(straddled, kCases / 5);
   EXPECT_GT(flat_to_box, kCases / 10);
   EXPECT_GT(overlapping_sources, kCases / 10);
+  EXPECT_GT(at_sender, kCases / 40);
+  EXPECT_GT(at_receiver, kCases / 40);
+  EXPECT_GT(relayed_conversion, kCases / 40);
 }
 
 TEST(PlannerProperty, SameInputSamePlan) {

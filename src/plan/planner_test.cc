@@ -180,12 +180,13 @@ TEST(Planner, UncoveredDestinationIsNamed) {
 
 TEST(Planner, DisagreeingTensorsAreErrors) {
   auto a = *TensorMeta::Make("w", DType::kF32, {4});
-  auto b = *TensorMeta::Make("w", DType::kBF16, {4});
+  auto b = *TensorMeta::Make("w", DType::kI32, {4});  // no conversion from f32
   auto c = *TensorMeta::Make("v", DType::kF32, {4});
   Placement src = *Replicated({a}, std::vector<int>{0});
   auto dtype = MakePlan(src, *Replicated({b}, std::vector<int>{0}), Flat());
   EXPECT_FALSE(dtype.ok());
   EXPECT_NE(dtype.status().message().find("tensor 'w'"), std::string::npos);
+  EXPECT_NE(dtype.status().message().find("i32"), std::string::npos) << dtype.status().ToString();
   auto missing = MakePlan(src, *Replicated({c}, std::vector<int>{0}), Flat());
   EXPECT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("tensor 'v'"), std::string::npos) << missing.status().ToString();

@@ -25,6 +25,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "weightport/core/dtype.h"
 #include "weightport/core/slice.h"
 #include "weightport/core/status.h"
 #include "weightport/core/tensor_meta.h"
@@ -35,14 +36,21 @@ namespace weightport {
 // Shards start at multiples of this in their rank's buffer.
 inline constexpr uint64_t kPlanAlignment = 64;
 
-// What happens to the bytes of a step on the way. Only kIdentity for now: the placements of a plan
-// must agree on every tensor's dtype.
-enum class TransformKind : uint8_t { kIdentity };
-const char* TransformName(TransformKind kind);  // "identity"
+// What happens to the bytes of a step on the way. Destinations may store a tensor in another
+// floating-point dtype than the sources (Plan::destination_dtypes; kernels::CanConvert pairs). The
+// planner converts where the fewer bytes travel: a narrowing conversion (f32 -> bf16) at the source,
+// which converts the piece into a packed wire area when it publishes; a widening one (bf16 -> f32)
+// at each receiver, which lands the piece packed in a landing area and converts each verified chunk
+// into its shard. A relay forwards what it received: after a conversion at the source, from its
+// shard (identity); after conversions at receivers, from its landing area (converting again itself).
+// So every hop carries the same, narrower bytes, and the root's chunk hashes hold on every hop.
+enum class TransformKind : uint8_t { kIdentity, kConvertAtSender, kConvertAtReceiver };
+const char* TransformName(TransformKind kind);  // "identity", "convert_at_sender", "convert_at_receiver"
 
+// Destinations store the tensors whose names match `glob` (GlobMatch syntax) as `to`.
 struct TransformRule {
-  std::string glob;  // tensor names, GlobMatch syntax
-  TransformKind kind = TransformKind::kIdentity;
+  std::string glob;
+  DType to = DType::kBF16;
 };
 
 struct PlanOptions {
@@ -54,7 +62,8 @@ struct PlanOptions {
   // A piece held by several sources is split among them (by rows) when it is larger than this, so
   // their NICs share it. 0: chunk_bytes.
   uint64_t split_bytes = 0;
-  // Per-tensor transforms; the first matching rule wins, identity when none does.
+  // Per-tensor destination dtypes; the first matching rule wins. Tensors no rule matches keep the
+  // destination placement's dtype.
   std::vector<TransformRule> transforms;
   // Fixed cost per chunk moved, for the prediction (a message round trip, a completion).
   double per_chunk_overhead_s = 5e-6;
@@ -119,15 +128,19 @@ struct PlanEstimate {
 struct Plan {
   PlanOptions options;
   Topology topology;
-  std::vector<TensorMeta> tensors;
-  std::vector<RankBuffer> sources;       // ascending rank
-  std::vector<RankBuffer> destinations;  // ascending rank
-  std::vector<PlanStep> steps;           // every step after the one it depends on
+  std::vector<TensorMeta> tensors;        // as the sources hold them
+  std::vector<DType> destination_dtypes;  // per tensor: as the destinations store it
+  std::vector<RankBuffer> sources;        // ascending rank
+  std::vector<RankBuffer> destinations;   // ascending rank
+  std::vector<PlanStep> steps;            // every step after the one it depends on
   PlanEstimate estimate;
 
   // nullptr when there is no such rank.
   const RankBuffer* Buffer(Endpoint endpoint) const;
   uint64_t TotalBytes() const;  // sum of step bytes
+  // The dtype of the bytes `step` moves: the destination's after a conversion at the source or from
+  // a relay's shard, the source's otherwise.
+  DType WireDType(const PlanStep& step) const;
   // Bytes one copy of the destination needs: sum of destination shard bytes.
   uint64_t DestinationBytes() const;
 
@@ -151,8 +164,33 @@ struct StepRun {
   friend bool operator==(const StepRun&, const StepRun&) = default;
 };
 // Visits the runs of `step` in piece order, split at chunk boundaries, so each run lies in chunk
-// piece_offset / chunk_bytes. One walk over the step; O(runs).
+// piece_offset / chunk_bytes. One walk over the step; O(runs). Offsets and lengths are of the
+// wire bytes; an end that is packed (SenderEndPacked, ReceiverEndPacked) has its offset in the
+// packed piece there (the sender's wire or landing area, the receiver's landing area) instead of
+// in the rank's buffer.
 Status ForEachStepRun(const Plan& plan, const PlanStep& step,
                       const std::function<void(const StepRun&)>& visit);
+
+// A step that converts reads from the sender's wire area (a source converting) or its landing area
+// of `after` (a relay forwarding the unconverted bytes).
+bool SenderEndPacked(const PlanStep& step);
+// A step that converts at the receiver lands the piece packed in the receiver's landing area.
+bool ReceiverEndPacked(const PlanStep& step);
+
+// One contiguous conversion of a converting step, between the converting rank's shard (the
+// sender's for kConvertAtSender, the receiver's for kConvertAtReceiver) and the packed piece:
+// `count` elements at byte `shard_offset` of the rank's buffer and at element `piece_element` of
+// the piece.
+struct ConvertRun {
+  uint64_t shard_offset = 0;
+  uint64_t piece_element = 0;
+  uint64_t count = 0;
+  friend bool operator==(const ConvertRun&, const ConvertRun&) = default;
+};
+// Visits the conversion runs of a converting step in piece order, split at chunk boundaries (chunk
+// k's elements are those of wire bytes [k * chunk_bytes, (k + 1) * chunk_bytes)). Nothing for an
+// identity step.
+Status ForEachConvertRun(const Plan& plan, const PlanStep& step,
+                         const std::function<void(const ConvertRun&)>& visit);
 
 }  // namespace weightport
