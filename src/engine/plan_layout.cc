@@ -17,6 +17,15 @@ std::map<Endpoint, PlanLayout> ComputeLayouts(const Plan& plan) {
   for (const RankBuffer& b : plan.destinations) add(b, 2);
 
   std::map<Endpoint, uint64_t> hashes;  // chunks so far, per source
+  // Packed areas after the shards, in step order.
+  auto area = [](PlanLayout& l, const PlanStep& s) {
+    l.area_offset[s.id] = l.data_bytes;
+    l.data_bytes = Align64(l.data_bytes + s.bytes);
+  };
+  for (const PlanStep& s : plan.steps) {
+    if (s.transform == TransformKind::kConvertAtSender) area(out[s.from], s);
+    if (ReceiverEndPacked(s)) area(out[Endpoint{PlanSide::kDestination, s.to_rank}], s);
+  }
   for (const PlanStep& s : plan.steps) {
     if (s.from.side == PlanSide::kSource) {
       uint64_t& n = hashes[s.from];

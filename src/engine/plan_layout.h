@@ -4,7 +4,9 @@
 //   [copy 0 | copy 1 (destinations only) | hash area | counters | local scratch]
 //
 //   copy c      the rank's RankBuffer (a source: one copy, where the trainer writes; a destination:
-//               live and staging, which Commit flips)
+//               live and staging, which Commit flips), then its packed areas: a source's wire area
+//               per step it converts (plan.h, TransformKind), a destination's landing area per
+//               step converted at it; relays serve their landing areas to the next hop
 //   hash area   (sources only) a 16-byte header {published version, HashAreaCheck} then one
 //               xxh3-64 per chunk of every step sent from this source, in step order
 //   counters    (destinations only) one 16-byte slot per incoming step that another step relays
@@ -33,7 +35,8 @@ inline constexpr uint64_t kCounterBytes = 16;
 
 struct PlanLayout {
   Endpoint endpoint;
-  uint64_t data_bytes = 0;  // one copy, rounded up to 64
+  uint64_t data_bytes = 0;                   // one copy with its packed areas, rounded up to 64
+  std::map<uint32_t, uint64_t> area_offset;  // step id -> its wire or landing area, within a copy
   int copies = 1;
   uint64_t hash_offset = 0;                // the hash area's header
   uint64_t hash_bytes = 0;                 // header + hashes; 0 when the rank sends nothing from a source

@@ -13,6 +13,7 @@
 #include "plan_rank_impl.h"
 #include "weightport/core/hash.h"
 #include "weightport/engine/arena.h"
+#include "weightport/kernels/convert.h"
 #include "weightport/transport/ucx_transport.h"
 
 namespace weightport {
@@ -24,20 +25,45 @@ using namespace plan_rank_internal;
 
 namespace {
 
-// The runs of one step, grouped by chunk, checked against both buffers.
-Status CompileStep(const Plan& plan, const PlanStep& s, uint64_t from_bytes, uint64_t to_bytes,
+// The runs of one step, grouped by chunk, with offsets within a copy of each end's arena (a packed
+// end's area offset added), checked against both.
+Status CompileStep(const Plan& plan, const std::map<Endpoint, PlanLayout>& layouts, const PlanStep& s,
                    const std::function<void(uint32_t chunk, const Run&)>& add) {
+  const PlanLayout& from = layouts.at(s.from);
+  const PlanLayout& to = layouts.at(Endpoint{PlanSide::kDestination, s.to_rank});
+  const uint64_t from_base = SenderEndPacked(s)
+                                 ? from.area_offset.at(s.transform == TransformKind::kConvertAtSender
+                                                           ? s.id
+                                                           : static_cast<uint32_t>(s.after))
+                                 : 0;
+  const uint64_t to_base = ReceiverEndPacked(s) ? to.area_offset.at(s.id) : 0;
   Status bad;
   WP_RETURN_IF_ERROR(ForEachStepRun(plan, s, [&](const StepRun& r) {
     if (!bad.ok()) return;
-    if (r.from_offset + r.length > from_bytes || r.to_offset + r.length > to_bytes) {
+    const Run run{from_base + r.from_offset, to_base + r.to_offset, r.length};
+    if (run.from + run.length > from.data_bytes || run.to + run.length > to.data_bytes) {
       bad = Internal("step " + std::to_string(s.id) + ": a run leaves its buffers");
       return;
     }
-    add(static_cast<uint32_t>(r.piece_offset / plan.options.chunk_bytes),
-        Run{r.from_offset, r.to_offset, r.length});
+    add(static_cast<uint32_t>(r.piece_offset / plan.options.chunk_bytes), run);
   }));
   return bad;
+}
+
+// The conversions of a converting step, by chunk: from the shard into the wire area at a source,
+// from the landing area into the shard at a receiver.
+Status CompileConversion(const Plan& plan, const PlanLayout& mine, const PlanStep& s,
+                         const std::function<void(uint32_t chunk, const ConvertSpan&)>& add) {
+  const DType from = plan.tensors[s.tensor].dtype, to = plan.destination_dtypes[s.tensor];
+  const uint64_t wire = DTypeSize(plan.WireDType(s));
+  const uint64_t area = mine.area_offset.at(s.id), chunk = plan.options.chunk_bytes / wire;
+  const bool at_sender = s.transform == TransformKind::kConvertAtSender;
+  return ForEachConvertRun(plan, s, [&](const ConvertRun& r) {
+    const uint64_t packed = area + r.piece_element * wire;
+    add(static_cast<uint32_t>(r.piece_element / chunk),
+        at_sender ? ConvertSpan{r.shard_offset, packed, r.count, from, to}
+                  : ConvertSpan{packed, r.shard_offset, r.count, from, to});
+  });
 }
 
 }  // namespace
@@ -97,7 +123,10 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
       for (uint32_t k = 0; k < s.chunks; ++k)
         impl->out_chunks.push_back({mine.HashOffset(s.id, k), static_cast<uint32_t>(impl->out_runs.size()),
                                     static_cast<uint32_t>(impl->out_runs.size())});
-      WP_RETURN_IF_ERROR(CompileStep(*plan, s, from->bytes, UINT64_MAX, [&](uint32_t k, const Run& r) {
+      if (s.transform == TransformKind::kConvertAtSender)
+        WP_RETURN_IF_ERROR(CompileConversion(
+            *plan, mine, s, [&](uint32_t, const ConvertSpan& c) { impl->out_converts.push_back(c); }));
+      WP_RETURN_IF_ERROR(CompileStep(*plan, impl->layouts, s, [&](uint32_t k, const Run& r) {
         impl->out_runs.push_back(r);
         OutChunk& c = impl->out_chunks[first + k];
         if (c.run_end == c.run_begin) c.run_begin = static_cast<uint32_t>(impl->out_runs.size() - 1);
@@ -128,13 +157,21 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
       impl->in_chunks.push_back({static_cast<uint32_t>(impl->in_steps.size()), k,
                                  static_cast<uint32_t>(impl->in_runs.size()),
                                  static_cast<uint32_t>(impl->in_runs.size()), 0});
-    WP_RETURN_IF_ERROR(CompileStep(*plan, s, from->bytes, impl->buffer->bytes, [&](uint32_t k, const Run& r) {
+    WP_RETURN_IF_ERROR(CompileStep(*plan, impl->layouts, s, [&](uint32_t k, const Run& r) {
       impl->in_runs.push_back(r);
       InChunk& c = impl->in_chunks[in.first_chunk + k];
       if (c.run_end == c.run_begin) c.run_begin = static_cast<uint32_t>(impl->in_runs.size() - 1);
       c.run_end = static_cast<uint32_t>(impl->in_runs.size());
       c.bytes += r.length;
     }));
+    if (ReceiverEndPacked(s))
+      WP_RETURN_IF_ERROR(CompileConversion(*plan, mine, s, [&](uint32_t k, const ConvertSpan& span) {
+        impl->in_converts.push_back(span);
+        InChunk& c = impl->in_chunks[in.first_chunk + k];
+        if (c.convert_end == c.convert_begin)
+          c.convert_begin = static_cast<uint32_t>(impl->in_converts.size() - 1);
+        c.convert_end = static_cast<uint32_t>(impl->in_converts.size());
+      }));
     impl->in_steps.push_back(in);
   }
   // Mirrors of the root sources' hash areas; expected hashes are read there.
@@ -222,7 +259,9 @@ Status PlanRank::Publish(uint64_t version) {
     return InvalidArgument("Publish: version " + std::to_string(version) + " out of range");
   if (r.mine->hash_bytes == 0) return Status::Ok();
   std::byte* header = r.at(r.mine->hash_offset);
-  StoreWord(header, 0);  // readers see "not published" while the hashes change
+  StoreWord(header, 0);                        // readers see "not published" while the hashes change
+  for (const ConvertSpan& c : r.out_converts)  // checked when the plan was compiled
+    kernels::Convert(c.from_dtype, c.to_dtype, r.at(c.from), r.at(c.to), c.count).IgnoreError();
   for (const OutChunk& c : r.out_chunks) {
     const uint64_t h = HashRuns(r.at(0), r.out_runs, c.run_begin, c.run_end, &Run::from);
     std::memcpy(r.at(c.hash_offset), &h, 8);

@@ -59,6 +59,12 @@ inline std::optional<uint64_t> LoadCounter(const std::byte* at) {
 uint64_t HashRuns(const std::byte* base, const std::vector<Run>& runs, uint32_t begin, uint32_t end,
                   uint64_t Run::*offset);
 
+// `count` elements converted from `from` to `to` (offsets within a copy of this rank's arena).
+struct ConvertSpan {
+  uint64_t from = 0, to = 0, count = 0;
+  DType from_dtype = DType::kF32, to_dtype = DType::kF32;
+};
+
 // A chunk this source hashes on Publish.
 struct OutChunk {
   uint64_t hash_offset = 0;  // in this rank's arena
@@ -84,6 +90,7 @@ struct InChunk {
   uint32_t k = 0;
   uint32_t run_begin = 0, run_end = 0;
   uint64_t bytes = 0;
+  uint32_t convert_begin = 0, convert_end = 0;  // into in_converts: landing area -> shard, once verified
 };
 
 // A source whose hash area this destination mirrors.
@@ -109,10 +116,12 @@ struct PlanRank::Impl {
 
   std::vector<plan_rank_internal::Run> out_runs;
   std::vector<plan_rank_internal::OutChunk> out_chunks;
+  std::vector<plan_rank_internal::ConvertSpan> out_converts;  // shard -> wire areas, on Publish
 
   std::vector<plan_rank_internal::Run> in_runs;
   std::vector<plan_rank_internal::InChunk> in_chunks;
   std::vector<plan_rank_internal::InStep> in_steps;
+  std::vector<plan_rank_internal::ConvertSpan> in_converts;
   std::vector<plan_rank_internal::RootSource> roots;
 
   std::map<Endpoint, std::shared_ptr<Connection>> connections;  // used on the loop thread only

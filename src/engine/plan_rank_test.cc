@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "weightport/core/placement_builders.h"
+#include "weightport/kernels/convert.h"
 #include "weightport/plan/planner.h"
 #include "weightport/transport/fake_transport.h"
 #include "weightport/transport/fault_transport.h"
@@ -13,12 +14,12 @@
 namespace weightport {
 namespace {
 
-std::vector<TensorMeta> Model() {
-  return {*TensorMeta::Make("model.embed_tokens.weight", DType::kBF16, {96, 64}),
-          *TensorMeta::Make("model.layers.0.self_attn.q_proj.weight", DType::kBF16, {128, 64}),
-          *TensorMeta::Make("model.layers.0.self_attn.o_proj.weight", DType::kBF16, {64, 128}),
-          *TensorMeta::Make("model.layers.0.mlp.down_proj.weight", DType::kBF16, {64, 190}),
-          *TensorMeta::Make("model.norm.weight", DType::kBF16, {64})};
+std::vector<TensorMeta> Model(DType dtype = DType::kBF16) {
+  return {*TensorMeta::Make("model.embed_tokens.weight", dtype, {96, 64}),
+          *TensorMeta::Make("model.layers.0.self_attn.q_proj.weight", dtype, {128, 64}),
+          *TensorMeta::Make("model.layers.0.self_attn.o_proj.weight", dtype, {64, 128}),
+          *TensorMeta::Make("model.layers.0.mlp.down_proj.weight", dtype, {64, 190}),
+          *TensorMeta::Make("model.norm.weight", dtype, {64})};
 }
 
 // Every byte depends on (version, tensor, position): a misplaced or stale byte shows.
@@ -33,11 +34,12 @@ std::vector<std::byte> TensorBytes(const TensorMeta& t, size_t index, uint64_t v
   return out;
 }
 
-void CopySlice(const Plan& plan, const PlannedShard& s, std::span<std::byte> packed,
+// Elements of `whole` (the tensor in `dtype`) into or against a packed shard.
+void CopySlice(const Plan& plan, const PlannedShard& s, DType dtype, std::span<std::byte> packed,
                std::span<const std::byte> whole, bool into_packed) {
   const TensorMeta& t = plan.tensors[s.tensor];
   ASSERT_TRUE(
-      ForEachContiguousRun(s.slice, t.shape, DTypeSize(t.dtype), [&](const SliceRun& r) {
+      ForEachContiguousRun(s.slice, t.shape, DTypeSize(dtype), [&](const SliceRun& r) {
         if (into_packed)
           std::memcpy(packed.data() + r.packed_offset, whole.data() + r.tensor_offset, r.length);
         else
@@ -82,8 +84,8 @@ struct Group {
     for (const RankBuffer& b : plan->sources) {
       PlanRank& r = *ranks.at(b.endpoint);
       for (size_t i = 0; i < b.shards.size(); ++i) {
-        const auto whole = TensorBytes(plan->tensors[b.shards[i].tensor], b.shards[i].tensor, v);
-        CopySlice(*plan, b.shards[i], r.shard_bytes(i), whole, true);
+        const TensorMeta& t = plan->tensors[b.shards[i].tensor];
+        CopySlice(*plan, b.shards[i], t.dtype, r.shard_bytes(i), TensorBytes(t, b.shards[i].tensor, v), true);
       }
       ASSERT_TRUE(r.Publish(v).ok());
     }
@@ -123,27 +125,38 @@ struct Group {
       PlanRank& r = *ranks.at(b.endpoint);
       EXPECT_EQ(r.live_version(), v);
       for (size_t i = 0; i < b.shards.size(); ++i) {
-        const auto whole = TensorBytes(plan->tensors[b.shards[i].tensor], b.shards[i].tensor, v);
-        CopySlice(*plan, b.shards[i], r.shard_bytes(i), whole, false);
+        const uint32_t index = b.shards[i].tensor;
+        const TensorMeta& t = plan->tensors[index];
+        const DType dtype = plan->destination_dtypes[index];
+        std::vector<std::byte> whole = TensorBytes(t, index, v);
+        if (dtype != t.dtype) {  // what the destinations store: the source's elements converted
+          std::vector<std::byte> converted(static_cast<size_t>(t.num_elements()) * DTypeSize(dtype));
+          ASSERT_TRUE(
+              kernels::Convert(t.dtype, dtype, whole.data(), converted.data(), t.num_elements()).ok());
+          whole = std::move(converted);
+        }
+        CopySlice(*plan, b.shards[i], dtype, r.shard_bytes(i), whole, false);
       }
     }
   }
 };
 
-Plan MustPlan(const Result<Placement>& src, const Result<Placement>& dst, int fanout, uint64_t chunk = 1024) {
+Plan MustPlan(const Result<Placement>& src, const Result<Placement>& dst, int fanout, uint64_t chunk = 1024,
+              std::vector<TransformRule> transforms = {}) {
   EXPECT_TRUE(src.ok()) << src.status().ToString();
   EXPECT_TRUE(dst.ok()) << dst.status().ToString();
   PlanOptions o;
   o.chunk_bytes = chunk;
   o.relay_fanout = fanout;
+  o.transforms = std::move(transforms);
   auto plan = MakePlan(*src, *dst, Topology(), o);
   EXPECT_TRUE(plan.ok()) << plan.status().ToString();
   return std::move(*plan);
 }
 
-Result<Placement> ReplicasOfTp(int replicas, int tp) {
+Result<Placement> ReplicasOfTp(int replicas, int tp, DType dtype = DType::kBF16) {
   std::vector<MeshAxis> axes = {ReplicaAxis("dp", replicas), TensorParallelAxis("tp", tp)};
-  return BuildMesh(Model(), axes);
+  return BuildMesh(Model(dtype), axes);
 }
 
 class PlanRankReplay : public ::testing::TestWithParam<int> {};
@@ -191,6 +204,36 @@ TEST_P(PlanRankReplay, ReplicatedSourcesToThreeReplicasAndAnEmptyRank) {
   }
 }
 
+// Widening at every receiver (bf16 -> f32), same width at the source (bf16 -> f16), identity for
+// the rest, through relays: what lands is the source's elements converted, every version.
+TEST_P(PlanRankReplay, ConvertsInFlightAtReceiversAndSources) {
+  Group g(MustPlan(FsdpFlat(Model(), 4), ReplicasOfTp(3, 2), GetParam(), 1024,
+                   {{"*_proj.weight", DType::kF32}, {"*norm*", DType::kF16}}));
+  uint64_t at_sender = 0, at_receiver = 0;
+  for (const PlanStep& s : g.plan->steps) {
+    at_sender += s.transform == TransformKind::kConvertAtSender;
+    at_receiver += s.transform == TransformKind::kConvertAtReceiver;
+  }
+  EXPECT_GT(at_sender, 0u);
+  EXPECT_GT(at_receiver, 0u);
+  EXPECT_LT(g.plan->TotalBytes(), g.plan->DestinationBytes());  // bf16 travels, f32 is stored
+  for (uint64_t v = 1; v <= 3; ++v) {
+    ReceiveStats s = g.Update(v);
+    EXPECT_EQ(s.bytes, g.plan->TotalBytes());
+    g.ExpectLive(v);
+  }
+}
+
+// f32 sources, bf16 destinations: the sources convert when they publish and half the bytes travel.
+TEST_P(PlanRankReplay, NarrowsAtTheSources) {
+  Group g(MustPlan(TensorParallel(Model(DType::kF32), 4), ReplicasOfTp(2, 2, DType::kBF16), GetParam()));
+  EXPECT_EQ(g.plan->TotalBytes(), g.plan->DestinationBytes());
+  for (uint64_t v = 1; v <= 2; ++v) {
+    g.Update(v);
+    g.ExpectLive(v);
+  }
+}
+
 // 0: direct from the sources; 1: relay chain; 2: binary relay tree.
 INSTANTIATE_TEST_SUITE_P(Fanout, PlanRankReplay, ::testing::Values(0, 1, 2));
 
@@ -221,6 +264,21 @@ TEST(PlanRank, CorruptionOnRelayHopsIsRepaired) {
     g.ExpectLive(v);
   }
   EXPECT_GT(g.faults->stats().corrupted, 0u);
+}
+
+// A corrupted chunk in a landing area is fetched again before it is converted. Flat sources to
+// column splits: a chunk is up to 6 Gets, and a chunk fails after 4 corrupt attempts, so the
+// rate per Get stays low enough that no chunk fails (about 1e-6 per chunk).
+TEST(PlanRank, CorruptionBeforeAConversionIsRepaired) {
+  Group g(MustPlan(FsdpFlat(Model(), 2), ReplicasOfTp(3, 2), 1, 1024, {{"*", DType::kF32}}));
+  g.faults->set_corrupt(FaultTrigger{.probability = 0.005, .ops = kFaultGet});
+  uint64_t refetched = 0;
+  for (uint64_t v = 1; v <= 3; ++v) {
+    refetched += g.Update(v).corrupt_refetched;
+    g.ExpectLive(v);
+  }
+  EXPECT_GT(g.faults->stats().corrupted, 0u);
+  EXPECT_GT(refetched, 0u);
 }
 
 TEST(PlanRank, DeadSourceFailsTheUpdateAndKeepsTheOldVersion) {

@@ -14,6 +14,7 @@
 
 #include "plan_rank_impl.h"
 #include "weightport/core/hash.h"
+#include "weightport/kernels/convert.h"
 
 namespace weightport {
 namespace {
@@ -227,6 +228,14 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     if (got != LoadWord(r_.at(step.expected_hashes + 8 * chunk.k))) {
       ++stats_.corrupt_refetched;
       return Retry(c, DataLoss("hash mismatch"), what);
+    }
+    // A chunk landed unconverted (a widening conversion): into the shard now, checked bytes only.
+    std::byte* copy = r_.at(r_.mine->CopyOffset(staging_));
+    for (uint32_t i = chunk.convert_begin; i < chunk.convert_end; ++i) {
+      const ConvertSpan& span = r_.in_converts[i];
+      kernels::Convert(span.from_dtype, span.to_dtype, copy + span.from, copy + span.to,
+                       span.count)
+          .IgnoreError();  // the pair was checked when the plan was compiled
     }
     verified_[c] = 1;
     ++verified_count_;
