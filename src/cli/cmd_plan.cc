@@ -25,6 +25,7 @@ struct PlanCliOptions {
   uint64_t chunk_bytes = PlanOptions{}.chunk_bytes;
   uint64_t split_bytes = 0;
   int relay_fanout = PlanOptions{}.relay_fanout;
+  std::vector<std::string> convert;
   bool json = false, check = false;
 };
 
@@ -60,6 +61,7 @@ Result<Plan> MakePlanFromFiles(const PlanCliOptions& o, double& planning_s) {
   options.chunk_bytes = o.chunk_bytes;
   options.relay_fanout = o.relay_fanout;
   options.split_bytes = o.split_bytes;
+  WP_ASSIGN_OR_RETURN(options.transforms, ParseConvertRules(o.convert));
   const auto start = std::chrono::steady_clock::now();
   auto plan = MakePlan(*src, *dst, topology, options);
   planning_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -176,7 +178,12 @@ Command AddPlanCommand(CLI::App& app) {
                       "Split a piece several sources hold among them when larger than this (0: chunk size)")
           ->transform(CLI::AsSizeValue(false))
           ->capture_default_str();
-  for (CLI::Option* opt : {chunk, fanout, split}) opt->excludes(plan_file);  // a plan file carries its own
+  auto* convert =
+      sub->add_option("--convert", o->convert,
+                      "GLOB=DTYPE (repeatable): destinations store the matching tensors as DTYPE\n"
+                      "(f32, bf16, f16), converted in flight where fewer bytes travel");
+  for (CLI::Option* opt : {chunk, fanout, split, convert})
+    opt->excludes(plan_file);  // a plan file carries its own
   sub->add_flag("--json", o->json, "Print the report as JSON");
   sub->add_option("--dump", o->dump, "Write the plan itself (every step) as JSON to this file");
   sub->add_flag("--check", o->check,

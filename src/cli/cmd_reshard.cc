@@ -47,6 +47,9 @@ Command AddReshardCommand(CLI::App& app) {
                   "0: every destination from the sources; 1: relay chain; k: k-ary tree")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
+  sub->add_option("--convert", o->plan.convert,
+                  "GLOB=DTYPE (repeatable): destinations store the matching tensors as DTYPE (f32, bf16,\n"
+                  "f16), converted in flight; every process must be given the same rules");
   sub->add_option("--coordinator", o->coordinator, "HOST:PORT the coordinator listens on")->required();
   sub->add_option("--secret-file", o->secret_file, "Shared secret (mode 600)")->required();
   o->source.AddOptions(*sub);

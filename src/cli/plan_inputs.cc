@@ -304,4 +304,17 @@ Result<Topology> LoadTopologyFile(const std::string& path) {
   return topology;
 }
 
+Result<std::vector<TransformRule>> ParseConvertRules(const std::vector<std::string>& values) {
+  std::vector<TransformRule> rules;
+  for (const std::string& v : values) {
+    const size_t eq = v.rfind('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
+      return InvalidArgument("--convert '" + v + "': expected GLOB=DTYPE, e.g. '*.mlp.*=bf16'");
+    auto dtype = ParseDTypeName(v.substr(eq + 1));
+    if (!dtype.ok()) return dtype.status().WithContext("--convert '" + v + "'");
+    rules.push_back({v.substr(0, eq), *dtype});
+  }
+  return rules;
+}
+
 }  // namespace weightport::cli

@@ -30,6 +30,7 @@
 #include "weightport/core/placement.h"
 #include "weightport/core/status.h"
 #include "weightport/core/tensor_meta.h"
+#include "weightport/plan/plan.h"
 #include "weightport/plan/topology.h"
 
 namespace weightport::cli {
@@ -62,5 +63,9 @@ Result<std::vector<TensorMeta>> LoadManifestTensors(const std::string& path);
 
 // Reads a topology JSON file (Topology::FromJson). Errors name `path`.
 Result<Topology> LoadTopologyFile(const std::string& path);
+
+// `--convert GLOB=DTYPE` values: destinations store the tensors matching GLOB as DTYPE (f32, bf16
+// or f16). The error names the value at fault.
+Result<std::vector<TransformRule>> ParseConvertRules(const std::vector<std::string>& values);
 
 }  // namespace weightport::cli

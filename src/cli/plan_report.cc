@@ -52,6 +52,8 @@ PlanSummary SummarizePlan(const Plan& plan, std::optional<double> planning_s) {
     s.chunks += step.chunks;
     s.max_depth = std::max(s.max_depth, step.depth);
     (step.from.side == PlanSide::kSource ? s.direct_steps : s.relayed_steps) += 1;
+    s.convert_at_sender += step.transform == TransformKind::kConvertAtSender;
+    s.convert_at_receiver += step.transform == TransformKind::kConvertAtReceiver;
     if (auto it = index.find(step.from); it != index.end()) {
       s.ranks[it->second].sent += step.bytes;
       ++s.ranks[it->second].steps_sent;
@@ -94,7 +96,9 @@ nlohmann::ordered_json PlanReportJson(const Plan& plan, const PlanSummary& s, co
             {"direct", s.direct_steps},
             {"relayed", s.relayed_steps},
             {"chunks", s.chunks},
-            {"max_depth", s.max_depth}}},
+            {"max_depth", s.max_depth},
+            {"convert_at_sender", s.convert_at_sender},
+            {"convert_at_receiver", s.convert_at_receiver}}},
           {"options",
            {{"chunk_bytes", plan.options.chunk_bytes},
             {"relay_fanout", plan.options.relay_fanout},
@@ -118,6 +122,9 @@ void PrintPlanReport(std::ostream& out, const Plan& plan, const PlanSummary& s, 
   out << "  moved:       " << HumanBytes(s.bytes) << " in " << s.steps << " steps (" << s.direct_steps
       << " direct, " << s.relayed_steps << " relayed, relay depth <= " << s.max_depth << "), " << s.chunks
       << " chunks of <= " << HumanBytes(plan.options.chunk_bytes) << "\n";
+  if (s.convert_at_sender + s.convert_at_receiver > 0)
+    out << "  converted:   " << s.convert_at_sender << " steps at their source, " << s.convert_at_receiver
+        << " at their receiver (the narrower dtype travels)\n";
   out << "  time:        lower bound " << FormatSeconds(plan.estimate.lower_bound_s) << ", predicted "
       << FormatSeconds(plan.estimate.predicted_s) << " (relay fan-out " << plan.options.relay_fanout << ")\n";
   out << "  planned in:  "

@@ -33,8 +33,10 @@ struct PlanSummary {
   uint64_t bytes = 0;              // moved, all steps
   uint64_t destination_bytes = 0;  // one copy of the destination's shards
   uint64_t steps = 0;
-  uint64_t direct_steps = 0;   // from a source rank
-  uint64_t relayed_steps = 0;  // from a destination rank that received the piece first
+  uint64_t direct_steps = 0;         // from a source rank
+  uint64_t relayed_steps = 0;        // from a destination rank that received the piece first
+  uint64_t convert_at_sender = 0;    // steps whose source converts (plan.h, TransformKind)
+  uint64_t convert_at_receiver = 0;  // steps whose receiver converts
   uint64_t chunks = 0;
   uint32_t max_depth = 0;
   std::vector<RankTraffic> ranks;    // sources, then destinations, ascending rank

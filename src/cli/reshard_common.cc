@@ -8,6 +8,7 @@
 #include "plan_inputs.h"
 #include "weightport/core/placement.h"
 #include "weightport/format/safetensors.h"
+#include "weightport/kernels/convert.h"
 #include "weightport/plan/planner.h"
 
 namespace weightport::cli {
@@ -44,6 +45,7 @@ Result<std::shared_ptr<const Plan>> BuildReshardPlan(const ReshardPlanInputs& in
   PlanOptions options;
   options.chunk_bytes = in.chunk_bytes;
   options.relay_fanout = in.relay_fanout;
+  WP_ASSIGN_OR_RETURN(options.transforms, ParseConvertRules(in.convert));
   WP_ASSIGN_OR_RETURN(Plan plan, MakePlan(src, dst, topology, options));
   return std::make_shared<const Plan>(std::move(plan));
 }
@@ -86,21 +88,32 @@ void WriteShardVersion(const Plan& plan, const PlannedShard& shard, const ModelB
 Status CheckShardVersion(const Plan& plan, const PlannedShard& shard, const ModelBytes& model,
                          uint64_t version, uint64_t versions, std::span<const std::byte> bytes) {
   const TensorMeta& t = plan.tensors[shard.tensor];
+  const DType to = plan.destination_dtypes[shard.tensor];
+  const uint64_t from_size = DTypeSize(t.dtype), to_size = DTypeSize(to);
   const std::byte* base = model.bytes.data() + model.offset.at(t.name);
   const uint64_t distance = versions - version;
   int64_t bad = -1;
+  std::vector<std::byte> source, want;  // one run: the version's bytes, then as the destination stores them
   ForRuns(plan, shard, [&](const SliceRun& r) {
     if (bad >= 0) return;
+    source.resize(r.length);
     for (uint64_t i = 0; i < r.length; ++i)
-      if ((base[r.tensor_offset + i] ^ std::byte(Mask(distance, r.tensor_offset + i))) !=
-          bytes[r.packed_offset + i]) {
-        bad = static_cast<int64_t>(r.tensor_offset + i);
-        return;
-      }
+      source[i] = base[r.tensor_offset + i] ^ std::byte(Mask(distance, r.tensor_offset + i));
+    const uint64_t elements = r.length / from_size;
+    want.resize(elements * to_size);
+    if (!kernels::Convert(t.dtype, to, source.data(), want.data(), elements).ok()) {
+      bad = static_cast<int64_t>(r.tensor_offset);
+      return;
+    }
+    const std::byte* got = bytes.data() + r.packed_offset / from_size * to_size;
+    for (uint64_t e = 0; e < elements && bad < 0; ++e)
+      if (std::memcmp(got + e * to_size, want.data() + e * to_size, to_size) != 0)
+        bad = static_cast<int64_t>(r.tensor_offset / from_size + e);
   });
   if (bad < 0) return Status::Ok();
-  return DataLoss("tensor '" + t.name + "' " + shard.slice.ToString() + ": byte " + std::to_string(bad) +
-                  " of the tensor differs from version " + std::to_string(version));
+  return DataLoss("tensor '" + t.name + "' " + shard.slice.ToString() + ": element " + std::to_string(bad) +
+                  " of the tensor differs from version " + std::to_string(version) +
+                  (to != t.dtype ? " converted to " + std::string(DTypeName(to)) : ""));
 }
 
 Status WriteShardsFile(const std::string& path, const Plan& plan, const RankBuffer& buffer,
@@ -113,7 +126,9 @@ Status WriteShardsFile(const std::string& path, const Plan& plan, const RankBuff
     const std::string entry = t.name + ".shard" + std::to_string(i);
     std::vector<int64_t> shape =
         s.slice.is_box() ? s.slice.box().length : std::vector<int64_t>{s.slice.flat().length};
-    WP_ASSIGN_OR_RETURN(TensorMeta m, TensorMeta::Make(entry, t.dtype, shape));
+    const DType dtype =
+        buffer.endpoint.side == PlanSide::kSource ? t.dtype : plan.destination_dtypes[s.tensor];
+    WP_ASSIGN_OR_RETURN(TensorMeta m, TensorMeta::Make(entry, dtype, shape));
     metas.push_back(std::move(m));
     nlohmann::json e = {{"entry", entry}, {"tensor", t.name}};
     json_util::PutSlice(e, s.slice);

@@ -21,6 +21,7 @@ struct ReshardPlanInputs {
   std::string topology_json;  // optional
   uint64_t chunk_bytes = 4ull << 20;
   int relay_fanout = 1;
+  std::vector<std::string> convert;  // --convert GLOB=DTYPE
 };
 // Reads the placements (Placement JSON, or a layout spec built over `model`'s tensors) and the
 // topology, and runs the planner: every rank given the same inputs compiles the same plan (the

@@ -86,14 +86,14 @@ def columns_replicated(tensors, replicas, tp):
     return {"tensors": table(tensors), "ranks": out}
 
 
-def run_plan(tmp_path, procs, model_dir, src, dst, transport, fanout, versions=3):
+def run_plan(tmp_path, procs, model_dir, src, dst, transport, fanout, versions=3, extra=()):
     (tmp_path / "src.json").write_text(json.dumps(src))
     (tmp_path / "dst.json").write_text(json.dumps(dst))
     secret = write_secret(tmp_path / "secret")
     port = free_port()
     common = ["--src", tmp_path / "src.json", "--dst", tmp_path / "dst.json", "--coordinator", f"127.0.0.1:{port}",
               "--secret-file", secret, "--versions", versions, "--transport", transport, "--chunk-kb", "64",
-              "--fanout", fanout, "--timeout-s", "120", "--json"]
+              "--fanout", fanout, "--timeout-s", "120", "--json", *extra]
     coord = procs.start("reshard", "--role", "coordinator", *common)
     ranks = [procs.start("reshard", "--role", "src", "--rank", r["rank"], "--model", model_dir, *common)
              for r in src["ranks"]]
@@ -131,6 +131,20 @@ def test_flat_to_replicated_columns_through_relays(tmp_path, procs, model, trans
     assert summary["versions"][-1]["bytes"] == held
     for path in outs.values():
         check_out(path, source)
+
+
+def test_widening_conversion_in_flight_through_relays(tmp_path, procs, model):
+    """f16 sources, f32 destinations: f16 travels down the relay chain and each receiver converts;
+    the destinations' files hold the source's values as f32, every element."""
+    model_dir, source = model
+    dst = columns_replicated(source, 2, 2)
+    outs, summary = run_plan(tmp_path, procs, model_dir, flat_placement(source, 3), dst, "tcp", fanout=1,
+                             versions=2, extra=("--convert", "*=f32"))
+    held = sum(int(np.prod(sh["length"])) for r in dst["ranks"] for sh in r["shards"])
+    assert summary["versions"][-1]["bytes"] == 2 * held  # f16 on the wire, 4 bytes stored per element
+    widened = {name: a.astype(np.float32) for name, a in source.items()}
+    for path in outs.values():
+        assert check_out(path, widened) == len(source)
 
 
 def test_layout_specs_fsdp_to_replicated_tp(tmp_path, procs, model):
