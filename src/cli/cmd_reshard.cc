@@ -62,6 +62,8 @@ Command AddReshardCommand(CLI::App& app) {
   sub->add_option("--out", o->out, "A destination rank writes its shards here (safetensors) at the end");
   sub->add_flag("--verify", o->verify,
                 "A destination rank checks every byte of every version against the model");
+  sub->add_flag("--no-delta", o->no_delta,
+                "A destination rank fetches every chunk, also those unchanged since the version it holds");
   sub->add_option("--timeout-s", o->timeout_s, "Bound on joining and on each version")
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();

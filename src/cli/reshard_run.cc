@@ -74,6 +74,7 @@ Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank,
     report["versions"].push_back({{"version", v},
                                   {"bytes", r->bytes},
                                   {"chunks", r->chunks},
+                                  {"kept_bytes", r->kept_bytes},
                                   {"seconds", s},
                                   {"gbps", Gbps(r->bytes, s)},
                                   {"retries", r->corrupt_refetched + r->errors_retried}});
@@ -119,6 +120,7 @@ Status RunReshardRank(const ReshardOptions& o) {
   ProgressLoop loop(std::move(transport));
   PlanRankOptions ro;
   ro.timeout = milliseconds(o.timeout_s * 1000LL);
+  ro.delta = !o.no_delta;
   WP_ASSIGN_OR_RETURN(std::unique_ptr<PlanRank> rank, PlanRank::Create(plan, me, loop, ro));
   WP_ASSIGN_OR_RETURN(Secret secret, LoadSecret(o.secret_file, false));
   // The coordinator may not listen yet: retry a refused or failed connection until the timeout; a

@@ -23,6 +23,7 @@ struct ReshardOptions {
   std::string transport = "shm";
   std::string out;
   bool verify = false;
+  bool no_delta = false;
   int timeout_s = 120;
   bool json = false;
 };

@@ -202,8 +202,10 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
   // Fault every page in now, once, so that no version pays first-touch faults (both copies of a
   // destination would otherwise be faulted by the first two versions).
   std::memset(raw->arena->data(), 0, raw->arena->size());
-  if (!impl->is_source())
+  if (!impl->is_source()) {
     for (const auto& [step, slot] : mine.counter_slot) StoreCounter(raw->at(mine.CounterOffset(step)), 0);
+    if (options.delta && !impl->in_chunks.empty()) impl->keepers = std::make_unique<WorkerPool>(1);
+  }
   return std::unique_ptr<PlanRank>(new PlanRank(std::move(impl)));
 }
 
@@ -307,6 +309,8 @@ Status PlanRank::Commit(uint64_t version) {
   r.live ^= 1;
   r.live_version = version;
   r.received_version = 0;
+  r.live_hashes.swap(r.staged_hashes);
+  r.live_hashes_version = version;
   return Status::Ok();
 }
 

@@ -14,6 +14,7 @@
 #include "plan_layout.h"
 #include "weightport/core/hash.h"
 #include "weightport/engine/plan_rank.h"
+#include "weightport/engine/worker_pool.h"
 
 namespace weightport {
 
@@ -134,6 +135,12 @@ struct PlanRank::Impl {
   int live = 0;  // the live copy of a destination
   uint64_t live_version = 0;
   uint64_t received_version = 0;  // verified in staging, not committed
+
+  // Delta: each incoming chunk's hash in the version the live copy holds (valid when
+  // live_hashes_version == live_version != 0), and in the one staging holds once received.
+  std::vector<uint64_t> live_hashes, staged_hashes;
+  uint64_t live_hashes_version = 0;
+  std::unique_ptr<WorkerPool> keepers;  // copies and hashes of kept chunks, off the loop thread
 
   bool is_source() const { return me.side == PlanSide::kSource; }
   std::byte* at(uint64_t offset) const { return arena->data() + offset; }

@@ -54,6 +54,9 @@ struct Group {
   std::shared_ptr<FaultPlan> faults = std::make_shared<FaultPlan>(7);
   std::vector<std::unique_ptr<ProgressLoop>> loops;
   std::map<Endpoint, std::unique_ptr<PlanRank>> ranks;
+  // Which version's bytes tensor t holds in version v: every tensor changes every version unless a
+  // test says otherwise.
+  std::function<uint64_t(uint32_t t, uint64_t v)> content = [](uint32_t, uint64_t v) { return v; };
 
   explicit Group(Plan p, PlanRankOptions options = {}) : plan(std::make_shared<const Plan>(std::move(p))) {
     if (options.timeout == PlanRankOptions{}.timeout) options.timeout = std::chrono::milliseconds(10'000);
@@ -85,7 +88,9 @@ struct Group {
       PlanRank& r = *ranks.at(b.endpoint);
       for (size_t i = 0; i < b.shards.size(); ++i) {
         const TensorMeta& t = plan->tensors[b.shards[i].tensor];
-        CopySlice(*plan, b.shards[i], t.dtype, r.shard_bytes(i), TensorBytes(t, b.shards[i].tensor, v), true);
+        const uint32_t index = b.shards[i].tensor;
+        CopySlice(*plan, b.shards[i], t.dtype, r.shard_bytes(i), TensorBytes(t, index, content(index, v)),
+                  true);
       }
       ASSERT_TRUE(r.Publish(v).ok());
     }
@@ -115,6 +120,8 @@ struct Group {
       total.bytes += result->bytes;
       total.chunks += result->chunks;
       total.corrupt_refetched += result->corrupt_refetched;
+      total.kept_chunks += result->kept_chunks;
+      total.kept_bytes += result->kept_bytes;
     }
     for (const RankBuffer& b : plan->destinations) EXPECT_TRUE(ranks.at(b.endpoint)->Commit(v).ok());
     return total;
@@ -128,7 +135,7 @@ struct Group {
         const uint32_t index = b.shards[i].tensor;
         const TensorMeta& t = plan->tensors[index];
         const DType dtype = plan->destination_dtypes[index];
-        std::vector<std::byte> whole = TensorBytes(t, index, v);
+        std::vector<std::byte> whole = TensorBytes(t, index, content(index, v));
         if (dtype != t.dtype) {  // what the destinations store: the source's elements converted
           std::vector<std::byte> converted(static_cast<size_t>(t.num_elements()) * DTypeSize(dtype));
           ASSERT_TRUE(
@@ -264,6 +271,71 @@ TEST(PlanRank, CorruptionOnRelayHopsIsRepaired) {
     g.ExpectLive(v);
   }
   EXPECT_GT(g.faults->stats().corrupted, 0u);
+}
+
+// Delta: only the tensors that changed are fetched; the rest is copied from the live copy, through
+// relays and conversions alike, and every destination byte is exact.
+TEST_P(PlanRankReplay, DeltaFetchesOnlyWhatChanged) {
+  for (bool convert : {false, true}) {
+    SCOPED_TRACE(convert ? "bf16 -> f32 at the receivers" : "no conversion");
+    std::vector<TransformRule> rules;
+    if (convert) rules.push_back({"*", DType::kF32});
+    Group g(MustPlan(FsdpFlat(Model(), 4), ReplicasOfTp(3, 2), GetParam(), 1024, rules));
+    // The norm and q_proj change every version; the others only in version 3.
+    g.content = [&](uint32_t t, uint64_t v) {
+      const std::string& name = g.plan->tensors[t].name;
+      return name.find("norm") != std::string::npos || name.find("q_proj") != std::string::npos ? v
+             : v >= 3                                                                           ? 3
+                                                                                                : 1;
+    };
+    uint64_t changing = 0;  // wire bytes of the steps of the tensors that change every version
+    for (const PlanStep& s : g.plan->steps) {
+      const std::string& name = g.plan->tensors[s.tensor].name;
+      if (name.find("norm") != std::string::npos || name.find("q_proj") != std::string::npos)
+        changing += s.bytes;
+    }
+    ReceiveStats first = g.Update(1);
+    EXPECT_EQ(first.bytes, g.plan->TotalBytes());
+    EXPECT_EQ(first.kept_chunks, 0u);
+    g.ExpectLive(1);
+    ReceiveStats second = g.Update(2);
+    g.ExpectLive(2);
+    EXPECT_EQ(second.bytes, changing);
+    EXPECT_EQ(second.bytes + second.kept_bytes, g.plan->TotalBytes());
+    EXPECT_GT(second.kept_chunks, 0u);
+    ReceiveStats third = g.Update(3);  // everything changed
+    g.ExpectLive(3);
+    EXPECT_EQ(third.bytes, g.plan->TotalBytes());
+    ReceiveStats fourth = g.Update(4);
+    g.ExpectLive(4);
+    EXPECT_EQ(fourth.bytes, changing);
+  }
+}
+
+// A chunk unchanged since the live version but written over in the live copy is fetched after all.
+TEST(PlanRank, DeltaFetchesAChunkChangedInTheLiveCopy) {
+  Group g(MustPlan(TensorParallel(Model(), 2), ReplicasOfTp(2, 2), 1));
+  g.content = [](uint32_t, uint64_t) { return 1; };  // the same bytes every version
+  g.Update(1);
+  PlanRank& victim = *g.ranks.at(Endpoint{PlanSide::kDestination, 1});
+  victim.shard_bytes(0)[5] ^= std::byte{0x40};
+  ReceiveStats s = g.Update(2);
+  EXPECT_GT(s.chunks, 0u);  // the scribbled chunk, fetched
+  EXPECT_EQ(s.bytes + s.kept_bytes, g.plan->TotalBytes());
+  g.ExpectLive(2);
+}
+
+// Without delta every chunk is fetched.
+TEST(PlanRank, DeltaOffFetchesEverything) {
+  PlanRankOptions o;
+  o.delta = false;
+  Group g(MustPlan(TensorParallel(Model(), 2), ReplicasOfTp(2, 2), 1), o);
+  g.content = [](uint32_t, uint64_t) { return 1; };
+  g.Update(1);
+  ReceiveStats s = g.Update(2);
+  EXPECT_EQ(s.bytes, g.plan->TotalBytes());
+  EXPECT_EQ(s.kept_chunks, 0u);
+  g.ExpectLive(2);
 }
 
 // A corrupted chunk in a landing area is fetched again before it is converted. Flat sources to

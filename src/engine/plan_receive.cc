@@ -30,6 +30,17 @@ bool Fatal(const Status& s, const Connection& c) {
          k == StatusCode::kOutOfRange || !c.healthy();
 }
 
+// A chunk of a step converted at this rank, verified in its landing area: into the shard of `copy`.
+void ConvertChunk(PlanRank::Impl& r, size_t c, int copy) {
+  const InChunk& chunk = r.in_chunks[c];
+  std::byte* base = r.at(r.mine->CopyOffset(copy));
+  for (uint32_t i = chunk.convert_begin; i < chunk.convert_end; ++i) {
+    const ConvertSpan& span = r.in_converts[i];
+    kernels::Convert(span.from_dtype, span.to_dtype, base + span.from, base + span.to, span.count)
+        .IgnoreError();  // the pair was checked when the plan was compiled
+  }
+}
+
 class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
  public:
   ReceiveRun(PlanRank::Impl& r, uint64_t version, std::function<void(Result<ReceiveStats>)> done)
@@ -39,6 +50,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     pending_runs_.assign(r.in_chunks.size(), 0);
     run_error_.resize(r.in_chunks.size());
     verified_.assign(r.in_chunks.size(), 0);
+    keeping_.assign(r.in_chunks.size(), 0);
     prefix_.assign(r.in_steps.size(), 0);
     released_.assign(r.in_steps.size(), 0);
     sender_copy_.assign(r.in_steps.size(), 0);
@@ -118,6 +130,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
       return;
     }
     if (--mirrors_left_ > 0) return;
+    StartKeeping();
     for (size_t st = 0; st < r_.in_steps.size(); ++st) {
       if (r_.in_steps[st].after < 0) {
         Release(st, r_.in_steps[st].chunks);
@@ -171,17 +184,20 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
       backoff = progressed ? r_.options.backoff_initial : std::min(r_.options.relay_poll_max, backoff * 2);
       auto self = shared_from_this();
       r_.loop->PostAfter(progressed ? std::chrono::milliseconds(0) : backoff, [self, st](Transport&) {
-        if (!self->failed_) self->Poll(st);
+        // Once reported (every chunk verified, some of them kept) nothing more is read.
+        if (!self->failed_ && !self->reported_) self->Poll(st);
         self->MaybeFinish();
       });
     }
     Issue();
+    MaybeFinish();  // the chunks it released may all be kept already
   }
 
   void Issue() {
     while (!failed_ && chunks_in_flight_ < r_.options.window && !ready_.empty()) {
       const size_t c = std::get<3>(ready_.top());
       ready_.pop();
+      if (keeping_[c] || verified_[c]) continue;  // kept from the live copy, or being kept
       FetchChunk(c);
     }
   }
@@ -229,23 +245,93 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
       ++stats_.corrupt_refetched;
       return Retry(c, DataLoss("hash mismatch"), what);
     }
-    // A chunk landed unconverted (a widening conversion): into the shard now, checked bytes only.
-    std::byte* copy = r_.at(r_.mine->CopyOffset(staging_));
-    for (uint32_t i = chunk.convert_begin; i < chunk.convert_end; ++i) {
-      const ConvertSpan& span = r_.in_converts[i];
-      kernels::Convert(span.from_dtype, span.to_dtype, copy + span.from, copy + span.to,
-                       span.count)
-          .IgnoreError();  // the pair was checked when the plan was compiled
-    }
-    verified_[c] = 1;
-    ++verified_count_;
+    ConvertChunk(r_, c, staging_);  // a chunk landed unconverted: into the shard, checked bytes only
     ++stats_.chunks;
     stats_.bytes += chunk.bytes;
+    Verified(c);
+    Issue();
+    MaybeFinish();
+  }
+
+  void Verified(size_t c) {
+    const InChunk& chunk = r_.in_chunks[c];
+    const InStep& step = r_.in_steps[chunk.in_step];
+    verified_[c] = 1;
+    ++verified_count_;
     if (step.my_counter >= 0) {  // advance the verified prefix others poll
       uint32_t& p = prefix_[chunk.in_step];
       while (p < step.chunks && verified_[step.first_chunk + p]) ++p;
       StoreCounter(r_.at(static_cast<uint64_t>(step.my_counter)), EncodeCounter(v_, staging_, p));
     }
+  }
+
+  uint64_t ExpectedHash(size_t c) const {
+    const InChunk& chunk = r_.in_chunks[c];
+    return LoadWord(r_.at(r_.in_steps[chunk.in_step].expected_hashes + 8 * chunk.k));
+  }
+
+  // Delta: the chunks whose hash is the one they had in the live copy's version are copied from
+  // there on the keepers' thread, in batches, and hashed again; they are not fetched unless that
+  // hash differs (someone wrote to the live copy).
+  void StartKeeping() {
+    if (!r_.keepers || r_.live_version == 0 || r_.live_hashes_version != r_.live_version ||
+        r_.live_hashes.size() != r_.in_chunks.size())
+      return;
+    constexpr uint64_t kBatchBytes = 32ull << 20;
+    std::vector<std::pair<size_t, uint64_t>> batch;  // (chunk, expected hash)
+    uint64_t bytes = 0;
+    auto submit = [&] {
+      if (batch.empty()) return;
+      ++in_flight_;
+      auto self = shared_from_this();
+      r_.keepers->Submit([self, batch = std::move(batch)] { self->Keep(batch); });
+      batch.clear();
+      bytes = 0;
+    };
+    for (size_t c = 0; c < r_.in_chunks.size(); ++c) {
+      const uint64_t expected = ExpectedHash(c);
+      if (expected != r_.live_hashes[c]) continue;
+      keeping_[c] = 1;
+      batch.emplace_back(c, expected);
+      bytes += r_.in_chunks[c].bytes;
+      if (bytes >= kBatchBytes) submit();
+    }
+    submit();
+  }
+
+  // On a keeper thread: touches only the staging copy's bytes of these chunks.
+  void Keep(const std::vector<std::pair<size_t, uint64_t>>& batch) {
+    const std::byte* live = r_.at(r_.mine->CopyOffset(staging_ ^ 1));
+    std::byte* staging = r_.at(r_.mine->CopyOffset(staging_));
+    std::vector<std::pair<size_t, bool>> kept;
+    for (auto [c, expected] : batch) {
+      const InChunk& chunk = r_.in_chunks[c];
+      for (uint32_t i = chunk.run_begin; i < chunk.run_end; ++i) {
+        const Run& run = r_.in_runs[i];
+        std::memcpy(staging + run.to, live + run.to, run.length);
+      }
+      const bool same = HashRuns(staging, r_.in_runs, chunk.run_begin, chunk.run_end, &Run::to) == expected;
+      if (same) ConvertChunk(r_, c, staging_);
+      kept.emplace_back(c, same);
+    }
+    auto self = shared_from_this();
+    r_.loop->Post([self, kept = std::move(kept)](Transport&) { self->OnKept(kept); });
+  }
+
+  void OnKept(const std::vector<std::pair<size_t, bool>>& kept) {
+    --in_flight_;
+    for (auto [c, same] : kept) {
+      keeping_[c] = 0;
+      const InChunk& chunk = r_.in_chunks[c];
+      if (same) {
+        ++stats_.kept_chunks;
+        stats_.kept_bytes += chunk.bytes;
+        Verified(c);
+      } else if (chunk.k < released_[chunk.in_step]) {  // else it is fetched once released
+        ready_.push({0, chunk.k, false, c});
+      }
+    }
+    if (failed_) return MaybeFinish();
     Issue();
     MaybeFinish();
   }
@@ -289,6 +375,8 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     if (failed_) {
       done(failure_);
     } else {
+      r_.staged_hashes.resize(r_.in_chunks.size());
+      for (size_t c = 0; c < r_.in_chunks.size(); ++c) r_.staged_hashes[c] = ExpectedHash(c);
       done(stats_);
     }
   }
@@ -303,6 +391,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   std::vector<uint32_t> pending_runs_;
   std::vector<Status> run_error_;
   std::vector<uint8_t> verified_;
+  std::vector<uint8_t> keeping_;  // delta: being copied from the live copy
   std::vector<uint32_t> prefix_;
   std::vector<uint32_t> released_;
   std::vector<int> sender_copy_;

@@ -48,11 +48,14 @@ struct PlanRankOptions {
   // A relay's "chunk verified" counter that has not moved is read again after a pause that doubles
   // up to this. Small: along a relay chain every hop waits up to this long for each chunk it has
   // caught up with, so the chain's pipeline fill grows by about this per hop (at 50 ms a 7-hop
-  // chain at 500 Mbit/s ran 1.3x its line-rate bound). A read is one 8-byte Get.
+  // chain at 500 Mbit/s ran 1.3x its line-rate bound). A read is one 16-byte Get.
   std::chrono::milliseconds relay_poll_max{2};
   // Bounds one Receive (hash headers not yet published and relay counters that never advance
   // included).
   std::chrono::milliseconds timeout{60'000};
+  // Delta: a chunk whose hash equals its hash in the version the live copy holds is copied from the
+  // live copy and hashed again (one that no longer matches is fetched after all) instead of fetched.
+  bool delta = true;
 };
 
 // What a peer needs to reach a rank: its transport address and its arena's key.
@@ -63,11 +66,13 @@ struct PlanPeer {
 
 struct ReceiveStats {
   uint64_t version = 0;
-  uint64_t chunks = 0;
-  uint64_t bytes = 0;
+  uint64_t chunks = 0;             // fetched and verified
+  uint64_t bytes = 0;              // of those chunks
   uint64_t corrupt_refetched = 0;  // chunks whose hash did not match, fetched again
   uint64_t errors_retried = 0;     // Gets that failed and were tried again
   uint64_t polls = 0;              // relay counters and hash headers read
+  uint64_t kept_chunks = 0;        // delta: unchanged chunks copied from the live copy, not fetched
+  uint64_t kept_bytes = 0;
   std::chrono::nanoseconds elapsed{0};
 };
 
