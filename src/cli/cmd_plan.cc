@@ -26,6 +26,7 @@ struct PlanCliOptions {
   uint64_t split_bytes = 0;
   int relay_fanout = PlanOptions{}.relay_fanout;
   std::vector<std::string> convert;
+  double compressor_gbps = 0;
   bool json = false, check = false;
 };
 
@@ -62,6 +63,7 @@ Result<Plan> MakePlanFromFiles(const PlanCliOptions& o, double& planning_s) {
   options.relay_fanout = o.relay_fanout;
   options.split_bytes = o.split_bytes;
   WP_ASSIGN_OR_RETURN(options.transforms, ParseConvertRules(o.convert));
+  options.compressor_gbps = o.compressor_gbps;
   const auto start = std::chrono::steady_clock::now();
   auto plan = MakePlan(*src, *dst, topology, options);
   planning_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -182,7 +184,10 @@ Command AddPlanCommand(CLI::App& app) {
       sub->add_option("--convert", o->convert,
                       "GLOB=DTYPE (repeatable): destinations store the matching tensors as DTYPE\n"
                       "(f32, bf16, f16), converted in flight where fewer bytes travel");
-  for (CLI::Option* opt : {chunk, fanout, split, convert})
+  auto* compressor = sub->add_option("--compressor-gbps", o->compressor_gbps, kCompressorHelp)
+                         ->check(CLI::Range(0.0, 1e6))
+                         ->capture_default_str();
+  for (CLI::Option* opt : {chunk, fanout, split, convert, compressor})
     opt->excludes(plan_file);  // a plan file carries its own
   sub->add_flag("--json", o->json, "Print the report as JSON");
   sub->add_option("--dump", o->dump, "Write the plan itself (every step) as JSON to this file");

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
+#include "plan_inputs.h"
 #include "reshard_common.h"
 #include "reshard_run.h"
 #include "weightport/engine/reshard.h"
@@ -50,6 +51,9 @@ Command AddReshardCommand(CLI::App& app) {
   sub->add_option("--convert", o->plan.convert,
                   "GLOB=DTYPE (repeatable): destinations store the matching tensors as DTYPE (f32, bf16,\n"
                   "f16), converted in flight; every process must be given the same rules");
+  sub->add_option("--compressor-gbps", o->plan.compressor_gbps, kCompressorHelp)
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
   sub->add_option("--coordinator", o->coordinator, "HOST:PORT the coordinator listens on")->required();
   sub->add_option("--secret-file", o->secret_file, "Shared secret (mode 600)")->required();
   o->source.AddOptions(*sub);

@@ -54,6 +54,7 @@ PlanSummary SummarizePlan(const Plan& plan, std::optional<double> planning_s) {
     (step.from.side == PlanSide::kSource ? s.direct_steps : s.relayed_steps) += 1;
     s.convert_at_sender += step.transform == TransformKind::kConvertAtSender;
     s.convert_at_receiver += step.transform == TransformKind::kConvertAtReceiver;
+    s.compressed_steps += step.compress;
     if (auto it = index.find(step.from); it != index.end()) {
       s.ranks[it->second].sent += step.bytes;
       ++s.ranks[it->second].steps_sent;
@@ -98,7 +99,8 @@ nlohmann::ordered_json PlanReportJson(const Plan& plan, const PlanSummary& s, co
             {"chunks", s.chunks},
             {"max_depth", s.max_depth},
             {"convert_at_sender", s.convert_at_sender},
-            {"convert_at_receiver", s.convert_at_receiver}}},
+            {"convert_at_receiver", s.convert_at_receiver},
+            {"compressed", s.compressed_steps}}},
           {"options",
            {{"chunk_bytes", plan.options.chunk_bytes},
             {"relay_fanout", plan.options.relay_fanout},
@@ -125,6 +127,9 @@ void PrintPlanReport(std::ostream& out, const Plan& plan, const PlanSummary& s, 
   if (s.convert_at_sender + s.convert_at_receiver > 0)
     out << "  converted:   " << s.convert_at_sender << " steps at their source, " << s.convert_at_receiver
         << " at their receiver (the narrower dtype travels)\n";
+  if (s.compressed_steps > 0)
+    out << "  compressed:  " << s.compressed_steps << " steps over links slower than "
+        << plan.options.compressor_gbps << " Gbit/s (zstd per chunk; sizes above are uncompressed)\n";
   out << "  time:        lower bound " << FormatSeconds(plan.estimate.lower_bound_s) << ", predicted "
       << FormatSeconds(plan.estimate.predicted_s) << " (relay fan-out " << plan.options.relay_fanout << ")\n";
   out << "  planned in:  "

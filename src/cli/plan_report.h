@@ -37,6 +37,7 @@ struct PlanSummary {
   uint64_t relayed_steps = 0;        // from a destination rank that received the piece first
   uint64_t convert_at_sender = 0;    // steps whose source converts (plan.h, TransformKind)
   uint64_t convert_at_receiver = 0;  // steps whose receiver converts
+  uint64_t compressed_steps = 0;     // PlanStep::compress
   uint64_t chunks = 0;
   uint32_t max_depth = 0;
   std::vector<RankTraffic> ranks;    // sources, then destinations, ascending rank

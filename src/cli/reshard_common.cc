@@ -14,8 +14,10 @@
 namespace weightport::cli {
 namespace {
 
+// Changes the low byte of every 16-bit word (a mantissa's low bits, as a training step does) and
+// keeps the high one (sign, exponent), so every version compresses as weights do.
 uint8_t Mask(uint64_t distance, uint64_t position) {
-  if (distance == 0) return 0;
+  if (distance == 0 || position % 2 == 1) return 0;
   return static_cast<uint8_t>((distance * 151 + position % 251) | 1);
 }
 
@@ -46,6 +48,7 @@ Result<std::shared_ptr<const Plan>> BuildReshardPlan(const ReshardPlanInputs& in
   options.chunk_bytes = in.chunk_bytes;
   options.relay_fanout = in.relay_fanout;
   WP_ASSIGN_OR_RETURN(options.transforms, ParseConvertRules(in.convert));
+  options.compressor_gbps = in.compressor_gbps;
   WP_ASSIGN_OR_RETURN(Plan plan, MakePlan(src, dst, topology, options));
   return std::make_shared<const Plan>(std::move(plan));
 }

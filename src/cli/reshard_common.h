@@ -22,6 +22,7 @@ struct ReshardPlanInputs {
   uint64_t chunk_bytes = 4ull << 20;
   int relay_fanout = 1;
   std::vector<std::string> convert;  // --convert GLOB=DTYPE
+  double compressor_gbps = 0;        // PlanOptions::compressor_gbps
 };
 // Reads the placements (Placement JSON, or a layout spec built over `model`'s tensors) and the
 // topology, and runs the planner: every rank given the same inputs compiles the same plan (the
@@ -36,8 +37,9 @@ struct ModelBytes {
 // Loads the model and checks it has every tensor of the plan with the same dtype and shape.
 Result<ModelBytes> LoadModelFor(const ModelSource& source, const Plan& plan);
 
-// Version v of n: the model with every byte changed by a mask that depends on (n - v) and the byte's
-// position, so each version differs and the last one is the model itself. Writes or checks the
+// Version v of n: the model with the low byte of every 16-bit word changed by a mask that depends
+// on (n - v) and the byte's position, so each version differs in every element, compresses as
+// the model does, and the last one is the model itself. Writes or checks the
 // packed bytes of one shard.
 void WriteShardVersion(const Plan& plan, const PlannedShard& shard, const ModelBytes& model, uint64_t version,
                        uint64_t versions, std::span<std::byte> out);

@@ -75,6 +75,7 @@ Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank,
                                   {"bytes", r->bytes},
                                   {"chunks", r->chunks},
                                   {"kept_bytes", r->kept_bytes},
+                                  {"frame_bytes", r->frame_bytes},
                                   {"seconds", s},
                                   {"gbps", Gbps(r->bytes, s)},
                                   {"retries", r->corrupt_refetched + r->errors_retried}});

@@ -1,9 +1,13 @@
 #include "plan_layout.h"
 
+#include "weightport/kernels/compress.h"
+
 namespace weightport::plan_layout {
 namespace {
 uint64_t Align64(uint64_t n) { return (n + 63) & ~uint64_t{63}; }
 }  // namespace
+
+uint64_t SlotBytes(const Plan& plan) { return Align64(kernels::ZstdBound(plan.options.chunk_bytes)); }
 
 std::map<Endpoint, PlanLayout> ComputeLayouts(const Plan& plan) {
   std::map<Endpoint, PlanLayout> out;
@@ -22,9 +26,18 @@ std::map<Endpoint, PlanLayout> ComputeLayouts(const Plan& plan) {
     l.area_offset[s.id] = l.data_bytes;
     l.data_bytes = Align64(l.data_bytes + s.bytes);
   };
+  const uint64_t slot = SlotBytes(plan);
+  auto slots = [slot](PlanLayout& l, const PlanStep& s) {
+    if (l.slot_offset.count(s.id)) return;
+    l.slot_offset[s.id] = l.data_bytes;
+    l.data_bytes += slot * s.chunks;
+  };
   for (const PlanStep& s : plan.steps) {
     if (s.transform == TransformKind::kConvertAtSender) area(out[s.from], s);
     if (ReceiverEndPacked(s)) area(out[Endpoint{PlanSide::kDestination, s.to_rank}], s);
+    if (!s.compress) continue;
+    if (s.from.side == PlanSide::kSource) slots(out[s.from], s);
+    slots(out[Endpoint{PlanSide::kDestination, s.to_rank}], s);
   }
   for (const PlanStep& s : plan.steps) {
     if (s.from.side == PlanSide::kSource) {
@@ -41,7 +54,7 @@ std::map<Endpoint, PlanLayout> ComputeLayouts(const Plan& plan) {
   for (auto& [ep, l] : out) {
     l.hash_offset = l.data_bytes * static_cast<uint64_t>(l.copies);
     auto it = hashes.find(ep);
-    l.hash_bytes = it == hashes.end() ? 0 : kHashHeaderBytes + 8 * it->second;
+    l.hash_bytes = it == hashes.end() ? 0 : kHashHeaderBytes + kHashEntryBytes * it->second;
     l.counter_offset = Align64(l.hash_offset + l.hash_bytes);
     l.public_bytes = Align64(l.counter_offset + kCounterBytes * l.counter_slot.size());
   }

@@ -6,9 +6,13 @@
 //   copy c      the rank's RankBuffer (a source: one copy, where the trainer writes; a destination:
 //               live and staging, which Commit flips), then its packed areas: a source's wire area
 //               per step it converts (plan.h, TransformKind), a destination's landing area per
-//               step converted at it; relays serve their landing areas to the next hop
+//               step converted at it; relays serve their landing areas to the next hop; and
+//               compressed slots (SlotBytes each) per compressed step: a source's, filled when
+//               it publishes, and each receiver's, which a relay serves to the next hop
+//               compressed
 //   hash area   (sources only) a 16-byte header {published version, HashAreaCheck} then one
-//               xxh3-64 per chunk of every step sent from this source, in step order
+//               16-byte entry {xxh3-64 of the chunk, its compressed length or 0 when it travels
+//               as is} per chunk of every step sent from this source, in step order
 //   counters    (destinations only) one 16-byte slot per incoming step that another step relays
 //               from: {EncodeCounter(version, staging copy, verified prefix), CounterCheck of it}
 //   scratch     this rank's private landing space: mirrors of the hash areas of the sources its
@@ -28,6 +32,7 @@
 namespace weightport::plan_layout {
 
 inline constexpr uint64_t kHashHeaderBytes = 16;
+inline constexpr uint64_t kHashEntryBytes = 16;  // {hash, compressed length}
 // A counter slot holds the word and a check of it. A poll that reads a torn slot or a corrupted
 // one fails the check and counts as no news; a bad copy bit or prefix taken as true would send the
 // reader to the wrong copy, or ahead of the relay, until it gave up on a chunk that was fine.
@@ -37,6 +42,7 @@ struct PlanLayout {
   Endpoint endpoint;
   uint64_t data_bytes = 0;                   // one copy with its packed areas, rounded up to 64
   std::map<uint32_t, uint64_t> area_offset;  // step id -> its wire or landing area, within a copy
+  std::map<uint32_t, uint64_t> slot_offset;  // compressed step id -> its slots, within a copy
   int copies = 1;
   uint64_t hash_offset = 0;                // the hash area's header
   uint64_t hash_bytes = 0;                 // header + hashes; 0 when the rank sends nothing from a source
@@ -47,12 +53,15 @@ struct PlanLayout {
 
   uint64_t CopyOffset(int copy) const { return static_cast<uint64_t>(copy) * data_bytes; }
   uint64_t HashOffset(uint32_t step, uint32_t chunk) const {
-    return hash_offset + kHashHeaderBytes + 8 * (hash_slot.at(step) + chunk);
+    return hash_offset + kHashHeaderBytes + kHashEntryBytes * (hash_slot.at(step) + chunk);
   }
   uint64_t CounterOffset(uint32_t step) const {
     return counter_offset + kCounterBytes * counter_slot.at(step);
   }
 };
+
+// The room of one compressed chunk: zstd's bound for a whole chunk, rounded up to 64.
+uint64_t SlotBytes(const Plan& plan);
 
 // The public layout of every rank of the plan, in one pass over the steps.
 std::map<Endpoint, PlanLayout> ComputeLayouts(const Plan& plan);

@@ -13,6 +13,7 @@
 #include "plan_rank_impl.h"
 #include "weightport/core/hash.h"
 #include "weightport/engine/arena.h"
+#include "weightport/kernels/compress.h"
 #include "weightport/kernels/convert.h"
 #include "weightport/transport/ucx_transport.h"
 
@@ -110,6 +111,7 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
   if (impl->buffer == nullptr) return NotFound(me.ToString() + " is not a rank of the plan");
   if (plan->options.chunk_bytes == 0) return InvalidArgument("plan: chunk_bytes is 0");
   impl->layouts = plan_layout::ComputeLayouts(*plan);
+  impl->slot_bytes = plan_layout::SlotBytes(*plan);
   impl->mine = &impl->layouts.at(me);
   const PlanLayout& mine = *impl->mine;
   uint64_t end = mine.public_bytes;
@@ -121,8 +123,10 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
     if (s.from == me && me.side == PlanSide::kSource) {  // chunks this source hashes
       const size_t first = impl->out_chunks.size();
       for (uint32_t k = 0; k < s.chunks; ++k)
-        impl->out_chunks.push_back({mine.HashOffset(s.id, k), static_cast<uint32_t>(impl->out_runs.size()),
-                                    static_cast<uint32_t>(impl->out_runs.size())});
+        impl->out_chunks.push_back(
+            {mine.HashOffset(s.id, k), static_cast<uint32_t>(impl->out_runs.size()),
+             static_cast<uint32_t>(impl->out_runs.size()),
+             s.compress ? static_cast<int64_t>(mine.slot_offset.at(s.id) + k * impl->slot_bytes) : -1});
       if (s.transform == TransformKind::kConvertAtSender)
         WP_RETURN_IF_ERROR(CompileConversion(
             *plan, mine, s, [&](uint32_t, const ConvertSpan& c) { impl->out_converts.push_back(c); }));
@@ -141,6 +145,13 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
     in.after = s.after;
     in.first_chunk = static_cast<uint32_t>(impl->in_chunks.size());
     in.chunks = s.chunks;
+    if (s.compress) {
+      in.compressed = true;
+      const PlanLayout& sender = impl->layouts.at(s.from);
+      in.sender_slots =
+          sender.slot_offset.at(s.from.side == PlanSide::kSource ? s.id : static_cast<uint32_t>(s.after));
+      in.my_slots = mine.slot_offset.at(s.id);
+    }
     if (s.after >= 0) {
       in.sender_counter = impl->layouts.at(s.from).CounterOffset(static_cast<uint32_t>(s.after));
       in.poll_scratch = end;
@@ -264,9 +275,23 @@ Status PlanRank::Publish(uint64_t version) {
   StoreWord(header, 0);                        // readers see "not published" while the hashes change
   for (const ConvertSpan& c : r.out_converts)  // checked when the plan was compiled
     kernels::Convert(c.from_dtype, c.to_dtype, r.at(c.from), r.at(c.to), c.count).IgnoreError();
+  std::vector<std::byte> chunk, frame;  // a compressed step's chunk, gathered, and its frame
   for (const OutChunk& c : r.out_chunks) {
     const uint64_t h = HashRuns(r.at(0), r.out_runs, c.run_begin, c.run_end, &Run::from);
     std::memcpy(r.at(c.hash_offset), &h, 8);
+    uint64_t compressed = 0;  // 0: the chunk travels as is
+    if (c.slot >= 0) {
+      chunk.clear();
+      for (uint32_t i = c.run_begin; i < c.run_end; ++i)
+        chunk.insert(chunk.end(), r.at(r.out_runs[i].from), r.at(r.out_runs[i].from) + r.out_runs[i].length);
+      // Only a chunk that shrinks by 10% travels as a frame: the receiver pays to decompress it.
+      if (kernels::ZstdCompress(chunk, 1, frame).ok() && frame.size() * 10 <= chunk.size() * 9 &&
+          frame.size() <= r.slot_bytes) {
+        std::memcpy(r.at(static_cast<uint64_t>(c.slot)), frame.data(), frame.size());
+        compressed = frame.size();
+      }
+    }
+    std::memcpy(r.at(c.hash_offset + 8), &compressed, 8);
   }
   StoreWord(header + 8, HashAreaCheck(version, header, r.mine->hash_bytes));
   StoreWord(header, version);

@@ -68,8 +68,9 @@ struct ConvertSpan {
 
 // A chunk this source hashes on Publish.
 struct OutChunk {
-  uint64_t hash_offset = 0;  // in this rank's arena
+  uint64_t hash_offset = 0;  // in this rank's arena: its {hash, compressed length} entry
   uint32_t run_begin = 0, run_end = 0;
+  int64_t slot = -1;  // a compressed step's: where its frame goes, in this rank's arena
 };
 
 // An incoming step of a destination.
@@ -83,7 +84,10 @@ struct InStep {
   uint64_t sender_counter = 0;   // offset of that step's counter in the sender's arena
   uint64_t poll_scratch = 0;     // where its counter lands here
   int64_t my_counter = -1;       // offset of this step's counter in my arena, or -1
-  uint64_t expected_hashes = 0;  // offset, in my arena, of the mirrored hash of chunk 0
+  uint64_t expected_hashes = 0;  // offset, in my arena, of the mirrored entry of chunk 0
+  bool compressed = false;       // chunks with a compressed length travel as frames, slot to slot
+  uint64_t sender_slots = 0;     // within a copy of the sender's arena
+  uint64_t my_slots = 0;         // within a copy of mine
 };
 
 struct InChunk {
@@ -141,6 +145,7 @@ struct PlanRank::Impl {
   std::vector<uint64_t> live_hashes, staged_hashes;
   uint64_t live_hashes_version = 0;
   std::unique_ptr<WorkerPool> keepers;  // copies and hashes of kept chunks, off the loop thread
+  uint64_t slot_bytes = 0;              // of one compressed chunk (plan_layout::SlotBytes)
 
   bool is_source() const { return me.side == PlanSide::kSource; }
   std::byte* at(uint64_t offset) const { return arena->data() + offset; }

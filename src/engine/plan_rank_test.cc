@@ -57,6 +57,8 @@ struct Group {
   // Which version's bytes tensor t holds in version v: every tensor changes every version unless a
   // test says otherwise.
   std::function<uint64_t(uint32_t t, uint64_t v)> content = [](uint32_t, uint64_t v) { return v; };
+  // The bytes of a tensor in a version: random unless a test wants them compressible.
+  std::function<std::vector<std::byte>(const TensorMeta&, size_t, uint64_t)> bytes = TensorBytes;
 
   explicit Group(Plan p, PlanRankOptions options = {}) : plan(std::make_shared<const Plan>(std::move(p))) {
     if (options.timeout == PlanRankOptions{}.timeout) options.timeout = std::chrono::milliseconds(10'000);
@@ -89,8 +91,7 @@ struct Group {
       for (size_t i = 0; i < b.shards.size(); ++i) {
         const TensorMeta& t = plan->tensors[b.shards[i].tensor];
         const uint32_t index = b.shards[i].tensor;
-        CopySlice(*plan, b.shards[i], t.dtype, r.shard_bytes(i), TensorBytes(t, index, content(index, v)),
-                  true);
+        CopySlice(*plan, b.shards[i], t.dtype, r.shard_bytes(i), bytes(t, index, content(index, v)), true);
       }
       ASSERT_TRUE(r.Publish(v).ok());
     }
@@ -122,6 +123,8 @@ struct Group {
       total.corrupt_refetched += result->corrupt_refetched;
       total.kept_chunks += result->kept_chunks;
       total.kept_bytes += result->kept_bytes;
+      total.frames += result->frames;
+      total.frame_bytes += result->frame_bytes;
     }
     for (const RankBuffer& b : plan->destinations) EXPECT_TRUE(ranks.at(b.endpoint)->Commit(v).ok());
     return total;
@@ -135,7 +138,7 @@ struct Group {
         const uint32_t index = b.shards[i].tensor;
         const TensorMeta& t = plan->tensors[index];
         const DType dtype = plan->destination_dtypes[index];
-        std::vector<std::byte> whole = TensorBytes(t, index, content(index, v));
+        std::vector<std::byte> whole = bytes(t, index, content(index, v));
         if (dtype != t.dtype) {  // what the destinations store: the source's elements converted
           std::vector<std::byte> converted(static_cast<size_t>(t.num_elements()) * DTypeSize(dtype));
           ASSERT_TRUE(
@@ -271,6 +274,82 @@ TEST(PlanRank, CorruptionOnRelayHopsIsRepaired) {
     g.ExpectLive(v);
   }
   EXPECT_GT(g.faults->stats().corrupted, 0u);
+}
+
+// Bytes zstd shrinks by about half: only their low four bits vary.
+std::vector<std::byte> CompressibleBytes(const TensorMeta& t, size_t index, uint64_t version) {
+  std::vector<std::byte> out = TensorBytes(t, index, version);
+  for (auto& b : out) b &= std::byte{0x0f};
+  return out;
+}
+
+// Sources on a fast host, three TP-2 replicas on hosts behind 100 Mbit/s links: the planner
+// compresses the steps into the slow hosts.
+Plan SlowLinkPlan(std::vector<TransformRule> rules = {}) {
+  auto topo = Topology::Make({{"trainer", 100, {0, 1}, {}},
+                              {"edge0", 0.1, {}, {0, 1}},
+                              {"edge1", 0.1, {}, {2, 3}},
+                              {"edge2", 0.1, {}, {4, 5}}});
+  EXPECT_TRUE(topo.ok()) << topo.status().ToString();
+  PlanOptions o;
+  o.chunk_bytes = 1024;
+  o.compressor_gbps = 5;
+  o.transforms = std::move(rules);
+  auto plan = MakePlan(*FsdpFlat(Model(), 2), *ReplicasOfTp(3, 2), *topo, o);
+  EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+  return std::move(*plan);
+}
+
+// Compressed steps: chunks that shrink travel as frames (also down the relay chain), the rest as
+// is, and every destination byte is exact; a corrupted frame is fetched again.
+TEST(PlanRank, CompressedChunksTravelAsFramesThroughRelays) {
+  for (bool convert : {false, true}) {
+    SCOPED_TRACE(convert ? "bf16 -> f32 at the receivers" : "no conversion");
+    std::vector<TransformRule> rules;
+    if (convert) rules.push_back({"*", DType::kF32});
+    Group g(SlowLinkPlan(rules));
+    uint64_t compressed = 0, relayed = 0;
+    for (const PlanStep& s : g.plan->steps) {
+      compressed += s.compress;
+      relayed += s.compress && s.after >= 0;
+    }
+    ASSERT_GT(compressed, 0u);
+    EXPECT_GT(relayed, 0u);
+    g.bytes = CompressibleBytes;
+    ReceiveStats first = g.Update(1);
+    g.ExpectLive(1);
+    EXPECT_GT(first.frames, first.chunks / 2);
+    EXPECT_LT(first.frame_bytes * 10, first.bytes * 7) << "frames of half-entropy bytes";
+    g.bytes = TensorBytes;  // random: no chunk shrinks, every one travels as is
+    ReceiveStats second = g.Update(2);
+    g.ExpectLive(2);
+    EXPECT_EQ(second.frames, 0u);
+    g.bytes = CompressibleBytes;
+    g.faults->set_corrupt(FaultTrigger{.probability = 0.01, .ops = kFaultGet});
+    ReceiveStats third = g.Update(3);
+    g.ExpectLive(3);
+    EXPECT_GT(third.frames, 0u);
+    g.faults->set_corrupt(FaultTrigger{});
+  }
+}
+
+// Delta with compression: kept chunks bring their frames along, so a relay's downstream that
+// needs a chunk the relay kept reads a whole frame.
+TEST(PlanRank, DeltaKeepsFramesForTheRanksDownstream) {
+  Group g(SlowLinkPlan());
+  g.bytes = CompressibleBytes;
+  g.Update(1);
+  // Only the norm changes in version 2; replica 2's copy of q_proj is scribbled on, so its relay
+  // hop's chunk comes from upstream, where it was kept.
+  g.content = [&](uint32_t t, uint64_t v) {
+    return g.plan->tensors[t].name.find("norm") != std::string::npos ? v : 1;
+  };
+  for (auto& [ep, rank] : g.ranks)
+    if (ep.side == PlanSide::kDestination && ep.rank >= 4) rank->shard_bytes(1)[3] ^= std::byte{1};
+  ReceiveStats s = g.Update(2);
+  g.ExpectLive(2);
+  EXPECT_GT(s.kept_chunks, 0u);
+  EXPECT_GT(s.frames, 0u);
 }
 
 // Delta: only the tensors that changed are fetched; the rest is copied from the live copy, through

@@ -14,6 +14,7 @@
 
 #include "plan_rank_impl.h"
 #include "weightport/core/hash.h"
+#include "weightport/kernels/compress.h"
 #include "weightport/kernels/convert.h"
 
 namespace weightport {
@@ -216,6 +217,14 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     Connection& conn = Conn(s.sender);
     const RemoteKey& key = r_.keys.at(s.sender);
     auto self = shared_from_this();
+    if (const uint64_t frame = FrameBytes(c); frame > 0) {  // one Get, slot to slot
+      pending_runs_[c] = 1;
+      ++in_flight_;
+      const uint64_t slot = chunk.k * r_.slot_bytes;
+      conn.Get(*r_.arena, local_base + s.my_slots + slot, key, remote_base + s.sender_slots + slot, frame,
+               [self, c](const Status& status) { self->OnRun(c, status); });
+      return;
+    }
     for (uint32_t i = chunk.run_begin; i < chunk.run_end; ++i) {
       const Run& run = r_.in_runs[i];
       ++in_flight_;
@@ -239,13 +248,31 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
       ++stats_.errors_retried;
       return Retry(c, run_error_[c], what);
     }
-    const uint64_t got =
-        HashRuns(r_.at(r_.mine->CopyOffset(staging_)), r_.in_runs, chunk.run_begin, chunk.run_end, &Run::to);
-    if (got != LoadWord(r_.at(step.expected_hashes + 8 * chunk.k))) {
+    std::byte* copy = r_.at(r_.mine->CopyOffset(staging_));
+    const uint64_t frame = FrameBytes(c);
+    if (frame > 0) {  // into the chunk's runs, in piece order
+      frame_scratch_.resize(chunk.bytes);
+      Status unpacked = kernels::ZstdDecompress(
+          std::span<const std::byte>(copy + step.my_slots + chunk.k * r_.slot_bytes, frame), frame_scratch_);
+      if (!unpacked.ok()) {
+        ++stats_.corrupt_refetched;
+        return Retry(c, unpacked, what);
+      }
+      uint64_t at = 0;
+      for (uint32_t i = chunk.run_begin; i < chunk.run_end; ++i) {
+        const Run& run = r_.in_runs[i];
+        std::memcpy(copy + run.to, frame_scratch_.data() + at, run.length);
+        at += run.length;
+      }
+    }
+    const uint64_t got = HashRuns(copy, r_.in_runs, chunk.run_begin, chunk.run_end, &Run::to);
+    if (got != ExpectedHash(c)) {
       ++stats_.corrupt_refetched;
       return Retry(c, DataLoss("hash mismatch"), what);
     }
     ConvertChunk(r_, c, staging_);  // a chunk landed unconverted: into the shard, checked bytes only
+    stats_.frames += frame > 0;
+    stats_.frame_bytes += frame;
     ++stats_.chunks;
     stats_.bytes += chunk.bytes;
     Verified(c);
@@ -265,9 +292,17 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     }
   }
 
-  uint64_t ExpectedHash(size_t c) const {
+  // The chunk's entry in the mirrored hash area of its root: {hash, compressed length}.
+  const std::byte* Entry(size_t c) const {
     const InChunk& chunk = r_.in_chunks[c];
-    return LoadWord(r_.at(r_.in_steps[chunk.in_step].expected_hashes + 8 * chunk.k));
+    return r_.at(r_.in_steps[chunk.in_step].expected_hashes + kHashEntryBytes * chunk.k);
+  }
+  uint64_t ExpectedHash(size_t c) const { return LoadWord(Entry(c)); }
+  // The size of the chunk's zstd frame, or 0 when it travels as is.
+  uint64_t FrameBytes(size_t c) const {
+    if (!r_.in_steps[r_.in_chunks[c].in_step].compressed) return 0;
+    const uint64_t n = LoadWord(Entry(c) + 8);
+    return n <= r_.slot_bytes ? n : 0;  // the mirror's check covers it; bounded all the same
   }
 
   // Delta: the chunks whose hash is the one they had in the live copy's version are copied from
@@ -309,6 +344,12 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
       for (uint32_t i = chunk.run_begin; i < chunk.run_end; ++i) {
         const Run& run = r_.in_runs[i];
         std::memcpy(staging + run.to, live + run.to, run.length);
+      }
+      // The frame too (zstd is deterministic: the same bytes, the same frame): ranks relaying from
+      // this one read it here.
+      if (const uint64_t frame = FrameBytes(c); frame > 0) {
+        const uint64_t slot = r_.in_steps[chunk.in_step].my_slots + chunk.k * r_.slot_bytes;
+        std::memcpy(staging + slot, live + slot, frame);
       }
       const bool same = HashRuns(staging, r_.in_runs, chunk.run_begin, chunk.run_end, &Run::to) == expected;
       if (same) ConvertChunk(r_, c, staging_);
@@ -391,7 +432,8 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   std::vector<uint32_t> pending_runs_;
   std::vector<Status> run_error_;
   std::vector<uint8_t> verified_;
-  std::vector<uint8_t> keeping_;  // delta: being copied from the live copy
+  std::vector<uint8_t> keeping_;          // delta: being copied from the live copy
+  std::vector<std::byte> frame_scratch_;  // a decompressed chunk on its way into its runs
   std::vector<uint32_t> prefix_;
   std::vector<uint32_t> released_;
   std::vector<int> sender_copy_;

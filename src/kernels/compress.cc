@@ -19,6 +19,8 @@ Status ZstdCompress(std::span<const std::byte> src, int level, std::vector<std::
   return Status::Ok();
 }
 
+size_t ZstdBound(size_t bytes) { return ZSTD_compressBound(bytes); }
+
 Status ZstdDecompress(std::span<const std::byte> frame, std::span<std::byte> dst) {
   const unsigned long long size = ZSTD_getFrameContentSize(frame.data(), frame.size());
   if (size == ZSTD_CONTENTSIZE_ERROR) return DataLoss("zstd: not a zstd frame");

@@ -181,6 +181,9 @@ Status Plan::Validate() const {
         prev.to_shard != step.from_shard || !(prev.piece == step.piece))
       return InvalidArgument(what + ": step " + std::to_string(step.after) +
                              " (its `after`) does not deliver the same piece to its sender");
+    if (step.compress && !prev.compress)
+      return InvalidArgument(what + ": a relay compresses only what step " + std::to_string(step.after) +
+                             " (its `after`) delivered compressed");
     if ((prev.transform == TransformKind::kConvertAtReceiver) !=
         (step.transform == TransformKind::kConvertAtReceiver))
       return InvalidArgument(what + ": a relay converts at its receiver exactly when step " +

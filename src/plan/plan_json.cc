@@ -17,11 +17,9 @@ Json OptionsToJson(const PlanOptions& o) {
   Json transforms = Json::array();
   for (const TransformRule& r : o.transforms)
     transforms.push_back({{"glob", r.glob}, {"to", DTypeName(r.to)}});
-  return {{"chunk_bytes", o.chunk_bytes},
-          {"relay_fanout", o.relay_fanout},
-          {"split_bytes", o.split_bytes},
-          {"per_chunk_overhead_s", o.per_chunk_overhead_s},
-          {"transforms", std::move(transforms)}};
+  return {{"chunk_bytes", o.chunk_bytes},         {"relay_fanout", o.relay_fanout},
+          {"split_bytes", o.split_bytes},         {"per_chunk_overhead_s", o.per_chunk_overhead_s},
+          {"compressor_gbps", o.compressor_gbps}, {"transforms", std::move(transforms)}};
 }
 
 Result<TransformKind> ParseTransform(const std::string& name, const std::string& path) {
@@ -55,12 +53,15 @@ Result<uint32_t> ReadU32(const Json& obj, const char* key, const std::string& pa
 
 Result<PlanOptions> OptionsFromJson(const Json& j, const std::string& path) {
   WP_RETURN_IF_ERROR(CheckKeys(
-      j, {"chunk_bytes", "relay_fanout", "split_bytes", "per_chunk_overhead_s", "transforms"}, path));
+      j,
+      {"chunk_bytes", "relay_fanout", "split_bytes", "per_chunk_overhead_s", "compressor_gbps", "transforms"},
+      path));
   PlanOptions o;
   WP_ASSIGN_OR_RETURN(o.chunk_bytes, GetU64(j, "chunk_bytes", path));
   WP_ASSIGN_OR_RETURN(o.relay_fanout, ReadInt(j, "relay_fanout", path, 0));
   WP_ASSIGN_OR_RETURN(o.split_bytes, GetU64(j, "split_bytes", path));
   WP_ASSIGN_OR_RETURN(o.per_chunk_overhead_s, GetDouble(j, "per_chunk_overhead_s", path));
+  WP_ASSIGN_OR_RETURN(o.compressor_gbps, GetDouble(j, "compressor_gbps", path));
   WP_ASSIGN_OR_RETURN(const Json* transforms, GetArray(j, "transforms", path));
   for (size_t i = 0; i < transforms->size(); ++i) {
     const std::string at = At(path + ".transforms", i);
@@ -129,13 +130,15 @@ Json StepToJson(const PlanStep& s) {
           {"transform", TransformName(s.transform)},
           {"after", s.after},
           {"root", s.root},
-          {"depth", s.depth}};
+          {"depth", s.depth},
+          {"compress", s.compress}};
 }
 
 Result<PlanStep> StepFromJson(const Json& j, const std::string& path) {
-  WP_RETURN_IF_ERROR(CheckKeys(
-      j, {"id", "tensor", "from", "to", "piece", "bytes", "chunks", "transform", "after", "root", "depth"},
-      path));
+  WP_RETURN_IF_ERROR(CheckKeys(j,
+                               {"id", "tensor", "from", "to", "piece", "bytes", "chunks", "transform",
+                                "after", "root", "depth", "compress"},
+                               path));
   PlanStep s;
   WP_ASSIGN_OR_RETURN(s.id, ReadU32(j, "id", path));
   WP_ASSIGN_OR_RETURN(s.tensor, ReadU32(j, "tensor", path));
@@ -160,6 +163,7 @@ Result<PlanStep> StepFromJson(const Json& j, const std::string& path) {
   WP_ASSIGN_OR_RETURN(s.after, GetI64(j, "after", path));
   WP_ASSIGN_OR_RETURN(s.root, ReadU32(j, "root", path));
   WP_ASSIGN_OR_RETURN(s.depth, ReadU32(j, "depth", path));
+  WP_ASSIGN_OR_RETURN(s.compress, GetBool(j, "compress", path));
   return s;
 }
 

@@ -307,6 +307,17 @@ class Planner {
     return step;
   }
 
+  // Over a link slower than the compressor; a relay only forwards compressed chunks it received so.
+  bool Compress(const PlanStep& step) const {
+    const Topology& topo = plan_.topology;
+    const int from = plan_.Buffer(step.from)->host,
+              to = plan_.Buffer({PlanSide::kDestination, step.to_rank})->host;
+    if (from == to || plan_.options.compressor_gbps <= 0) return false;
+    if (step.after >= 0 && !plan_.steps[static_cast<size_t>(step.after)].compress) return false;
+    const double link = std::min(topo.nic_bytes_per_s(from), topo.nic_bytes_per_s(to));
+    return link < plan_.options.compressor_gbps * (1e9 / 8);
+  }
+
   void Emit(const Piece& piece, const Choice& choice) {
     const std::vector<plan_internal::Holder>& holders = dst_groups_[piece.dst_group].holders;
     const Members& m = choice.members;
@@ -337,6 +348,7 @@ class Planner {
         step.depth = prev.depth + 1;
       }
       step_of[p] = step.id;
+      step.compress = Compress(step);
       plan_.steps.push_back(std::move(step));
     }
   }
@@ -357,6 +369,7 @@ class Planner {
 Status CheckOptions(const PlanOptions& o) {
   if (o.chunk_bytes == 0) return InvalidArgument("plan options: chunk_bytes must be positive");
   if (o.relay_fanout < 0) return InvalidArgument("plan options: relay_fanout must be >= 0");
+  if (!(o.compressor_gbps >= 0)) return InvalidArgument("plan options: compressor_gbps must be >= 0");
   if (!(o.per_chunk_overhead_s >= 0))
     return InvalidArgument("plan options: per_chunk_overhead_s must be >= 0");
   for (const TransformRule& r : o.transforms) {

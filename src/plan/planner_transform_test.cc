@@ -114,5 +114,44 @@ TEST(PlannerTransform, RulesToUnsupportedDtypesAreRefusedByName) {
   EXPECT_NE(plan.status().message().find("'*.mlp.*'"), std::string::npos) << plan.status().ToString();
 }
 
+// Compression: steps over links slower than the compressor; a relay only after a compressed hop.
+TEST(PlannerCompression, CompressesStepsOverLinksSlowerThanTheCompressor) {
+  // Sources on a 100 Gb/s host; replica 0 on a 100 Gb/s host, replicas 1 and 2 on 0.1 Gb/s hosts.
+  auto topo = Topology::Make({{"trainer", 100, {0, 1}, {}},
+                              {"fast", 100, {}, {0, 1}},
+                              {"slow1", 0.1, {}, {2, 3}},
+                              {"slow2", 0.1, {}, {4, 5}}});
+  ASSERT_TRUE(topo.ok()) << topo.status().ToString();
+  PlanOptions o;
+  o.chunk_bytes = 256;
+  o.compressor_gbps = 5;
+  auto plan = MakePlan(FsdpOf(DType::kBF16, 2), ReplicasOf(DType::kBF16), *topo, o);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  uint64_t compressed = 0;
+  for (const PlanStep& s : plan->steps) {
+    const int from = plan->Buffer(s.from)->host, to = plan->Buffer({PlanSide::kDestination, s.to_rank})->host;
+    const bool slow = plan->topology.hosts()[from].nic_gbps < 5 || plan->topology.hosts()[to].nic_gbps < 5;
+    const bool after_compressed = s.after < 0 || plan->steps[s.after].compress;
+    EXPECT_EQ(s.compress, from != to && slow && after_compressed) << s.id;
+    compressed += s.compress;
+  }
+  EXPECT_GT(compressed, 0u);
+  auto round = Plan::FromJson(plan->ToJson());
+  ASSERT_TRUE(round.ok()) << round.status().ToString();
+  EXPECT_EQ(round->Digest(), plan->Digest());
+  o.compressor_gbps = 0;  // off
+  auto off = MakePlan(FsdpOf(DType::kBF16, 2), ReplicasOf(DType::kBF16), *topo, o);
+  for (const PlanStep& s : off->steps) EXPECT_FALSE(s.compress);
+  // A relay cannot compress what it did not receive compressed.
+  Plan bad = *plan;
+  for (PlanStep& s : bad.steps)
+    if (s.after >= 0) {
+      bad.steps[s.after].compress = false;
+      s.compress = true;
+      break;
+    }
+  EXPECT_NE(bad.Validate().message().find("compresses only what"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace weightport

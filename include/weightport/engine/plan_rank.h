@@ -73,6 +73,8 @@ struct ReceiveStats {
   uint64_t polls = 0;              // relay counters and hash headers read
   uint64_t kept_chunks = 0;        // delta: unchanged chunks copied from the live copy, not fetched
   uint64_t kept_bytes = 0;
+  uint64_t frames = 0;       // chunks fetched as zstd frames (PlanStep::compress)
+  uint64_t frame_bytes = 0;  // their compressed size: what crossed the link for them
   std::chrono::nanoseconds elapsed{0};
 };
 

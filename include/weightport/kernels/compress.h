@@ -19,6 +19,8 @@ namespace weightport::kernels {
 // Appends nothing; replaces `out` with the zstd frame of `src` at `level` (1..19; negative levels
 // are zstd's fast modes). Errors name the level or zstd's reason.
 Status ZstdCompress(std::span<const std::byte> src, int level, std::vector<std::byte>& out);
+// The largest frame ZstdCompress can make of `bytes` bytes.
+size_t ZstdBound(size_t bytes);
 // Decompresses a frame into exactly `dst.size()` bytes: a frame that is corrupt, truncated or of
 // another size is an error, and `dst` may then hold garbage.
 Status ZstdDecompress(std::span<const std::byte> frame, std::span<std::byte> dst);

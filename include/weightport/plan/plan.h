@@ -67,6 +67,9 @@ struct PlanOptions {
   std::vector<TransformRule> transforms;
   // Fixed cost per chunk moved, for the prediction (a message round trip, a completion).
   double per_chunk_overhead_s = 5e-6;
+  // What one sender thread compresses per second with zstd (Gbit/s of input). A step over a link
+  // slower than this is compressed (PlanStep::compress); 0: nothing is.
+  double compressor_gbps = 0;
 };
 
 // One shard as its rank stores it.
@@ -103,6 +106,11 @@ struct PlanStep {
   // expected hashes of every hop. Equal to id for a step from a source.
   uint32_t root = 0;
   uint32_t depth = 0;  // hops from the source: 0 for a step from a source
+  // Chunks travel zstd-compressed where they compress (the sender decides per chunk when it
+  // publishes; one that does not shrink by 10% travels as is). The link is slower than the
+  // compressor. A relay step compresses only when its `after` did: the relay forwards the
+  // compressed chunks it received. Byte counts and estimates stay uncompressed.
+  bool compress = false;
 };
 
 // The load a plan puts on one host, in bytes.
