@@ -35,14 +35,15 @@ Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, Resh
       WriteShardVersion(plan, buffer.shards[i], model, v, o.versions, rank.shard_bytes(i));
     const auto t0 = std::chrono::steady_clock::now();
     WP_RETURN_IF_ERROR(rank.Publish(v));
-    const double hash_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // Publish converts, hashes and compresses what the plan asks of this source.
+    const double publish_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     WP_RETURN_IF_ERROR(member.Ready(v));
     WP_ASSIGN_OR_RETURN(ReshardMember::Event e, member.Next(wait));
     if (e.kind == ReshardMember::Event::kBye) return Cancelled("the coordinator ended the run early");
     const bool ok = e.kind == ReshardMember::Event::kCommit;
     committed += ok;
     report["versions"].push_back(
-        {{"version", v}, {"hash_s", hash_s}, {"committed", ok}, {"reason", e.reason}});
+        {{"version", v}, {"publish_s", publish_s}, {"committed", ok}, {"reason", e.reason}});
   }
   WP_ASSIGN_OR_RETURN(ReshardMember::Event bye, member.Next(wait));
   (void)bye;

@@ -1,0 +1,108 @@
+// bench_cuda_convert: the GPU conversion kernels against a device-to-device copy of the same
+// source bytes, measured in the same run (runs alternate: copy, kernel, copy, ...). Bandwidth is
+// bytes read plus bytes written per second (GB = 1e9); the figure of merit is the kernel's over the
+// copy's, goal >= 0.8. Needs a GPU; says why and exits 77 (skip) without one.
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "bench_util.h"
+#include "weightport/cuda/convert.h"
+#include "weightport/cuda/device_buffer.h"
+#include "weightport/cuda/device_query.h"
+
+namespace weightport::bench {
+namespace {
+
+struct Case {
+  std::string name;
+  DType from, to;
+  bool fp8 = false;  // e4m3 with 128x128 block scales
+};
+
+// Seconds of one call, after it finished on the device.
+template <typename F>
+Result<double> Timed(F&& call) {
+  const auto t0 = Clock::now();
+  WP_RETURN_IF_ERROR(call());
+  WP_RETURN_IF_ERROR(CudaSynchronize());
+  return Seconds(Clock::now() - t0);
+}
+
+int Run(uint64_t src_bytes, int runs, bool json) {
+  auto devices = CudaDevices();
+  if (!devices.ok()) {
+    std::cerr << "bench_cuda_convert: " << devices.status().message() << "\n";
+    return 77;
+  }
+  const std::vector<Case> cases = {{"f32 -> bf16", DType::kF32, DType::kBF16},
+                                   {"bf16 -> f32", DType::kBF16, DType::kF32},
+                                   {"f32 -> f16", DType::kF32, DType::kF16},
+                                   {"f16 -> f32", DType::kF16, DType::kF32},
+                                   {"bf16 -> f16", DType::kBF16, DType::kF16},
+                                   {"bf16 -> e4m3 (blocks)", DType::kBF16, DType::kF8E4M3, true},
+                                   {"f32 -> e4m3 (blocks)", DType::kF32, DType::kF8E4M3, true}};
+  auto src = DeviceBuffer::Allocate(src_bytes);
+  auto dst = DeviceBuffer::Allocate(2 * src_bytes);
+  auto scales = DeviceBuffer::Allocate(src_bytes / (128 * 128) * 4 + 4096);
+  if (!src.ok() || !dst.ok() || !scales.ok()) {
+    std::cerr << "bench_cuda_convert: "
+              << (src.ok() ? dst.ok() ? scales.status() : dst.status() : src.status()).ToString() << "\n";
+    return 1;
+  }
+  std::vector<std::byte> host(src_bytes, std::byte{0x3c});  // every element a normal number
+  if (!src->CopyFrom(host).ok()) return 1;
+  nlohmann::ordered_json report = {{"device", (*devices)[0].name},
+                                   {"source_bytes", src_bytes},
+                                   {"runs", runs},
+                                   {"cases", nlohmann::json::array()}};
+  if (!json) std::printf("%-22s %12s %12s %8s\n", "kernel", "kernel GB/s", "copy GB/s", "ratio");
+  for (const Case& c : cases) {
+    const size_t count = src_bytes / DTypeSize(c.from);
+    const size_t dst_bytes = c.fp8 ? count : count * DTypeSize(c.to);
+    const int64_t cols = 4096, rows = static_cast<int64_t>(count) / cols;
+    std::vector<double> kernel, copy;
+    for (int r = 0; r < runs + 1; ++r) {
+      auto cp = Timed([&] { return CudaConvert(c.from, c.from, src->data(), dst->data(), count); });
+      auto k = Timed([&] {
+        return c.fp8
+                   ? CudaQuantizeE4m3(c.from, src->data(), rows, cols, kernels::Fp8Scaling::kBlock128,
+                                      static_cast<uint8_t*>(dst->data()), static_cast<float*>(scales->data()))
+                   : CudaConvert(c.from, c.to, src->data(), dst->data(), count);
+      });
+      if (!cp.ok() || !k.ok()) {
+        std::cerr << c.name << ": " << (cp.ok() ? k.status() : cp.status()).ToString() << "\n";
+        return 1;
+      }
+      if (r == 0) continue;  // warm-up
+      copy.push_back(2.0 * src_bytes / *cp / 1e9);
+      kernel.push_back(static_cast<double>(src_bytes + dst_bytes) / *k / 1e9);
+    }
+    const Stats ks = Summarize(kernel), cs = Summarize(copy);
+    const double ratio = ks.median / cs.median;
+    report["cases"].push_back(
+        {{"kernel", c.name}, {"kernel_gbps", ks.median}, {"copy_gbps", cs.median}, {"ratio", ratio}});
+    if (!json) std::printf("%-22s %12.1f %12.1f %8.2f\n", c.name.c_str(), ks.median, cs.median, ratio);
+  }
+  if (json) std::cout << report.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace weightport::bench
+
+int main(int argc, char** argv) {
+  CLI::App app{"GPU conversion kernels against a device-to-device copy of the same bytes"};
+  uint64_t size = 1ull << 30;
+  int runs = 10;
+  bool json = false;
+  app.add_option("--size", size, "Source bytes per case (default 1GiB)")->transform(CLI::AsSizeValue(false));
+  app.add_option("--runs", runs, "Timed runs per case, after a warm-up")->check(CLI::Range(1, 1000));
+  app.add_flag("--json", json, "Print JSON");
+  CLI11_PARSE(app, argc, argv);
+  return weightport::bench::Run(size, runs, json);
+}
