@@ -60,6 +60,11 @@ Command AddReshardCommand(CLI::App& app) {
   sub->add_option("--versions", o->versions, "Versions to move")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
+  sub->add_option("--perturb", o->perturb,
+                  "Fraction of each tensor's 1 MiB blocks a version changes (version 1 has all): a\n"
+                  "fine-tuning step, for delta updates; 1 changes every element every version")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   sub->add_option("--transport", o->transport, "shm, tcp or auto")
       ->check(CLI::IsMember(kTransportChoices))
       ->capture_default_str();

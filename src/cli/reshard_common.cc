@@ -1,6 +1,8 @@
 #include "reshard_common.h"
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -76,43 +78,74 @@ Result<ModelBytes> LoadModelFor(const ModelSource& source, const Plan& plan) {
   return m;
 }
 
-void WriteShardVersion(const Plan& plan, const PlannedShard& shard, const ModelBytes& model, uint64_t version,
-                       uint64_t versions, std::span<std::byte> out) {
-  const std::byte* base = model.bytes.data() + model.offset.at(plan.tensors[shard.tensor].name);
-  const uint64_t distance = versions - version;
+uint64_t VersionScheme::Distance(uint64_t version, uint32_t tensor, uint64_t offset) const {
+  if (perturb >= 1) return versions - version;
+  const uint64_t block = offset / kBlockBytes;
+  uint64_t last = version;  // the last version, at most `version`, that changed this block
+  for (; last > 1; --last) {
+    uint64_t x = last * 0x9E3779B97F4A7C15ull ^ (uint64_t{tensor} << 40) ^ block * 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 31;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 29;
+    if (static_cast<double>(x >> 11) * 0x1.0p-53 < perturb) break;
+  }
+  return versions - last;
+}
+
+namespace {
+// Calls visit(tensor offset, packed offset, length, mask distance) for the shard's bytes, cut where
+// the distance may change (block boundaries).
+void ForVersionSegments(const Plan& plan, const PlannedShard& shard, const VersionScheme& scheme,
+                        uint64_t version,
+                        const std::function<void(uint64_t, uint64_t, uint64_t, uint64_t)>& visit) {
   ForRuns(plan, shard, [&](const SliceRun& r) {
-    std::memcpy(out.data() + r.packed_offset, base + r.tensor_offset, r.length);
-    if (distance == 0) return;
-    for (uint64_t i = 0; i < r.length; ++i)
-      out[r.packed_offset + i] ^= std::byte(Mask(distance, r.tensor_offset + i));
+    for (uint64_t done = 0; done < r.length;) {
+      const uint64_t at = r.tensor_offset + done;
+      const uint64_t n =
+          std::min(r.length - done, VersionScheme::kBlockBytes - at % VersionScheme::kBlockBytes);
+      visit(at, r.packed_offset + done, n, scheme.Distance(version, shard.tensor, at));
+      done += n;
+    }
   });
+}
+}  // namespace
+
+void WriteShardVersion(const Plan& plan, const PlannedShard& shard, const ModelBytes& model, uint64_t version,
+                       const VersionScheme& scheme, std::span<std::byte> out) {
+  const std::byte* base = model.bytes.data() + model.offset.at(plan.tensors[shard.tensor].name);
+  ForVersionSegments(plan, shard, scheme, version,
+                     [&](uint64_t at, uint64_t packed, uint64_t n, uint64_t distance) {
+                       std::memcpy(out.data() + packed, base + at, n);
+                       if (distance == 0) return;
+                       for (uint64_t i = 0; i < n; ++i) out[packed + i] ^= std::byte(Mask(distance, at + i));
+                     });
 }
 
 Status CheckShardVersion(const Plan& plan, const PlannedShard& shard, const ModelBytes& model,
-                         uint64_t version, uint64_t versions, std::span<const std::byte> bytes) {
+                         uint64_t version, const VersionScheme& scheme, std::span<const std::byte> bytes) {
   const TensorMeta& t = plan.tensors[shard.tensor];
   const DType to = plan.destination_dtypes[shard.tensor];
   const uint64_t from_size = DTypeSize(t.dtype), to_size = DTypeSize(to);
   const std::byte* base = model.bytes.data() + model.offset.at(t.name);
-  const uint64_t distance = versions - version;
   int64_t bad = -1;
-  std::vector<std::byte> source, want;  // one run: the version's bytes, then as the destination stores them
-  ForRuns(plan, shard, [&](const SliceRun& r) {
-    if (bad >= 0) return;
-    source.resize(r.length);
-    for (uint64_t i = 0; i < r.length; ++i)
-      source[i] = base[r.tensor_offset + i] ^ std::byte(Mask(distance, r.tensor_offset + i));
-    const uint64_t elements = r.length / from_size;
-    want.resize(elements * to_size);
-    if (!kernels::Convert(t.dtype, to, source.data(), want.data(), elements).ok()) {
-      bad = static_cast<int64_t>(r.tensor_offset);
-      return;
-    }
-    const std::byte* got = bytes.data() + r.packed_offset / from_size * to_size;
-    for (uint64_t e = 0; e < elements && bad < 0; ++e)
-      if (std::memcmp(got + e * to_size, want.data() + e * to_size, to_size) != 0)
-        bad = static_cast<int64_t>(r.tensor_offset / from_size + e);
-  });
+  std::vector<std::byte> source, want;  // a segment: the version's bytes, then as the destination stores them
+  ForVersionSegments(plan, shard, scheme, version,
+                     [&](uint64_t at, uint64_t packed, uint64_t n, uint64_t distance) {
+                       if (bad >= 0) return;
+                       source.resize(n);
+                       for (uint64_t i = 0; i < n; ++i)
+                         source[i] = base[at + i] ^ std::byte(Mask(distance, at + i));
+                       const uint64_t elements = n / from_size;
+                       want.resize(elements * to_size);
+                       if (!kernels::Convert(t.dtype, to, source.data(), want.data(), elements).ok()) {
+                         bad = static_cast<int64_t>(at / from_size);
+                         return;
+                       }
+                       const std::byte* got = bytes.data() + packed / from_size * to_size;
+                       for (uint64_t e = 0; e < elements && bad < 0; ++e)
+                         if (std::memcmp(got + e * to_size, want.data() + e * to_size, to_size) != 0)
+                           bad = static_cast<int64_t>(at / from_size + e);
+                     });
   if (bad < 0) return Status::Ok();
   return DataLoss("tensor '" + t.name + "' " + shard.slice.ToString() + ": element " + std::to_string(bad) +
                   " of the tensor differs from version " + std::to_string(version) +

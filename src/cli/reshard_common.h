@@ -38,14 +38,23 @@ struct ModelBytes {
 Result<ModelBytes> LoadModelFor(const ModelSource& source, const Plan& plan);
 
 // Version v of n: the model with the low byte of every 16-bit word changed by a mask that depends
-// on (n - v) and the byte's position, so each version differs in every element, compresses as
-// the model does, and the last one is the model itself. Writes or checks the
-// packed bytes of one shard.
+// on a distance and the byte's position, so versions differ, compress as the model does, and the
+// last one is the model itself. The distance is n - v, or with `perturb` < 1 n - (the last version
+// <= v that changed the byte's 1 MiB block of its tensor), each block changing in a version with
+// probability `perturb` (version 1 has every block): a fine-tuning step, for delta updates.
+struct VersionScheme {
+  static constexpr uint64_t kBlockBytes = 1 << 20;  // as gen-model --perturb: 2^19 bf16 elements
+  uint64_t versions = 1;
+  double perturb = 1;
+  uint64_t Distance(uint64_t version, uint32_t tensor, uint64_t tensor_offset) const;
+};
+// Writes or checks the packed bytes of one shard in version v.
 void WriteShardVersion(const Plan& plan, const PlannedShard& shard, const ModelBytes& model, uint64_t version,
-                       uint64_t versions, std::span<std::byte> out);
-// OK when `bytes` hold version v of the shard; else DataLoss naming the tensor, slice and offset.
+                       const VersionScheme& scheme, std::span<std::byte> out);
+// OK when `bytes` hold version v of the shard (converted where the plan converts); else DataLoss
+// naming the tensor, slice and element.
 Status CheckShardVersion(const Plan& plan, const PlannedShard& shard, const ModelBytes& model,
-                         uint64_t version, uint64_t versions, std::span<const std::byte> bytes);
+                         uint64_t version, const VersionScheme& scheme, std::span<const std::byte> bytes);
 
 // Writes one rank's shards as safetensors: entry "<tensor>.shard<i>" with the slice's packed shape
 // (a box's lengths, a flat range's length), and metadata "weightport.shards": JSON

@@ -32,7 +32,7 @@ Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, Resh
   uint64_t committed = 0;
   for (uint64_t v = 1; v <= o.versions; ++v) {
     for (size_t i = 0; i < buffer.shards.size(); ++i)
-      WriteShardVersion(plan, buffer.shards[i], model, v, o.versions, rank.shard_bytes(i));
+      WriteShardVersion(plan, buffer.shards[i], model, v, {o.versions, o.perturb}, rank.shard_bytes(i));
     const auto t0 = std::chrono::steady_clock::now();
     WP_RETURN_IF_ERROR(rank.Publish(v));
     // Publish converts, hashes and compresses what the plan asks of this source.
@@ -87,7 +87,8 @@ Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank,
     if (!o.verify) return Status::Ok();
     Status check;
     for (size_t i = 0; i < buffer.shards.size() && check.ok(); ++i)
-      check = CheckShardVersion(plan, buffer.shards[i], model, v, o.versions, rank.shard_bytes(i));
+      check =
+          CheckShardVersion(plan, buffer.shards[i], model, v, {o.versions, o.perturb}, rank.shard_bytes(i));
     if (!report["versions"].empty()) report["versions"].back()["verified"] = check.ok();
     return check;
   };

@@ -20,6 +20,7 @@ struct ReshardOptions {
   std::string secret_file;
   ModelSource source;
   uint64_t versions = 3;
+  double perturb = 1;  // VersionScheme::perturb
   std::string transport = "shm";
   std::string out;
   bool verify = false;

@@ -334,8 +334,6 @@ Status PlanRank::Commit(uint64_t version) {
   r.live ^= 1;
   r.live_version = version;
   r.received_version = 0;
-  r.live_hashes.swap(r.staged_hashes);
-  r.live_hashes_version = version;
   return Status::Ok();
 }
 

@@ -2,6 +2,7 @@
 // plan_receive.cc (the per-version receive state machine).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -140,10 +141,10 @@ struct PlanRank::Impl {
   uint64_t live_version = 0;
   uint64_t received_version = 0;  // verified in staging, not committed
 
-  // Delta: each incoming chunk's hash in the version the live copy holds (valid when
-  // live_hashes_version == live_version != 0), and in the one staging holds once received.
-  std::vector<uint64_t> live_hashes, staged_hashes;
-  uint64_t live_hashes_version = 0;
+  // Delta: per copy, each incoming chunk's root hash in the version the copy holds, and that
+  // version (0: none, or a receive is writing it). Set when a receive succeeds.
+  std::array<std::vector<uint64_t>, 2> copy_hashes;
+  std::array<uint64_t, 2> copy_version{0, 0};
   std::unique_ptr<WorkerPool> keepers;  // copies and hashes of kept chunks, off the loop thread
   uint64_t slot_bytes = 0;              // of one compressed chunk (plan_layout::SlotBytes)
 

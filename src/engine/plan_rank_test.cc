@@ -388,6 +388,12 @@ TEST_P(PlanRankReplay, DeltaFetchesOnlyWhatChanged) {
     ReceiveStats fourth = g.Update(4);
     g.ExpectLive(4);
     EXPECT_EQ(fourth.bytes, changing);
+    // The staging copy now holds version 3, whose unchanged chunks are those of version 5: they are
+    // kept where they lie, with neither copy nor hash.
+    ReceiveStats fifth = g.Update(5);
+    g.ExpectLive(5);
+    EXPECT_EQ(fifth.bytes, changing);
+    EXPECT_EQ(fifth.bytes + fifth.kept_bytes, g.plan->TotalBytes());
   }
 }
 

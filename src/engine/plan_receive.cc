@@ -42,6 +42,14 @@ void ConvertChunk(PlanRank::Impl& r, size_t c, int copy) {
   }
 }
 
+// Delta: a chunk unchanged since the live copy's version, and whether the staging copy's version
+// has it too.
+struct KeptChunk {
+  size_t chunk = 0;
+  uint64_t expected = 0;
+  bool in_staging = false;
+};
+
 class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
  public:
   ReceiveRun(PlanRank::Impl& r, uint64_t version, std::function<void(Result<ReceiveStats>)> done)
@@ -57,6 +65,9 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     sender_copy_.assign(r.in_steps.size(), 0);
     poll_backoff_.assign(r.in_steps.size(), r.options.backoff_initial);
     mirror_attempts_.assign(r.roots.size(), 0);
+    // What the staging copy holds before this receive starts writing it.
+    if (r.copy_version[staging_] != 0) staging_had_ = r.copy_hashes[staging_];
+    r.copy_version[staging_] = 0;
   }
 
   void Start() {
@@ -309,11 +320,14 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   // there on the keepers' thread, in batches, and hashed again; they are not fetched unless that
   // hash differs (someone wrote to the live copy).
   void StartKeeping() {
-    if (!r_.keepers || r_.live_version == 0 || r_.live_hashes_version != r_.live_version ||
-        r_.live_hashes.size() != r_.in_chunks.size())
+    const int live = staging_ ^ 1;
+    const std::vector<uint64_t>& live_hashes = r_.copy_hashes[live];
+    if (!r_.keepers || r_.live_version == 0 || r_.copy_version[live] != r_.live_version ||
+        live_hashes.size() != r_.in_chunks.size())
       return;
+    const bool staging_known = staging_had_.size() == r_.in_chunks.size();
     constexpr uint64_t kBatchBytes = 32ull << 20;
-    std::vector<std::pair<size_t, uint64_t>> batch;  // (chunk, expected hash)
+    std::vector<KeptChunk> batch;
     uint64_t bytes = 0;
     auto submit = [&] {
       if (batch.empty()) return;
@@ -325,9 +339,9 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     };
     for (size_t c = 0; c < r_.in_chunks.size(); ++c) {
       const uint64_t expected = ExpectedHash(c);
-      if (expected != r_.live_hashes[c]) continue;
+      if (expected != live_hashes[c]) continue;
       keeping_[c] = 1;
-      batch.emplace_back(c, expected);
+      batch.push_back({c, expected, staging_known && staging_had_[c] == expected});
       bytes += r_.in_chunks[c].bytes;
       if (bytes >= kBatchBytes) submit();
     }
@@ -335,12 +349,18 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   }
 
   // On a keeper thread: touches only the staging copy's bytes of these chunks.
-  void Keep(const std::vector<std::pair<size_t, uint64_t>>& batch) {
+  void Keep(const std::vector<KeptChunk>& batch) {
     const std::byte* live = r_.at(r_.mine->CopyOffset(staging_ ^ 1));
     std::byte* staging = r_.at(r_.mine->CopyOffset(staging_));
     std::vector<std::pair<size_t, bool>> kept;
-    for (auto [c, expected] : batch) {
+    for (auto [c, expected, in_staging] : batch) {
       const InChunk& chunk = r_.in_chunks[c];
+      // Already there, converted and with its frame, since the version the staging copy held: only
+      // receives write that copy (shard_bytes shows the live one), so it needs neither copy nor hash.
+      if (in_staging) {
+        kept.emplace_back(c, true);
+        continue;
+      }
       for (uint32_t i = chunk.run_begin; i < chunk.run_end; ++i) {
         const Run& run = r_.in_runs[i];
         std::memcpy(staging + run.to, live + run.to, run.length);
@@ -416,8 +436,10 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     if (failed_) {
       done(failure_);
     } else {
-      r_.staged_hashes.resize(r_.in_chunks.size());
-      for (size_t c = 0; c < r_.in_chunks.size(); ++c) r_.staged_hashes[c] = ExpectedHash(c);
+      std::vector<uint64_t>& hashes = r_.copy_hashes[staging_];
+      hashes.resize(r_.in_chunks.size());
+      for (size_t c = 0; c < r_.in_chunks.size(); ++c) hashes[c] = ExpectedHash(c);
+      r_.copy_version[staging_] = v_;
       done(stats_);
     }
   }
@@ -434,6 +456,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   std::vector<uint8_t> verified_;
   std::vector<uint8_t> keeping_;          // delta: being copied from the live copy
   std::vector<std::byte> frame_scratch_;  // a decompressed chunk on its way into its runs
+  std::vector<uint64_t> staging_had_;     // hashes of the version the staging copy held, or empty
   std::vector<uint32_t> prefix_;
   std::vector<uint32_t> released_;
   std::vector<int> sender_copy_;

@@ -104,11 +104,13 @@ def run_plan(tmp_path, procs, model_dir, src, dst, transport, fanout, versions=3
     assert code == 0, out
     summary = json.loads(out.strip().splitlines()[-1])
     assert [v["committed"] for v in summary["versions"]] == [True] * versions
+    summary["rank_reports"] = []
     for p in ranks + dsts:
         code, out = procs.finish(p)
         assert code == 0, out
         report = json.loads(out.strip().splitlines()[-1])
         assert report["ok"], report
+        summary["rank_reports"].append(report)
     return outs, summary
 
 
@@ -145,6 +147,25 @@ def test_widening_conversion_in_flight_through_relays(tmp_path, procs, model):
     widened = {name: a.astype(np.float32) for name, a in source.items()}
     for path in outs.values():
         assert check_out(path, widened) == len(source)
+
+
+def test_delta_through_relays_fetches_only_changed_blocks(tmp_path, procs, model):
+    """--perturb 0.1: after version 1 a destination fetches about a tenth of its bytes and copies the rest
+    from its live copy (through a relay chain, every byte checked); --no-delta fetches everything."""
+    model_dir, source = model
+    dst = columns_replicated(source, 2, 2)
+    _, summary = run_plan(tmp_path, procs, model_dir, flat_placement(source, 3), dst, "tcp", fanout=1, versions=3,
+                          extra=("--perturb", "0.1"))
+    dst_reports = [r for r in summary["rank_reports"] if r["role"] == "dst"]
+    for r in dst_reports:
+        first, *later = r["versions"]
+        assert first["kept_bytes"] == 0 and all(v["verified"] for v in r["versions"])
+        for v in later:
+            assert v["kept_bytes"] > 0 and v["bytes"] < 0.5 * first["bytes"], v
+    assert sum(v["bytes"] for v in summary["versions"][1:]) < 0.5 * summary["versions"][0]["bytes"] * 2
+    _, full = run_plan(tmp_path, procs, model_dir, flat_placement(source, 3), dst, "tcp", fanout=1, versions=2,
+                       extra=("--perturb", "0.1", "--no-delta"))
+    assert full["versions"][1]["bytes"] == full["versions"][0]["bytes"]
 
 
 def test_layout_specs_fsdp_to_replicated_tp(tmp_path, procs, model):
