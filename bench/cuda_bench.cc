@@ -1,7 +1,10 @@
-// bench_cuda_convert: the GPU conversion kernels against a device-to-device copy of the same
-// source bytes, measured in the same run (runs alternate: copy, kernel, copy, ...). Bandwidth is
-// bytes read plus bytes written per second (GB = 1e9); the figure of merit is the kernel's over the
-// copy's, goal >= 0.8. Needs a GPU; says why and exits 77 (skip) without one.
+// bench_cuda: on the GPU, in one run,
+//   - the conversion kernels against a device-to-device copy of the same source bytes (runs
+//     alternate: copy, kernel, copy, ...; bandwidth is bytes read plus written per second, GB =
+//     1e9; goal >= 0.8x);
+//   - the staging pipeline (CudaStager, 8 MiB pinned chunks, both ways) against one cudaMemcpy of
+//     the whole buffer to or from pinned memory (goal >= 0.85x).
+// Needs a GPU; says why and exits 77 (skip) without one.
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -14,6 +17,7 @@
 #include "weightport/cuda/convert.h"
 #include "weightport/cuda/device_buffer.h"
 #include "weightport/cuda/device_query.h"
+#include "weightport/cuda/staging.h"
 
 namespace weightport::bench {
 namespace {
@@ -36,7 +40,7 @@ Result<double> Timed(F&& call) {
 int Run(uint64_t src_bytes, int runs, bool json) {
   auto devices = CudaDevices();
   if (!devices.ok()) {
-    std::cerr << "bench_cuda_convert: " << devices.status().message() << "\n";
+    std::cerr << "bench_cuda: " << devices.status().message() << "\n";
     return 77;
   }
   const std::vector<Case> cases = {{"f32 -> bf16", DType::kF32, DType::kBF16},
@@ -50,7 +54,7 @@ int Run(uint64_t src_bytes, int runs, bool json) {
   auto dst = DeviceBuffer::Allocate(2 * src_bytes);
   auto scales = DeviceBuffer::Allocate(src_bytes / (128 * 128) * 4 + 4096);
   if (!src.ok() || !dst.ok() || !scales.ok()) {
-    std::cerr << "bench_cuda_convert: "
+    std::cerr << "bench_cuda: "
               << (src.ok() ? dst.ok() ? scales.status() : dst.status() : src.status()).ToString() << "\n";
     return 1;
   }
@@ -88,6 +92,42 @@ int Run(uint64_t src_bytes, int runs, bool json) {
         {{"kernel", c.name}, {"kernel_gbps", ks.median}, {"copy_gbps", cs.median}, {"ratio", ratio}});
     if (!json) std::printf("%-22s %12.1f %12.1f %8.2f\n", c.name.c_str(), ks.median, cs.median, ratio);
   }
+  // Staging: 8 MiB chunks against one copy of everything (a stager whose chunk is the whole buffer).
+  auto piped = CudaStager::Create(8 << 20);
+  auto whole = CudaStager::Create(src_bytes);
+  if (!piped.ok() || !whole.ok()) {
+    std::cerr << "staging: " << (piped.ok() ? whole.status() : piped.status()).ToString() << "\n";
+    return 1;
+  }
+  auto none = [](uint64_t, auto) { return Status::Ok(); };
+  for (bool to_device : {false, true}) {
+    std::vector<double> pipe_gbps, whole_gbps;
+    for (int r = 0; r < runs + 1; ++r) {
+      auto once = [&](CudaStager& s) {
+        return Timed([&] {
+          return to_device ? s.ToDevice(src->data(), src_bytes, CudaStager::Produce(none))
+                           : s.FromDevice(src->data(), src_bytes, CudaStager::Consume(none));
+        });
+      };
+      auto w = once(**whole);
+      auto p = once(**piped);
+      if (!w.ok() || !p.ok()) {
+        std::cerr << "staging: " << (w.ok() ? p.status() : w.status()).ToString() << "\n";
+        return 1;
+      }
+      if (r == 0) continue;
+      whole_gbps.push_back(src_bytes / *w / 1e9);
+      pipe_gbps.push_back(src_bytes / *p / 1e9);
+    }
+    const Stats ps = Summarize(pipe_gbps), ws = Summarize(whole_gbps);
+    const std::string name = to_device ? "staging host -> device" : "staging device -> host";
+    report["staging"].push_back({{"direction", name},
+                                 {"pipeline_gbps", ps.median},
+                                 {"pinned_copy_gbps", ws.median},
+                                 {"ratio", ps.median / ws.median}});
+    if (!json)
+      std::printf("%-22s %12.1f %12.1f %8.2f\n", name.c_str(), ps.median, ws.median, ps.median / ws.median);
+  }
   if (json) std::cout << report.dump(2) << "\n";
   return 0;
 }
@@ -96,7 +136,8 @@ int Run(uint64_t src_bytes, int runs, bool json) {
 }  // namespace weightport::bench
 
 int main(int argc, char** argv) {
-  CLI::App app{"GPU conversion kernels against a device-to-device copy of the same bytes"};
+  CLI::App app{
+      "GPU conversion kernels against a device copy, and the staging pipeline against a pinned copy"};
   uint64_t size = 1ull << 30;
   int runs = 10;
   bool json = false;
