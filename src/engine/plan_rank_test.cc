@@ -408,6 +408,13 @@ TEST(PlanRank, DeltaFetchesAChunkChangedInTheLiveCopy) {
   EXPECT_GT(s.chunks, 0u);  // the scribbled chunk, fetched
   EXPECT_EQ(s.bytes + s.kept_bytes, g.plan->TotalBytes());
   g.ExpectLive(2);
+  // Version 3 is received into the copy that was scribbled on while it was live: the chunks it
+  // still holds from version 1 are hashed before they are kept, and the scribbled one is copied
+  // from the live copy (version 2 fetched it) instead.
+  s = g.Update(3);
+  EXPECT_EQ(s.chunks, 0u);
+  EXPECT_EQ(s.kept_bytes, g.plan->TotalBytes());
+  g.ExpectLive(3);
 }
 
 // Without delta every chunk is fetched.

@@ -355,11 +355,15 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     std::vector<std::pair<size_t, bool>> kept;
     for (auto [c, expected, in_staging] : batch) {
       const InChunk& chunk = r_.in_chunks[c];
-      // Already there, converted and with its frame, since the version the staging copy held: only
-      // receives write that copy (shard_bytes shows the live one), so it needs neither copy nor hash.
+      // Already there since the version the staging copy held, converted and with its frame: hashed,
+      // not copied. Hashed all the same: that copy was the live one before, which readers may
+      // have written to (shard_bytes).
       if (in_staging) {
-        kept.emplace_back(c, true);
-        continue;
+        const bool same = HashRuns(staging, r_.in_runs, chunk.run_begin, chunk.run_end, &Run::to) == expected;
+        if (same) {
+          kept.emplace_back(c, true);
+          continue;
+        }
       }
       for (uint32_t i = chunk.run_begin; i < chunk.run_end; ++i) {
         const Run& run = r_.in_runs[i];
