@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "cuda/cuda_test_util.h"
 #include "weightport/cuda/device_buffer.h"
 #include "weightport/cuda/device_query.h"
 
@@ -17,9 +18,7 @@ namespace {
 class CudaConvertTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!CudaBuildEnabled()) GTEST_SKIP() << "CUDA support is not compiled in";
-    auto devices = CudaDevices();
-    if (!devices.ok()) GTEST_SKIP() << "no GPU: " << devices.status().message();
+    if (const std::string why = cuda_test::NoGpuReason(); !why.empty()) GTEST_SKIP() << why;
   }
 
   // `in` through CudaConvert, back on the host.
@@ -122,7 +121,7 @@ TEST_F(CudaConvertTest, E4m3QuantisationMatchesTheCpu) {
 }
 
 TEST(CudaConvertBuild, WithoutAGpuEveryCallSaysWhy) {
-  if (CudaBuildEnabled() && CudaDevices().ok()) GTEST_SKIP() << "a GPU is present";
+  if (cuda_test::NoGpuReason().empty()) GTEST_SKIP() << "a GPU is present";
   int x = 0;
   Status s = CudaConvert(DType::kF32, DType::kBF16, &x, &x, 1);
   if (!CudaBuildEnabled()) {

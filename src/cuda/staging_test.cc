@@ -8,6 +8,7 @@
 #include <numeric>
 #include <vector>
 
+#include "cuda/cuda_test_util.h"
 #include "weightport/cuda/device_buffer.h"
 #include "weightport/cuda/device_query.h"
 
@@ -17,9 +18,7 @@ namespace {
 class CudaStagerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!CudaBuildEnabled()) GTEST_SKIP() << "CUDA support is not compiled in";
-    auto devices = CudaDevices();
-    if (!devices.ok()) GTEST_SKIP() << "no GPU: " << devices.status().message();
+    if (const std::string why = cuda_test::NoGpuReason(); !why.empty()) GTEST_SKIP() << why;
   }
 };
 
@@ -81,7 +80,7 @@ TEST_F(CudaStagerTest, AConsumerErrorStopsTheRun) {
 }
 
 TEST(CudaStagerBuild, WithoutAGpuCreateSaysWhy) {
-  if (CudaBuildEnabled() && CudaDevices().ok()) GTEST_SKIP() << "a GPU is present";
+  if (cuda_test::NoGpuReason().empty()) GTEST_SKIP() << "a GPU is present";
   auto stager = CudaStager::Create(1 << 20);
   EXPECT_FALSE(stager.ok());
   EXPECT_EQ(CudaStager::Create(0).ok(), false);
