@@ -108,6 +108,9 @@ class ControlChannel {
   ControlOptions options_;
   Digest session_key_{};
   std::atomic<bool> closed_{false};
+  // A send failed: the sending side is shut, but frames the peer sent before it closed (a Refused
+  // naming why) can still be read, until the peer's end is reached.
+  std::atomic<bool> send_closed_{false};
   std::atomic<bool> refused_{false};  // Refuse() ran (and logged)
 
   std::mutex send_mu_;  // serialises frames on the wire and guards send_seq_

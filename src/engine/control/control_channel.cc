@@ -157,9 +157,11 @@ Status ControlChannel::WriteFrame(MessageType type, ByteView payload, ByteView k
                                   Clock::time_point deadline) {
   WP_ASSIGN_OR_RETURN(Bytes frame, EncodeFrame(type, send_seq_, payload, key));
   Status status = control_internal::SendAll(fd_, frame, Deadline(deadline), peer_);
-  // Part of a frame may be on the wire: the stream cannot be resumed.
+  // Part of a frame may be on the wire: the sending stream cannot be resumed. The receiving one
+  // is left open: a peer that refused this end sent its reason before closing, and a Send racing
+  // with that close (a heartbeat) must not throw the reason away unread.
   if (!status.ok()) {
-    Close();
+    if (!send_closed_.exchange(true) && fd_ >= 0) shutdown(fd_, SHUT_WR);
     return status;
   }
   ++send_seq_;
@@ -203,7 +205,7 @@ Result<Frame> ControlChannel::ReadFrame(ByteView key, Clock::time_point deadline
 }
 
 Status ControlChannel::Send(MessageType type, ByteView payload) {
-  if (closed_.load()) return FailedPrecondition(peer_ + ": channel is closed");
+  if (closed_.load() || send_closed_.load()) return FailedPrecondition(peer_ + ": channel is closed");
   if (payload.size() > options_.max_payload) {
     return InvalidArgument(peer_ + ": " + std::string(MessageTypeName(type)) + " payload of " +
                            std::to_string(payload.size()) + " bytes exceeds the " +

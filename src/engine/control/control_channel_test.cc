@@ -134,6 +134,31 @@ TEST(ControlChannelTest, HappyPathBothDirections) {
   EXPECT_TRUE(f.server_log.lines.empty());
 }
 
+// A peer that refuses this end sends its reason, then closes. A Send racing with that close (a
+// heartbeat) fails, but must not throw the reason away: Receive still returns it.
+TEST(ControlChannelTest, AFailedSendLeavesTheRefusalReadable) {
+  const Secret secret = MakeSecret('s');
+  Fixture f(secret);
+  auto accepted = f.AcceptAsync();
+  auto client = ControlChannel::Connect(f.listener->address(), "sub-3", PeerRole::kSubscriber, secret, kWait);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto server = accepted.get();
+  ASSERT_TRUE(server.ok());
+  ASSERT_TRUE((*server)->Send(RefusedMsg{"tensor 'x' does not exist"}).ok());
+  (*server)->Close();
+  Status sent;
+  for (int i = 0; i < 200 && sent.ok(); ++i) {  // until the closed end makes a send fail
+    sent = (*client)->Send(HeartbeatMsg{});
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  ASSERT_FALSE(sent.ok());
+  EXPECT_FALSE((*client)->Send(HeartbeatMsg{}).ok());
+  auto got = (*client)->Receive(kWait);
+  ASSERT_FALSE(got.ok());
+  EXPECT_NE(got.status().message().find("tensor 'x' does not exist"), std::string::npos)
+      << got.status().ToString();
+}
+
 // Goodbye returns only once the peer has read the Bye and closed its end (what lets a successor
 // with the same name in right after), and reads past messages still in flight; a peer that never
 // closes costs exactly the timeout.
