@@ -136,14 +136,25 @@ int Run(uint64_t src_bytes, int runs, bool json) {
 }  // namespace weightport::bench
 
 int main(int argc, char** argv) {
+  using namespace weightport::bench;
   CLI::App app{
-      "GPU conversion kernels against a device copy, and the staging pipeline against a pinned copy"};
-  uint64_t size = 1ull << 30;
+      "bench_cuda: GPU conversion kernels against a device copy, and the staging pipeline against a pinned "
+      "copy",
+      "bench_cuda"};
+  std::string size_text = "1G";
   int runs = 10;
   bool json = false;
-  app.add_option("--size", size, "Source bytes per case (default 1GiB)")->transform(CLI::AsSizeValue(false));
-  app.add_option("--runs", runs, "Timed runs per case, after a warm-up")->check(CLI::Range(1, 1000));
+  app.add_option("--size", size_text, "Source bytes per case (K, M, G suffixes are binary)")
+      ->capture_default_str();
+  app.add_option("--runs", runs, "Timed runs per case, after a warm-up")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   app.add_flag("--json", json, "Print JSON");
-  CLI11_PARSE(app, argc, argv);
-  return weightport::bench::Run(size, runs, json);
+  if (const int rc = ParseArgs(app, argc, argv); rc >= 0) return rc;
+  auto size = ParseSize(size_text, "--size");
+  if (!size.ok()) {
+    std::cerr << "bench_cuda: " << size.status().message() << "\n";
+    return 2;
+  }
+  return Run(*size, runs, json);
 }

@@ -28,7 +28,6 @@ std::map<Endpoint, PlanLayout> ComputeLayouts(const Plan& plan) {
   };
   const uint64_t slot = SlotBytes(plan);
   auto slots = [slot](PlanLayout& l, const PlanStep& s) {
-    if (l.slot_offset.count(s.id)) return;
     l.slot_offset[s.id] = l.data_bytes;
     l.data_bytes += slot * s.chunks;
   };

@@ -7,7 +7,6 @@
 #include <cstddef>
 #include <memory>
 #include <span>
-#include <span>
 
 #include "weightport/core/status.h"
 
