@@ -7,7 +7,7 @@ FUZZ_SECONDS ?= 60
 PYTHON       ?= python3
 CMAKE_FLAGS  ?=
 
-.PHONY: all setup build demo test check test-python test-asan fuzz format clean
+.PHONY: all setup build demo test check test-python test-package test-asan fuzz format clean
 
 all: build
 
@@ -25,13 +25,23 @@ demo: build
 
 # Every test: unit tests, Python cross-checks, the sanitizer build, and each fuzzer for FUZZ_SECONDS.
 test: build
-	$(MAKE) --no-print-directory check test-python test-asan fuzz
+	$(MAKE) --no-print-directory check test-python test-package test-asan fuzz
 
 check:
 	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
 
 test-python:
 	WEIGHTPORT_BIN=$(CURDIR)/$(BUILD)/weightport $(PYTHON) -m pytest -q tests/python
+
+# pip install ./python into a fresh virtual environment (torch and numpy from the system's), then the
+# package's API tests against the installed package, not the build tree's.
+PKG_VENV ?= $(BUILD)/package-venv
+test-package:
+	rm -rf $(PKG_VENV)
+	$(PYTHON) -m venv --system-site-packages $(PKG_VENV)
+	$(PKG_VENV)/bin/pip install -q --disable-pip-version-check ./python
+	cd $(PKG_VENV) && ./bin/python -c "import weightport, sys; assert '$(PKG_VENV)' in weightport.__file__, weightport.__file__"
+	WEIGHTPORT_BIN=$(CURDIR)/$(BUILD)/weightport $(PKG_VENV)/bin/python -m pytest -q tests/python/test_package_api.py
 
 test-asan:
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIGHTPORT_CUDA=OFF \

@@ -119,6 +119,7 @@ Status ReshardCoordinator::WaitForJoins() {
       for (const auto& r : refused) why += "; refused: " + r;
       return Timeout(why);
     }
+    if (m.options.should_stop && m.options.should_stop()) return Cancelled("stopped while waiting for joins");
     auto ch = m.listener->Accept(std::min(left, milliseconds(500)));
     if (!ch.ok()) {
       if (ch.status().code() != StatusCode::kTimeout) m.Log("reshard: " + ch.status().ToString());
@@ -167,6 +168,26 @@ Status ReshardCoordinator::WaitForJoins() {
   }
   for (auto& [ep, ch] : m.channels) m.StartReader(ep, ch.get());
   return Status::Ok();
+}
+
+Result<uint64_t> ReshardCoordinator::NextReadyVersion(uint64_t after, milliseconds timeout) {
+  Impl& m = *impl_;
+  const auto deadline = Clock::now() + timeout;
+  auto newest = [&] {
+    uint64_t v = 0;
+    for (const auto& [ep, r] : m.ready) v = std::max(v, r);
+    return v;
+  };
+  while (newest() <= after) {
+    auto e = m.Next(deadline);
+    if (!e) return Timeout("no source announced a version after " + std::to_string(after));
+    if (!e->message.ok()) {
+      m.lost.insert(e->from);
+      continue;
+    }
+    m.NoteReady(e->from, *e->message);
+  }
+  return newest();
 }
 
 Result<ReshardVersionReport> ReshardCoordinator::RunVersion(uint64_t version) {

@@ -17,6 +17,9 @@ Status FollowAsDestination(PlanRank& rank, ReshardMember& member, std::chrono::m
   };
   while (true) {
     auto e = member.Next(timeout);
+    if (!e.ok() && e.status().code() == StatusCode::kTimeout && hooks.should_stop && !hooks.should_stop())
+      continue;
+    if (!e.ok() && hooks.should_stop && hooks.should_stop()) e = Cancelled("the destination is closing");
     if (!e.ok()) {
       if (receiving != 0) rank.Cancel(receiving, "lost the coordinator");
       join();

@@ -1,9 +1,18 @@
+import importlib.util
 import os
 import shutil
+import sys
 
 import pytest
 
-from cli_procs import Procs, run_testbed
+from cli_procs import BIN, Procs, run_testbed
+
+# The weightport package as the build lays it out (<build>/python/weightport), unless one is
+# installed (pip install ./python: `make test-package` tests that one).
+_BUILT_PACKAGE = BIN.parent / "python"
+if (_BUILT_PACKAGE / "weightport").is_dir() and importlib.util.find_spec("weightport") is None:
+    sys.path.insert(0, str(_BUILT_PACKAGE))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_BUILT_PACKAGE), os.environ.get("PYTHONPATH")]))
 
 
 @pytest.fixture

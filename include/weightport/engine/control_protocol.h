@@ -53,8 +53,10 @@ enum class MessageType : uint8_t {
   kPlanJoin = 17,
   kPlanPeers = 18,
   kPlanReady = 19,
+  kLayoutOffer = 20,
+  kPlanAssign = 21,
 };
-inline constexpr uint8_t kMaxMessageType = 19;
+inline constexpr uint8_t kMaxMessageType = 21;
 std::string_view MessageTypeName(MessageType type);  // "Hello"; "Unknown" outside the enum
 
 enum class PeerRole : uint8_t { kPublisher = 1, kSubscriber = 2, kObserver = 3 };
@@ -283,6 +285,31 @@ struct PlanReadyMsg {
   Bytes Encode() const;
   static Result<PlanReadyMsg> Decode(ByteView payload);
   friend bool operator==(const PlanReadyMsg&, const PlanReadyMsg&) = default;
+};
+
+// Rendezvous (plan_rendezvous.h): a rank tells the coordinator what it holds before any plan
+// exists: its side, rank, how many ranks its side has, the host it runs on and its part of the
+// side's Placement (Placement::ToJson text with this rank's shards only).
+inline constexpr size_t kMaxLayoutJsonSize = 48u << 20;
+struct LayoutOfferMsg {
+  static constexpr MessageType kType = MessageType::kLayoutOffer;
+  uint8_t side = 0;  // PlanSide: 0 source, 1 destination
+  uint32_t rank = 0;
+  uint32_t side_ranks = 0;
+  std::string host;
+  std::string placement_json;
+  Bytes Encode() const;
+  static Result<LayoutOfferMsg> Decode(ByteView payload);
+  friend bool operator==(const LayoutOfferMsg&, const LayoutOfferMsg&) = default;
+};
+
+// The coordinator's answer to every offer once all are in: the plan (Plan::ToJson text).
+struct PlanAssignMsg {
+  static constexpr MessageType kType = MessageType::kPlanAssign;
+  std::string plan_json;
+  Bytes Encode() const;
+  static Result<PlanAssignMsg> Decode(ByteView payload);
+  friend bool operator==(const PlanAssignMsg&, const PlanAssignMsg&) = default;
 };
 
 // Decodes `payload` as the payload of `type`, discarding the value: InvalidArgument if malformed.

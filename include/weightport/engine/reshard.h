@@ -39,6 +39,8 @@ struct ReshardCoordinatorOptions {
   std::chrono::milliseconds join_timeout{30'000};
   std::chrono::milliseconds update_timeout{60'000};  // PlanReady from every source to the last verified
   std::function<void(std::string)> log;
+  // Polled while waiting for joins: true ends the wait with Cancelled.
+  std::function<bool()> should_stop;
 };
 
 struct ReshardRankReport {
@@ -70,6 +72,10 @@ class ReshardCoordinator {
   const std::string& address() const;
   // Accepts until every rank joined, then sends them the peer table.
   Status WaitForJoins();
+  // Waits until some source announced (PlanReady) a version newer than `after` and returns the
+  // newest announced; Timeout when none did within `timeout`. For a coordinator that does not know
+  // the versions in advance (the sources choose them).
+  Result<uint64_t> NextReadyVersion(uint64_t after, std::chrono::milliseconds timeout);
   // Runs one version; the report says whether it was committed. Errors only for a broken
   // coordinator (not for a failed update, which is aborted and reported).
   Result<ReshardVersionReport> RunVersion(uint64_t version);
@@ -118,6 +124,9 @@ struct DestinationHooks {
   // After the flip to `version`; an error is returned at the end (the run goes on).
   std::function<Status(uint64_t version)> committed;
   std::function<void(uint64_t version, const std::string& why)> aborted;
+  // With this hook, a wait for an instruction that times out is not an error: the wait goes on
+  // until this returns true (then FollowAsDestination returns Cancelled). Without it, it is.
+  std::function<bool()> should_stop;
 };
 
 // Runs a destination rank until the coordinator says Bye: receives each version it is told to on a

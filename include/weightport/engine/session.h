@@ -16,6 +16,10 @@ namespace weightport {
 // The CLI passes a UCX one; tests pass fake or fault-injecting ones.
 using TransportFactory = std::function<Result<std::unique_ptr<Transport>>(const std::string& name)>;
 
+// UCX transports by what they may use: "shm" (posix, sysv, cma, self: one host), "tcp", or "auto"
+// (whatever UCX finds, verbs included). InvalidArgument for anything else.
+Result<TransportFactory> UcxTransportFactory(const std::string& choice);
+
 struct SessionTiming {
   std::chrono::milliseconds connect_timeout{10'000};   // connecting and authenticating
   std::chrono::milliseconds heartbeat_interval{1000};  // how often the peer pings the coordinator

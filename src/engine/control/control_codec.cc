@@ -416,6 +416,44 @@ Result<PlanReadyMsg> PlanReadyMsg::Decode(ByteView payload) {
   return m;
 }
 
+Bytes LayoutOfferMsg::Encode() const {
+  Writer w;
+  w.U8(side);
+  w.U32(rank);
+  w.U32(side_ranks);
+  w.Str(host);
+  w.Str(placement_json);
+  return w.Take();
+}
+Result<LayoutOfferMsg> LayoutOfferMsg::Decode(ByteView payload) {
+  Reader r(payload, "LayoutOffer");
+  LayoutOfferMsg m;
+  WP_ASSIGN_OR_RETURN(m.side, ReadSide(r));
+  WP_ASSIGN_OR_RETURN(uint64_t rank, r.Int(4, "rank"));
+  m.rank = static_cast<uint32_t>(rank);
+  WP_ASSIGN_OR_RETURN(uint64_t side_ranks, r.Int(4, "side_ranks"));
+  if (side_ranks == 0 || side_ranks > kMaxPlanPeers || rank >= side_ranks)
+    return InvalidArgument("LayoutOffer: rank " + std::to_string(rank) + " of " + std::to_string(side_ranks));
+  m.side_ranks = static_cast<uint32_t>(side_ranks);
+  WP_ASSIGN_OR_RETURN(m.host, r.Name("host"));
+  WP_ASSIGN_OR_RETURN(m.placement_json, r.Str("placement_json", kMaxLayoutJsonSize));
+  WP_RETURN_IF_ERROR(r.Done());
+  return m;
+}
+
+Bytes PlanAssignMsg::Encode() const {
+  Writer w;
+  w.Str(plan_json);
+  return w.Take();
+}
+Result<PlanAssignMsg> PlanAssignMsg::Decode(ByteView payload) {
+  Reader r(payload, "PlanAssign");
+  PlanAssignMsg m;
+  WP_ASSIGN_OR_RETURN(m.plan_json, r.Str("plan_json", kDefaultMaxPayload));
+  WP_RETURN_IF_ERROR(r.Done());
+  return m;
+}
+
 Status ValidatePayload(MessageType type, ByteView payload) {
   auto check = [&](auto result) { return result.status(); };
   switch (type) {
@@ -457,6 +495,10 @@ Status ValidatePayload(MessageType type, ByteView payload) {
       return check(PlanPeersMsg::Decode(payload));
     case MessageType::kPlanReady:
       return check(PlanReadyMsg::Decode(payload));
+    case MessageType::kLayoutOffer:
+      return check(LayoutOfferMsg::Decode(payload));
+    case MessageType::kPlanAssign:
+      return check(PlanAssignMsg::Decode(payload));
   }
   return InvalidArgument("unknown message type " + std::to_string(static_cast<int>(type)));
 }

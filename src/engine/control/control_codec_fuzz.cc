@@ -39,6 +39,8 @@ void AllPayloadDecoders(ByteView payload) {
   RoundTrip<PlanJoinMsg>(payload);
   RoundTrip<PlanPeersMsg>(payload);
   RoundTrip<PlanReadyMsg>(payload);
+  RoundTrip<LayoutOfferMsg>(payload);
+  RoundTrip<PlanAssignMsg>(payload);
 }
 
 }  // namespace

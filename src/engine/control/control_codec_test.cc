@@ -51,12 +51,22 @@ TEST(ControlCodecTest, EveryMessageRoundTripsStrictly) {
   ExpectStrictRoundTrip(PlanPeersMsg{{{0, 0, Bytes(3, std::byte{2}), Bytes(4, std::byte{3})},
                                       {1, 7, Bytes(1, std::byte{4}), Bytes(2, std::byte{5})}}});
   ExpectStrictRoundTrip(PlanReadyMsg{9});
+  ExpectStrictRoundTrip(LayoutOfferMsg{1, 2, 4, "trainer-0", R"({"tensors":[]})"});
+  ExpectStrictRoundTrip(PlanAssignMsg{R"({"steps":[]})"});
   ExpectStrictRoundTrip(UpdateFailedMsg{42, "chunk 7 hash mismatch"});
   ExpectStrictRoundTrip(CommitMsg{42});
   ExpectStrictRoundTrip(AbortMsg{42, "subscriber 'sub-1' failed"});
   EXPECT_TRUE(HeartbeatMsg::Decode({}).ok());
   EXPECT_TRUE(ByeMsg::Decode({}).ok());
   EXPECT_FALSE(ByeMsg::Decode(B("x")).ok());
+}
+
+TEST(ControlCodecTest, LayoutOfferRefusesARankOutsideItsSideAndAnEmptyHost) {
+  EXPECT_FALSE(LayoutOfferMsg::Decode(LayoutOfferMsg{0, 4, 4, "h", "{}"}.Encode()).ok());
+  EXPECT_FALSE(LayoutOfferMsg::Decode(LayoutOfferMsg{0, 0, 0, "h", "{}"}.Encode()).ok());
+  EXPECT_FALSE(LayoutOfferMsg::Decode(LayoutOfferMsg{2, 0, 1, "h", "{}"}.Encode()).ok());
+  EXPECT_FALSE(LayoutOfferMsg::Decode(LayoutOfferMsg{0, 0, 1, "", "{}"}.Encode()).ok());
+  EXPECT_TRUE(LayoutOfferMsg::Decode(LayoutOfferMsg{0, 3, 4, "h", "{}"}.Encode()).ok());
 }
 
 TEST(ControlCodecTest, FieldsAreLittleEndian) {

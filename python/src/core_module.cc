@@ -1,0 +1,336 @@
+// weightport._core: the C++ engine's plan sessions for Python (the package's public API is in
+// python/weightport/*.py, written on top of this).
+//
+// Every call that waits (joining, publishing, waiting for a version, closing) releases the GIL. A
+// Status error becomes an instance of the weightport exception of its code (weightport.errors),
+// raised with the same message. Shard memory is handed out as NumPy uint8 arrays that share it
+// (zero-copy) and keep their owner (the publisher, or the subscriber's pin) alive.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "weightport/core/dtype.h"
+#include "weightport/engine/plan_session.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace weightport::python {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Thrown with the GIL released; the translator raises the matching Python exception.
+struct StatusError {
+  StatusCode code;
+  std::string message;
+};
+
+std::map<StatusCode, PyObject*>& ExceptionTypes() {
+  static std::map<StatusCode, PyObject*> types;
+  return types;
+}
+
+void ThrowIfError(const Status& s) {
+  if (!s.ok()) throw StatusError{s.code(), s.message()};
+}
+template <typename T>
+T Take(Result<T> r) {
+  ThrowIfError(r.status());
+  return std::move(*r);
+}
+
+milliseconds Millis(double seconds) { return milliseconds(static_cast<int64_t>(seconds * 1000)); }
+
+Secret MakeSecret(nb::bytes secret) {
+  auto bytes = std::as_bytes(std::span(static_cast<const char*>(secret.data()), secret.size()));
+  return Take(Secret::FromBytes(bytes, "the secret"));
+}
+
+LayoutOffer MakeOffer(bool source, int rank, int side_ranks, const std::string& host,
+                      const std::string& placement_json) {
+  LayoutOffer o;
+  o.endpoint = {source ? PlanSide::kSource : PlanSide::kDestination, rank};
+  o.side_ranks = side_ranks;
+  o.host = host;
+  auto j = nlohmann::json::parse(placement_json, nullptr, false);
+  if (j.is_discarded()) throw StatusError{StatusCode::kInvalidArgument, "the layout is not valid JSON"};
+  o.placement = Take(Placement::FromJson(j));
+  return o;
+}
+
+// (tensor, dtype, global shape, start, length) of a shard.
+using ShardInfo =
+    std::tuple<std::string, std::string, std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>>;
+ShardInfo InfoOf(const PlanShardView& v) {
+  std::vector<int64_t> start, length;
+  if (v.slice.is_box()) {
+    start = v.slice.box().start;
+    length = v.slice.box().length;
+  } else {
+    start = {v.slice.flat().start};
+    length = {v.slice.flat().length};
+  }
+  return {v.tensor, std::string(DTypeName(v.dtype)), v.shape, start, length};
+}
+
+using ByteArray = nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>;
+ByteArray ArrayOver(std::span<const std::byte> bytes, nb::handle owner) {
+  size_t shape[1] = {bytes.size()};
+  return ByteArray(const_cast<std::byte*>(bytes.data()), 1, shape, owner);
+}
+
+struct MemberArgs {
+  std::string coordinator;
+  bool source = true;
+  int rank = 0;
+  int side_ranks = 1;
+  std::string host;
+  std::string placement_json;
+  std::string transport = "auto";
+  double timeout_s = 60;
+  double pin_timeout_s = 30;
+  bool delta = true;
+};
+
+PlanMemberOptions MemberOptions(const MemberArgs& a) {
+  PlanMemberOptions o;
+  o.coordinator = a.coordinator;
+  o.offer = MakeOffer(a.source, a.rank, a.side_ranks, a.host, a.placement_json);
+  o.make_transport = Take(UcxTransportFactory(a.transport));
+  o.connect_timeout = o.update_timeout = o.rank.timeout = Millis(a.timeout_s);
+  o.pin_timeout = Millis(a.pin_timeout_s);
+  o.rank.delta = a.delta;
+  return o;
+}
+
+class PyService {
+ public:
+  PyService(nb::bytes secret, const std::string& host, int port, uint64_t chunk_bytes, int relay_fanout,
+            double timeout_s) {
+    PlanServiceOptions o;
+    o.listen_host = host;
+    o.listen_port = static_cast<uint16_t>(port);
+    if (chunk_bytes) o.rendezvous.plan.chunk_bytes = chunk_bytes;
+    o.rendezvous.plan.relay_fanout = relay_fanout;
+    o.rendezvous.timeout = o.join_timeout = o.update_timeout = Millis(timeout_s);
+    Secret s = MakeSecret(secret);
+    nb::gil_scoped_release release;
+    service_ = Take(PlanService::Start(s, o));
+  }
+  std::string address() const { return service_->address(); }
+  nb::dict WaitOutcome(uint64_t version, double timeout_s) {
+    PlanVersionOutcome o;
+    {
+      nb::gil_scoped_release release;
+      o = Take(service_->WaitForOutcome(version, Millis(timeout_s)));
+    }
+    nb::dict d;
+    d["version"] = o.version;
+    d["committed"] = o.committed;
+    d["reason"] = o.reason;
+    d["bytes"] = o.bytes;
+    d["seconds"] = o.seconds;
+    return d;
+  }
+  std::string PlanJson() const {
+    auto p = service_->plan();
+    return p ? p->ToJson().dump() : "";
+  }
+  void Stop() {
+    nb::gil_scoped_release release;
+    service_->Stop();
+  }
+
+ private:
+  std::unique_ptr<PlanService> service_;
+};
+
+class PyPublisher {
+ public:
+  PyPublisher(nb::bytes secret, MemberArgs args) {
+    args.source = true;
+    Secret s = MakeSecret(secret);
+    PlanMemberOptions o = MemberOptions(args);
+    nb::gil_scoped_release release;
+    pub_ = Take(PlanPublisher::Join(s, std::move(o)));
+  }
+  size_t num_shards() const { return pub_->num_shards(); }
+  ShardInfo shard_info(size_t i) { return InfoOf(pub_->shard(Check(i))); }
+  ByteArray shard_array(nb::handle self, size_t i) { return ArrayOver(pub_->shard(Check(i)).bytes, self); }
+  void WaitIdle(double timeout_s) {
+    nb::gil_scoped_release release;
+    ThrowIfError(pub_->WaitIdle(Millis(timeout_s)));
+  }
+  void Publish(uint64_t version) {
+    nb::gil_scoped_release release;
+    ThrowIfError(pub_->Publish(version));
+  }
+  void Wait(uint64_t version, double timeout_s) {
+    nb::gil_scoped_release release;
+    ThrowIfError(pub_->Wait(version, Millis(timeout_s)));
+  }
+  std::string PlanJson() const { return pub_->plan().ToJson().dump(); }
+  void Close() {
+    nb::gil_scoped_release release;
+    pub_->Close();
+  }
+
+ private:
+  size_t Check(size_t i) const {
+    if (i >= pub_->num_shards()) throw StatusError{StatusCode::kOutOfRange, "no shard " + std::to_string(i)};
+    return i;
+  }
+  std::unique_ptr<PlanPublisher> pub_;
+};
+
+class PyPin {
+ public:
+  explicit PyPin(PlanSubscriber::Pin pin) : pin_(std::move(pin)) {}
+  uint64_t version() const { return pin_.version(); }
+  ByteArray shard_array(nb::handle self, size_t i) {
+    if (pin_.num_shards() == 0) throw StatusError{StatusCode::kFailedPrecondition, "the pin was released"};
+    if (i >= pin_.num_shards()) throw StatusError{StatusCode::kOutOfRange, "no shard " + std::to_string(i)};
+    return ArrayOver(pin_.shard(i), self);
+  }
+  void Release() { pin_.Release(); }
+
+ private:
+  PlanSubscriber::Pin pin_;
+};
+
+class PySubscriber {
+ public:
+  PySubscriber(nb::bytes secret, MemberArgs args) {
+    args.source = false;
+    Secret s = MakeSecret(secret);
+    PlanMemberOptions o = MemberOptions(args);
+    nb::gil_scoped_release release;
+    sub_ = Take(PlanSubscriber::Join(s, std::move(o)));
+  }
+  size_t num_shards() const { return sub_->num_shards(); }
+  ShardInfo shard_info(size_t i) const {
+    if (i >= sub_->num_shards()) throw StatusError{StatusCode::kOutOfRange, "no shard " + std::to_string(i)};
+    return InfoOf(sub_->shard_info(i));
+  }
+  uint64_t live_version() const { return sub_->live_version(); }
+  void WaitForVersion(uint64_t version, double timeout_s) {
+    nb::gil_scoped_release release;
+    ThrowIfError(sub_->WaitForVersion(version, Millis(timeout_s)));
+  }
+  PyPin* Acquire() { return new PyPin(Take(sub_->Acquire())); }
+  bool ended() const { return sub_->ended(); }
+  std::string PlanJson() const { return sub_->plan().ToJson().dump(); }
+  void Close() {
+    nb::gil_scoped_release release;
+    sub_->Close();
+  }
+
+ private:
+  std::unique_ptr<PlanSubscriber> sub_;
+};
+
+}  // namespace
+}  // namespace weightport::python
+
+NB_MODULE(_core, m) {
+  using namespace weightport;
+  using namespace weightport::python;
+  m.doc() = "weightport's C++ engine (use the weightport package, not this module)";
+  // A zero-copy model keeps its version's Pin alive until the interpreter ends: not a leak.
+  nb::set_leak_warnings(false);
+
+  // Exception classes are created in Python (weightport/errors.py) and handed over here once.
+  m.def(
+      "_set_exception_types",
+      [](nb::dict types) {
+        static const std::map<std::string, StatusCode> by_name = {
+            {"InvalidArgument", StatusCode::kInvalidArgument},
+            {"NotFound", StatusCode::kNotFound},
+            {"AlreadyExists", StatusCode::kAlreadyExists},
+            {"OutOfRange", StatusCode::kOutOfRange},
+            {"FailedPrecondition", StatusCode::kFailedPrecondition},
+            {"DataLoss", StatusCode::kDataLoss},
+            {"IoError", StatusCode::kIoError},
+            {"Timeout", StatusCode::kTimeout},
+            {"Unavailable", StatusCode::kUnavailable},
+            {"PermissionDenied", StatusCode::kPermissionDenied},
+            {"ResourceExhausted", StatusCode::kResourceExhausted},
+            {"Cancelled", StatusCode::kCancelled},
+            {"Unimplemented", StatusCode::kUnimplemented},
+            {"Internal", StatusCode::kInternal},
+        };
+        for (auto [key, value] : types) {
+          auto it = by_name.find(nb::cast<std::string>(key));
+          if (it == by_name.end()) continue;
+          value.inc_ref();  // kept for the life of the process
+          ExceptionTypes()[it->second] = value.ptr();
+        }
+      },
+      "types"_a);
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      auto it = ExceptionTypes().find(e.code);
+      PyErr_SetString(it != ExceptionTypes().end() ? it->second : PyExc_RuntimeError, e.message.c_str());
+    }
+  });
+
+  nb::class_<MemberArgs>(m, "MemberArgs")
+      .def(nb::init<>())
+      .def_rw("coordinator", &MemberArgs::coordinator)
+      .def_rw("rank", &MemberArgs::rank)
+      .def_rw("side_ranks", &MemberArgs::side_ranks)
+      .def_rw("host", &MemberArgs::host)
+      .def_rw("placement_json", &MemberArgs::placement_json)
+      .def_rw("transport", &MemberArgs::transport)
+      .def_rw("timeout_s", &MemberArgs::timeout_s)
+      .def_rw("pin_timeout_s", &MemberArgs::pin_timeout_s)
+      .def_rw("delta", &MemberArgs::delta);
+
+  nb::class_<PyService>(m, "Service")
+      .def(nb::init<nb::bytes, const std::string&, int, uint64_t, int, double>(), "secret"_a, "host"_a,
+           "port"_a, "chunk_bytes"_a, "relay_fanout"_a, "timeout_s"_a)
+      .def_prop_ro("address", &PyService::address)
+      .def("wait_outcome", &PyService::WaitOutcome, "version"_a, "timeout_s"_a)
+      .def("plan_json", &PyService::PlanJson)
+      .def("stop", &PyService::Stop);
+
+  nb::class_<PyPublisher>(m, "Publisher")
+      .def(nb::init<nb::bytes, MemberArgs>(), "secret"_a, "args"_a)
+      .def("num_shards", &PyPublisher::num_shards)
+      .def("shard_info", &PyPublisher::shard_info, "i"_a)
+      .def(
+          "shard_array",
+          [](nb::handle self, size_t i) { return nb::cast<PyPublisher&>(self).shard_array(self, i); }, "i"_a)
+      .def("wait_idle", &PyPublisher::WaitIdle, "timeout_s"_a)
+      .def("publish", &PyPublisher::Publish, "version"_a)
+      .def("wait", &PyPublisher::Wait, "version"_a, "timeout_s"_a)
+      .def("plan_json", &PyPublisher::PlanJson)
+      .def("close", &PyPublisher::Close);
+
+  nb::class_<PyPin>(m, "Pin")
+      .def_prop_ro("version", &PyPin::version)
+      .def(
+          "shard_array",
+          [](nb::handle self, size_t i) { return nb::cast<PyPin&>(self).shard_array(self, i); }, "i"_a)
+      .def("release", &PyPin::Release);
+
+  nb::class_<PySubscriber>(m, "Subscriber")
+      .def(nb::init<nb::bytes, MemberArgs>(), "secret"_a, "args"_a)
+      .def("num_shards", &PySubscriber::num_shards)
+      .def("shard_info", &PySubscriber::shard_info, "i"_a)
+      .def_prop_ro("live_version", &PySubscriber::live_version)
+      .def("wait_for_version", &PySubscriber::WaitForVersion, "version"_a, "timeout_s"_a)
+      .def("acquire", &PySubscriber::Acquire, nb::rv_policy::take_ownership)
+      .def_prop_ro("ended", &PySubscriber::ended)
+      .def("plan_json", &PySubscriber::PlanJson)
+      .def("close", &PySubscriber::Close);
+}

@@ -1,0 +1,73 @@
+"""What Publisher and Subscriber share: the secret, the host name, the layout offer."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+from . import _core
+from ._tensors import dtype_name, local_of, named_tensors, placement_json
+from .layouts import Layout, Whole, dtensor_slice
+
+
+def load_secret(secret: bytes | str | os.PathLike) -> bytes:
+    """The shared secret: bytes as given, or the contents of a file named by a path."""
+    if isinstance(secret, (bytes, bytearray)):
+        return bytes(secret)
+    if isinstance(secret, (str, os.PathLike)):
+        try:
+            with open(secret, "rb") as f:
+                return f.read()
+        except OSError as e:
+            raise FileNotFoundError(f"secret file {secret}: {e.strerror}") from e
+    raise TypeError(f"secret: expected bytes or a path, got {type(secret).__name__}")
+
+
+def member_args(coordinator: str, rank: int, world_size: int, host: str | None, transport: str,
+                timeout: float) -> Any:
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is outside 0..{world_size - 1}")
+    args = _core.MemberArgs()
+    args.coordinator = coordinator
+    args.rank = rank
+    args.side_ranks = world_size
+    args.host = host or socket.gethostname()
+    args.transport = transport
+    args.timeout_s = float(timeout)
+    return args
+
+
+class Bound:
+    """One local tensor and the shard that holds it."""
+
+    __slots__ = ("name", "tensor", "dtype", "local_shape", "shard")
+
+    def __init__(self, name: str, tensor: Any, dtype: str, local_shape: list[int]):
+        self.name, self.tensor, self.dtype, self.local_shape = name, tensor, dtype, local_shape
+        self.shard = -1
+
+
+def describe(tensors: Any, layout: Layout | None, rank: int) -> tuple[list[Bound], str]:
+    """The tensors to bind and this rank's layout offer (Placement JSON)."""
+    layout = layout or Whole()
+    bound, entries = [], []
+    for name, t in named_tensors(tensors):
+        local = local_of(t)
+        dtype = dtype_name(local, name)
+        sl = dtensor_slice(t) or layout.slice_of(name, list(local.shape))
+        shape, start, length = sl
+        if list(length) != list(local.shape):
+            raise ValueError(f"tensor '{name}': the layout says rank {rank} holds {list(length)}, "
+                             f"the tensor is {list(local.shape)}")
+        entries.append((name, dtype, shape, start, length))
+        bound.append(Bound(name, t, dtype, list(local.shape)))
+    return bound, placement_json(rank, entries)
+
+
+def match_shards(core: Any, bound: list[Bound]) -> None:
+    """Pairs each local tensor with the shard the plan gave it (by name)."""
+    by_name = {b.name: b for b in bound}
+    for i in range(core.num_shards()):
+        tensor, _dtype, _shape, _start, _length = core.shard_info(i)
+        by_name[tensor].shard = i

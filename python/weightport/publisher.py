@@ -1,0 +1,111 @@
+"""The trainer side: weightport.Publisher."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from . import _core
+from ._session import Bound, describe, load_secret, match_shards, member_args
+from ._tensors import copy_into
+from .errors import FailedPrecondition
+from .layouts import Layout
+
+
+class Publisher:
+    """One rank of the group that holds a model's weights (trainer ranks, a weight server).
+
+    ``rank`` 0 also runs the coordinator at ``coordinator`` ("host:port"; port 0 picks a free one,
+    see :attr:`coordinator`), unless ``serve=False``. Every publisher rank and every subscriber rank
+    connects to it with the same ``secret`` (bytes, or a path to a file holding them).
+
+    Usage::
+
+        pub = weightport.Publisher("10.0.0.1:29600", rank=r, world_size=n, secret=path)
+        pub.register(model.state_dict(), layout=weightport.Sharded(r, n))  # waits for every rank
+        for step in ...:
+            train(...)
+            pub.publish(step)          # copies the weights out, then returns; they move meanwhile
+        pub.close()
+    """
+
+    def __init__(self, coordinator: str = "127.0.0.1:0", *, secret: bytes | str | os.PathLike,
+                 rank: int = 0, world_size: int = 1, serve: bool | None = None, host: str | None = None,
+                 transport: str = "auto", chunk_bytes: int = 0, relay_fanout: int = 1,
+                 timeout: float = 60.0):
+        self._secret = load_secret(secret)
+        self._timeout = float(timeout)
+        self._service = None
+        self._core = None
+        self._bound: list[Bound] = []
+        if serve is None:
+            serve = rank == 0
+        if serve:
+            host_part, _, port = coordinator.rpartition(":")
+            self._service = _core.Service(self._secret, host_part or "127.0.0.1", int(port or 0),
+                                          int(chunk_bytes), int(relay_fanout), self._timeout)
+            coordinator = self._service.address
+        self._coordinator = coordinator
+        self._args = member_args(coordinator, rank, world_size, host, transport, timeout)
+
+    @property
+    def coordinator(self) -> str:
+        """The coordinator's "host:port" (the one chosen when port 0 was given)."""
+        return self._coordinator
+
+    def register(self, tensors: Any, layout: Layout | None = None) -> "Publisher":
+        """Declares the weights this rank holds and joins the group: returns once every publisher and
+        subscriber rank has registered and the plan is made (or raises, naming the rank or tensor at
+        fault). `tensors`: a state dict, a module or (name, tensor) pairs; DTensors give their own
+        layout, other tensors are placed by `layout` (default: whole)."""
+        if self._core is not None:
+            raise FailedPrecondition("register() was already called")
+        self._bound, self._args.placement_json = describe(tensors, layout, self._args.rank)
+        self._core = _core.Publisher(self._secret, self._args)
+        match_shards(self._core, self._bound)
+        return self
+
+    def publish(self, version: int, wait: bool = False) -> None:
+        """Publishes the registered tensors' current values as `version` (larger than the last):
+        waits for the previous version to finish, copies the weights into the send buffer, hashes
+        them and returns; the transfer runs in the background (training may go on). With
+        ``wait=True``, returns only once `version` is committed everywhere."""
+        core = self._need_core()
+        core.wait_idle(self._timeout)
+        for b in self._bound:
+            if b.shard >= 0:
+                copy_into(core.shard_array(b.shard), b.tensor)
+        core.publish(int(version))
+        if wait:
+            self.wait(version)
+
+    def wait(self, version: int, timeout: float | None = None) -> dict | None:
+        """Waits until `version` is committed by every subscriber; raises ``weightport.Unavailable``
+        with the reason when it was aborted. On the rank that runs the coordinator, returns its
+        report (bytes moved, seconds)."""
+        self._need_core().wait(int(version), self._timeout if timeout is None else float(timeout))
+        if self._service is not None:
+            return self._service.wait_outcome(int(version), self._timeout if timeout is None else float(timeout))
+        return None
+
+    def plan_json(self) -> str:
+        """The plan every rank replays, as JSON."""
+        return self._need_core().plan_json()
+
+    def close(self) -> None:
+        """Ends this rank's session; the coordinator (rank 0) says goodbye to every rank. Idempotent."""
+        if self._service is not None:
+            self._service.stop()
+        if self._core is not None:
+            self._core.close()
+
+    def __enter__(self) -> "Publisher":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _need_core(self):
+        if self._core is None:
+            raise FailedPrecondition("call register() first")
+        return self._core

@@ -1,0 +1,60 @@
+#include "plan_member.h"
+
+#include <thread>
+
+namespace weightport {
+
+JoinedRank::~JoinedRank() { Reset(); }
+
+void JoinedRank::Reset() {
+  member.reset();
+  rank.reset();
+  if (loop) loop->Stop();
+  loop.reset();
+}
+
+Result<std::unique_ptr<JoinedRank>> JoinPlan(const Secret& secret, const PlanMemberOptions& options) {
+  if (!options.make_transport) return InvalidArgument("PlanMemberOptions.make_transport is required");
+  const Endpoint me = options.offer.endpoint;
+  const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
+  auto j = std::make_unique<JoinedRank>();
+  WP_ASSIGN_OR_RETURN(j->plan,
+                      OfferLayout(options.coordinator, secret, options.offer, options.connect_timeout));
+  if (options.log)
+    options.log(me.ToString() + ": plan of " + std::to_string(j->plan->steps.size()) + " steps, digest " +
+                std::to_string(j->plan->Digest()));
+  WP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, options.make_transport(ReshardName(me)));
+  j->loop = std::make_unique<ProgressLoop>(std::move(transport));
+  WP_ASSIGN_OR_RETURN(j->rank, PlanRank::Create(j->plan, me, *j->loop, options.rank));
+  auto left = [&] {
+    return std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                      deadline - std::chrono::steady_clock::now()));
+  };
+  // The coordinator listens again once it has answered every offer: retry until it does.
+  auto member = ReshardMember::Join(options.coordinator, secret, *j->rank, left());
+  while (!member.ok() &&
+         (member.status().code() == StatusCode::kUnavailable ||
+          member.status().code() == StatusCode::kIoError) &&
+         std::chrono::steady_clock::now() + std::chrono::milliseconds(100) < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    member = ReshardMember::Join(options.coordinator, secret, *j->rank, left());
+  }
+  if (!member.ok()) return member.status().WithContext(me.ToString() + ": joining " + options.coordinator);
+  j->member = std::move(*member);
+  return j;
+}
+
+PlanShardView ShardView(const Plan& plan, Endpoint me, size_t i, std::span<std::byte> bytes) {
+  const RankBuffer& b = *plan.Buffer(me);
+  const PlannedShard& s = b.shards.at(i);
+  const TensorMeta& t = plan.tensors.at(s.tensor);
+  PlanShardView v;
+  v.tensor = t.name;
+  v.dtype = me.side == PlanSide::kSource ? t.dtype : plan.destination_dtypes.at(s.tensor);
+  v.shape = t.shape;
+  v.slice = s.slice;
+  v.bytes = bytes;
+  return v;
+}
+
+}  // namespace weightport

@@ -1,0 +1,116 @@
+// PlanPublisher: a source rank; a thread reads the coordinator's verdicts.
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "plan_member.h"
+
+namespace weightport {
+
+struct PlanPublisher::Impl {
+  PlanMemberOptions options;
+  std::unique_ptr<JoinedRank> joined;
+  Endpoint me;
+  std::thread verdicts_thread;
+  std::atomic<bool> closing{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<uint64_t, Status> verdicts;  // guarded by mu
+  uint64_t in_flight = 0;               // guarded by mu; 0: none
+  uint64_t last_published = 0;          // guarded by mu
+  bool ended = false;                   // guarded by mu: Bye or a lost connection
+  Status end_status;                    // guarded by mu
+
+  void ReadVerdicts() {
+    while (!closing.load()) {
+      auto e = joined->member->Next(std::chrono::milliseconds(200));
+      if (!e.ok() && e.status().code() == StatusCode::kTimeout) continue;
+      std::lock_guard<std::mutex> lock(mu);
+      if (!e.ok() || e->kind == ReshardMember::Event::kBye) {
+        ended = true;
+        end_status = e.ok() ? Status::Ok() : e.status().WithContext(me.ToString() + ": the coordinator");
+        cv.notify_all();
+        return;
+      }
+      if (e->kind == ReshardMember::Event::kCommit) verdicts[e->version] = Status::Ok();
+      if (e->kind == ReshardMember::Event::kAbort)
+        verdicts[e->version] =
+            Unavailable("version " + std::to_string(e->version) + " aborted: " + e->reason);
+      if (verdicts.count(in_flight)) in_flight = 0;
+      cv.notify_all();
+    }
+  }
+};
+
+PlanPublisher::PlanPublisher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::unique_ptr<PlanPublisher>> PlanPublisher::Join(const Secret& secret, PlanMemberOptions options) {
+  if (options.offer.endpoint.side != PlanSide::kSource)
+    return InvalidArgument("PlanPublisher: " + options.offer.endpoint.ToString() + " is not a source rank");
+  auto impl = std::make_unique<Impl>();
+  impl->me = options.offer.endpoint;
+  WP_ASSIGN_OR_RETURN(impl->joined, JoinPlan(secret, options));
+  impl->options = std::move(options);
+  Impl* raw = impl.get();
+  raw->verdicts_thread = std::thread([raw] { raw->ReadVerdicts(); });
+  return std::unique_ptr<PlanPublisher>(new PlanPublisher(std::move(impl)));
+}
+
+PlanPublisher::~PlanPublisher() { Close(); }
+
+const Plan& PlanPublisher::plan() const { return *impl_->joined->plan; }
+size_t PlanPublisher::num_shards() const { return impl_->joined->rank->num_shards(); }
+PlanShardView PlanPublisher::shard(size_t i) {
+  return ShardView(plan(), impl_->me, i, impl_->joined->rank->shard_bytes(i));
+}
+
+Status PlanPublisher::WaitIdle(std::chrono::milliseconds timeout) {
+  uint64_t v = 0;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    v = impl_->in_flight;
+  }
+  return v == 0 ? Status::Ok() : Wait(v, timeout);
+}
+
+Status PlanPublisher::Publish(uint64_t version) {
+  Impl& m = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    if (m.ended) return FailedPrecondition(m.me.ToString() + ": the session has ended");
+    if (m.in_flight != 0)
+      return FailedPrecondition(m.me.ToString() + ": version " + std::to_string(m.in_flight) +
+                                " is still in flight (wait for it first)");
+    if (version <= m.last_published)
+      return InvalidArgument(m.me.ToString() + ": version " + std::to_string(version) +
+                             " is not newer than " + std::to_string(m.last_published));
+  }
+  WP_RETURN_IF_ERROR(m.joined->rank->Publish(version));
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.in_flight = version;
+  m.last_published = version;
+  return m.joined->member->Ready(version);
+}
+
+Status PlanPublisher::Wait(uint64_t version, std::chrono::milliseconds timeout) {
+  Impl& m = *impl_;
+  std::unique_lock<std::mutex> lock(m.mu);
+  if (!m.cv.wait_for(lock, timeout, [&] { return m.verdicts.count(version) || m.ended; }))
+    return Timeout(m.me.ToString() + ": no verdict on version " + std::to_string(version) + " within " +
+                   std::to_string(timeout.count()) + " ms");
+  if (auto it = m.verdicts.find(version); it != m.verdicts.end()) return it->second;
+  return m.end_status.ok()
+             ? Cancelled(m.me.ToString() + ": the coordinator ended the session before version " +
+                         std::to_string(version) + "'s verdict")
+             : m.end_status;
+}
+
+void PlanPublisher::Close() {
+  Impl& m = *impl_;
+  m.closing = true;
+  if (m.verdicts_thread.joinable()) m.verdicts_thread.join();
+  if (m.joined) m.joined->Reset();
+}
+
+}  // namespace weightport

@@ -1,0 +1,254 @@
+#include "weightport/engine/plan_session.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+
+#include "weightport/transport/fake_transport.h"
+
+namespace weightport {
+namespace {
+
+using std::chrono::milliseconds;
+
+Secret TestSecret() {
+  std::string s(32, 's');
+  return *Secret::FromBytes(std::as_bytes(std::span(s.data(), s.size())), "test secret");
+}
+
+constexpr int64_t kRows = 48, kCols = 40;
+
+// Rank `rank` holding `slice` of two f32 tensors: "w" [kRows, kCols] and "b" [kCols] (b whole).
+LayoutOffer Offer(PlanSide side, int rank, int side_ranks, std::string host, Slice w_slice,
+                  DType dtype = DType::kF32) {
+  LayoutOffer o;
+  o.endpoint = {side, rank};
+  o.side_ranks = side_ranks;
+  o.host = std::move(host);
+  o.placement = *Placement::Make(
+      {*TensorMeta::Make("w", dtype, {kRows, kCols}), *TensorMeta::Make("b", dtype, {kCols})});
+  o.placement.AddShard(rank, "w", std::move(w_slice));
+  o.placement.AddShard(rank, "b", Slice::MakeBox({0}, {kCols}));
+  return o;
+}
+
+// Element (r, c) of version v: distinct per version, tensor and position.
+float Value(const std::string& tensor, int64_t flat, uint64_t v) {
+  return static_cast<float>(v * 100000 + flat) + (tensor == "b" ? 0.5f : 0.f);
+}
+
+// Visits the elements of a box slice of a 1-D or 2-D tensor in row-major order with their flat index.
+template <typename F>
+void ForEachElement(const PlanShardView& s, F f) {
+  const Box& box = s.slice.box();
+  const int64_t cols = s.shape.size() == 2 ? s.shape[1] : 1;
+  const int64_t r0 = box.start[0], rn = box.length[0];
+  const int64_t c0 = box.rank() == 2 ? box.start[1] : 0, cn = box.rank() == 2 ? box.length[1] : 1;
+  size_t i = 0;
+  for (int64_t r = r0; r < r0 + rn; ++r)
+    for (int64_t c = c0; c < c0 + cn; ++c) f(i++, s.shape.size() == 2 ? r * cols + c : r);
+}
+
+void Fill(PlanPublisher& pub, uint64_t v) {
+  for (size_t i = 0; i < pub.num_shards(); ++i) {
+    PlanShardView s = pub.shard(i);
+    auto* out = reinterpret_cast<float*>(s.bytes.data());
+    ForEachElement(s, [&](size_t k, int64_t flat) { out[k] = Value(s.tensor, flat, v); });
+  }
+}
+
+Status Check(PlanSubscriber& sub, const PlanSubscriber::Pin& pin) {
+  for (size_t i = 0; i < sub.num_shards(); ++i) {
+    PlanShardView s = sub.shard_info(i);
+    const auto* in = reinterpret_cast<const float*>(pin.shard(i).data());
+    Status bad;
+    ForEachElement(s, [&](size_t k, int64_t flat) {
+      if (bad.ok() && in[k] != Value(s.tensor, flat, pin.version()))
+        bad = DataLoss("tensor " + s.tensor + " element " + std::to_string(flat) + " wrong");
+    });
+    WP_RETURN_IF_ERROR(bad);
+  }
+  return Status::Ok();
+}
+
+struct Group {
+  std::shared_ptr<FakeFabric> fabric = std::make_shared<FakeFabric>();
+  std::unique_ptr<PlanService> service;
+  std::vector<std::unique_ptr<PlanPublisher>> pubs;
+  std::vector<std::unique_ptr<PlanSubscriber>> subs;
+  std::vector<Status> errors;
+
+  // Starts the service and joins every offer concurrently (each Join waits for all the others).
+  Status Start(std::vector<LayoutOffer> offers, milliseconds pin_timeout = milliseconds(10'000)) {
+    PlanServiceOptions so;
+    so.rendezvous.timeout = so.join_timeout = so.update_timeout = milliseconds(10'000);
+    so.rendezvous.plan.chunk_bytes = 1024;
+    WP_ASSIGN_OR_RETURN(service, PlanService::Start(TestSecret(), so));
+    std::vector<std::thread> threads;
+    std::mutex mu;
+    for (const LayoutOffer& offer : offers) {
+      threads.emplace_back([&, offer] {
+        PlanMemberOptions o;
+        o.coordinator = service->address();
+        o.offer = offer;
+        o.make_transport = [this](const std::string& name) { return MakeFakeTransport(fabric, name); };
+        o.connect_timeout = o.update_timeout = milliseconds(10'000);
+        o.pin_timeout = pin_timeout;
+        o.rank.timeout = milliseconds(10'000);
+        if (offer.endpoint.side == PlanSide::kSource) {
+          auto p = PlanPublisher::Join(TestSecret(), o);
+          std::lock_guard<std::mutex> l(mu);
+          if (p.ok())
+            pubs.push_back(std::move(*p));
+          else
+            errors.push_back(p.status());
+        } else {
+          auto s = PlanSubscriber::Join(TestSecret(), o);
+          std::lock_guard<std::mutex> l(mu);
+          if (s.ok())
+            subs.push_back(std::move(*s));
+          else
+            errors.push_back(s.status());
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    return errors.empty() ? Status::Ok() : errors.front();
+  }
+
+  Status PublishAll(uint64_t v) {
+    for (auto& p : pubs) {
+      WP_RETURN_IF_ERROR(p->WaitIdle(milliseconds(10'000)));
+      Fill(*p, v);
+      WP_RETURN_IF_ERROR(p->Publish(v));
+    }
+    return Status::Ok();
+  }
+  Status WaitAll(uint64_t v) {
+    Status first;
+    for (auto& p : pubs) {
+      Status s = p->Wait(v, milliseconds(10'000));
+      if (first.ok()) first = s;
+    }
+    return first;
+  }
+};
+
+std::vector<LayoutOffer> TwoByTwo() {
+  return {Offer(PlanSide::kSource, 0, 2, "trainer", Slice::MakeBox({0, 0}, {kRows / 2, kCols})),
+          Offer(PlanSide::kSource, 1, 2, "trainer", Slice::MakeBox({kRows / 2, 0}, {kRows / 2, kCols})),
+          Offer(PlanSide::kDestination, 0, 2, "server", Slice::MakeBox({0, 0}, {kRows, kCols})),
+          Offer(PlanSide::kDestination, 1, 2, "server", Slice::MakeBox({0, kCols / 2}, {kRows, kCols / 2}))};
+}
+
+TEST(PlanRendezvous, MergesOffersAndPlacesRanksOnTheirHosts) {
+  RendezvousOptions o;
+  auto plan = PlanFromOffers(TwoByTwo(), o);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ((*plan)->sources.size(), 2u);
+  EXPECT_EQ((*plan)->destinations.size(), 2u);
+  ASSERT_EQ((*plan)->topology.hosts().size(), 2u);
+  EXPECT_EQ((*plan)->topology.hosts()[0].name, "trainer");
+  EXPECT_EQ((*plan)->topology.hosts()[0].src_ranks, (std::vector<int>{0, 1}));
+  EXPECT_EQ((*plan)->topology.hosts()[1].dst_ranks, (std::vector<int>{0, 1}));
+}
+
+TEST(PlanRendezvous, DisagreementsAreNamed) {
+  auto offers = TwoByTwo();
+  offers[1] = Offer(PlanSide::kSource, 1, 2, "trainer", Slice::MakeBox({kRows / 2, 0}, {kRows / 2, kCols}),
+                    DType::kBF16);
+  auto plan = PlanFromOffers(offers, {});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("tensor 'w': src rank 1 says bf16"), std::string::npos)
+      << plan.status().ToString();
+
+  offers = TwoByTwo();
+  offers.pop_back();
+  plan = PlanFromOffers(offers, {});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("1 of 2 ranks offered"), std::string::npos)
+      << plan.status().ToString();
+
+  offers = TwoByTwo();
+  offers[0].placement.AddShard(1, "b", Slice::MakeBox({0}, {kCols}));
+  auto merged = MergeOffers({offers[0]});
+  ASSERT_FALSE(merged.ok());
+  EXPECT_NE(merged.status().message().find("src rank 0 offered shards for rank 1"), std::string::npos);
+}
+
+TEST(PlanSession, VersionsReachEverySubscriberBitExact) {
+  Group g;
+  ASSERT_TRUE(g.Start(TwoByTwo()).ok()) << g.errors.front().ToString();
+  for (uint64_t v = 1; v <= 3; ++v) {
+    ASSERT_TRUE(g.PublishAll(v).ok());
+    ASSERT_TRUE(g.WaitAll(v).ok()) << g.WaitAll(v).ToString();
+    for (auto& s : g.subs) {
+      ASSERT_TRUE(s->WaitForVersion(v, milliseconds(10'000)).ok());
+      auto pin = s->Acquire();
+      ASSERT_TRUE(pin.ok());
+      EXPECT_EQ(pin->version(), v);
+      EXPECT_TRUE(Check(*s, *pin).ok()) << Check(*s, *pin).ToString();
+    }
+  }
+  ASSERT_TRUE(g.service->WaitForOutcome(3, milliseconds(10'000)).ok());
+  auto outcomes = g.service->outcomes();
+  ASSERT_EQ(outcomes.size(), 3u);
+  for (const auto& o : outcomes) EXPECT_TRUE(o.committed) << o.reason;
+  g.service->Stop();
+  for (auto& s : g.subs) {
+    EXPECT_EQ(s->WaitForVersion(4, milliseconds(10'000)).code(), StatusCode::kCancelled);
+    EXPECT_TRUE(s->session_status().ok()) << s->session_status().ToString();
+  }
+}
+
+// A reader pinned to version 1 keeps it intact; version 3 would land in that copy, so it waits for
+// the pin, times out and is aborted everywhere; once released, version 4 commits.
+TEST(PlanSession, APinKeepsItsVersionAndAnUpdateThatNeedsItsCopyIsAborted) {
+  Group g;
+  ASSERT_TRUE(g.Start(TwoByTwo(), milliseconds(300)).ok());
+  ASSERT_TRUE(g.PublishAll(1).ok());
+  ASSERT_TRUE(g.WaitAll(1).ok());
+  PlanSubscriber& sub = *g.subs[0];
+  ASSERT_TRUE(sub.WaitForVersion(1, milliseconds(10'000)).ok());
+  auto pin = sub.Acquire();
+  ASSERT_TRUE(pin.ok());
+  ASSERT_TRUE(g.PublishAll(2).ok());
+  ASSERT_TRUE(g.WaitAll(2).ok());
+  ASSERT_TRUE(g.PublishAll(3).ok());
+  Status third = g.WaitAll(3);
+  EXPECT_EQ(third.code(), StatusCode::kUnavailable);
+  EXPECT_NE(third.message().find("readers still hold version 1"), std::string::npos) << third.ToString();
+  EXPECT_TRUE(Check(sub, *pin).ok());
+  EXPECT_EQ(pin->version(), 1u);
+  pin->Release();
+  ASSERT_TRUE(g.PublishAll(4).ok());
+  ASSERT_TRUE(g.WaitAll(4).ok());
+  ASSERT_TRUE(sub.WaitForVersion(4, milliseconds(10'000)).ok());
+  auto fresh = sub.Acquire();
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_EQ(fresh->version(), 4u);
+  EXPECT_TRUE(Check(sub, *fresh).ok());
+}
+
+TEST(PlanSession, ARankWhoseLayoutDisagreesIsRefusedAndSoAreTheOthers) {
+  auto offers = TwoByTwo();
+  offers[3] =
+      Offer(PlanSide::kDestination, 1, 2, "server", Slice::MakeBox({0, 0}, {kRows, kCols}), DType::kF16);
+  offers[3].placement = *Placement::Make({*TensorMeta::Make("w", DType::kF32, {kRows, kCols + 1})});
+  offers[3].placement.AddShard(1, "w", Slice::MakeBox({0, 0}, {kRows, kCols + 1}));
+  Group g;
+  Status s = g.Start(offers);
+  ASSERT_EQ(g.errors.size(), 4u);
+  for (const Status& e : g.errors) {
+    EXPECT_EQ(e.code(), StatusCode::kPermissionDenied) << e.ToString();
+    EXPECT_NE(e.message().find("tensor 'w'"), std::string::npos) << e.ToString();
+  }
+  auto ended = g.service->WaitForOutcome(1, milliseconds(10'000));
+  ASSERT_FALSE(ended.ok());
+  EXPECT_NE(ended.status().message().find("tensor 'w'"), std::string::npos) << ended.status().ToString();
+  EXPECT_FALSE(g.service->error().ok());
+}
+
+}  // namespace
+}  // namespace weightport

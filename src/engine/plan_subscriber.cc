@@ -1,0 +1,167 @@
+// PlanSubscriber: a destination rank following the coordinator on a thread of its own, with pins
+// that keep a version's copy from being written while readers use it.
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "plan_member.h"
+
+namespace weightport {
+
+struct PlanSubscriber::Impl {
+  PlanMemberOptions options;
+  std::unique_ptr<JoinedRank> joined;
+  Endpoint me;
+  std::thread follower;
+  std::atomic<bool> closing{false};
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  uint64_t live = 0;                                    // guarded by mu
+  std::vector<std::span<const std::byte>> live_shards;  // guarded by mu
+  std::map<uint64_t, int> pins;                         // version -> pins; guarded by mu
+  bool ended = false;                                   // guarded by mu
+  Status end_status;                                    // guarded by mu
+
+  ~Impl() {
+    closing = true;
+    if (follower.joinable()) follower.join();
+  }
+
+  // Before version v is written into the copy not live: readers of that copy must be gone.
+  Status WaitForStagingPins(uint64_t v) {
+    std::unique_lock<std::mutex> lock(mu);
+    auto stale = [&] {
+      for (const auto& [version, n] : pins)
+        if (version != live && n > 0) return version;
+      return uint64_t{0};
+    };
+    if (cv.wait_for(lock, options.pin_timeout, [&] { return stale() == 0 || closing.load(); }))
+      return Status::Ok();
+    return FailedPrecondition(me.ToString() + ": readers still hold version " + std::to_string(stale()) +
+                              " after " + std::to_string(options.pin_timeout.count()) + " ms, so version " +
+                              std::to_string(v) + " has nowhere to land");
+  }
+
+  void Follow() {
+    DestinationHooks hooks;
+    hooks.before_receive = [this](uint64_t v) { return WaitForStagingPins(v); };
+    hooks.committed = [this](uint64_t v) {
+      std::vector<std::span<const std::byte>> shards;
+      for (size_t i = 0; i < joined->rank->num_shards(); ++i) shards.push_back(joined->rank->shard_bytes(i));
+      std::lock_guard<std::mutex> lock(mu);
+      live = v;
+      live_shards = std::move(shards);
+      cv.notify_all();
+      return Status::Ok();
+    };
+    hooks.aborted = [this](uint64_t v, const std::string& why) {
+      if (options.log) options.log(me.ToString() + ": version " + std::to_string(v) + " aborted: " + why);
+    };
+    hooks.should_stop = [this] { return closing.load(); };
+    Status s = FollowAsDestination(*joined->rank, *joined->member, std::chrono::milliseconds(200), hooks);
+    std::lock_guard<std::mutex> lock(mu);
+    ended = true;
+    end_status = s.code() == StatusCode::kCancelled && closing.load() ? Status::Ok() : s;
+    cv.notify_all();
+  }
+};
+
+PlanSubscriber::Pin::Pin(Pin&& o) noexcept
+    : owner_(std::move(o.owner_)), version_(o.version_), shards_(std::move(o.shards_)) {
+  o.owner_ = nullptr;
+}
+PlanSubscriber::Pin& PlanSubscriber::Pin::operator=(Pin&& o) noexcept {
+  if (this != &o) {
+    Release();
+    owner_ = std::move(o.owner_);
+    o.owner_ = nullptr;
+    version_ = o.version_;
+    shards_ = std::move(o.shards_);
+  }
+  return *this;
+}
+PlanSubscriber::Pin::~Pin() { Release(); }
+void PlanSubscriber::Pin::Release() {
+  if (!owner_) return;
+  {
+    std::lock_guard<std::mutex> lock(owner_->mu);
+    if (--owner_->pins[version_] == 0) owner_->pins.erase(version_);
+  }
+  owner_->cv.notify_all();
+  owner_.reset();
+  shards_.clear();
+}
+
+PlanSubscriber::PlanSubscriber(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::unique_ptr<PlanSubscriber>> PlanSubscriber::Join(const Secret& secret,
+                                                             PlanMemberOptions options) {
+  if (options.offer.endpoint.side != PlanSide::kDestination)
+    return InvalidArgument("PlanSubscriber: " + options.offer.endpoint.ToString() +
+                           " is not a destination rank");
+  auto impl = std::make_shared<Impl>();
+  impl->me = options.offer.endpoint;
+  WP_ASSIGN_OR_RETURN(impl->joined, JoinPlan(secret, options));
+  impl->options = std::move(options);
+  Impl* raw = impl.get();
+  raw->follower = std::thread([raw] { raw->Follow(); });
+  return std::unique_ptr<PlanSubscriber>(new PlanSubscriber(std::move(impl)));
+}
+
+PlanSubscriber::~PlanSubscriber() { Close(); }
+
+const Plan& PlanSubscriber::plan() const { return *impl_->joined->plan; }
+size_t PlanSubscriber::num_shards() const { return impl_->joined->plan->Buffer(impl_->me)->shards.size(); }
+PlanShardView PlanSubscriber::shard_info(size_t i) const { return ShardView(plan(), impl_->me, i, {}); }
+
+uint64_t PlanSubscriber::live_version() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->live;
+}
+
+Status PlanSubscriber::WaitForVersion(uint64_t version, std::chrono::milliseconds timeout) {
+  Impl& m = *impl_;
+  std::unique_lock<std::mutex> lock(m.mu);
+  if (m.cv.wait_for(lock, timeout, [&] { return m.live >= version || m.ended; }) && m.live >= version)
+    return Status::Ok();
+  if (m.ended)
+    return m.end_status.ok()
+               ? Cancelled(m.me.ToString() + ": the session ended at version " + std::to_string(m.live) +
+                           ", before version " + std::to_string(version))
+               : m.end_status;
+  return Timeout(m.me.ToString() + ": version " + std::to_string(version) + " not live within " +
+                 std::to_string(timeout.count()) + " ms (live: " + std::to_string(m.live) + ")");
+}
+
+Result<PlanSubscriber::Pin> PlanSubscriber::Acquire() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->live == 0) return FailedPrecondition(impl_->me.ToString() + ": no version committed yet");
+  Pin pin;
+  pin.owner_ = impl_;
+  pin.version_ = impl_->live;
+  pin.shards_ = impl_->live_shards;
+  ++impl_->pins[pin.version_];
+  return pin;
+}
+
+Status PlanSubscriber::session_status() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->end_status;
+}
+
+bool PlanSubscriber::ended() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->ended;
+}
+
+void PlanSubscriber::Close() {
+  Impl& m = *impl_;
+  m.closing = true;
+  m.cv.notify_all();
+  if (m.follower.joinable()) m.follower.join();
+  // The control connection goes now; the arena stays until the last pin is released (~Impl).
+  if (m.joined) m.joined->member.reset();
+}
+
+}  // namespace weightport
