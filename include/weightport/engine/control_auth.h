@@ -30,7 +30,7 @@ namespace weightport {
 inline constexpr size_t kDigestSize = 32;  // HMAC-SHA256 output
 inline constexpr size_t kNonceSize = 32;
 inline constexpr size_t kMinSecretSize = 16;
-inline constexpr size_t kGeneratedSecretSize = 32;
+inline constexpr size_t kGeneratedSecretSize = 64;  // hex characters: 256 random bits
 
 using Digest = std::array<std::byte, kDigestSize>;
 using Nonce = std::array<std::byte, kNonceSize>;
@@ -42,7 +42,9 @@ class Secret {
   // empty, larger than 4 KiB, or shorter than kMinSecretSize bytes once one trailing newline ("\n"
   // or "\r\n") is trimmed. Errors name the file.
   static Result<Secret> LoadFromFile(const std::string& path);
-  // kGeneratedSecretSize bytes from getrandom().
+  // 32 bytes from getrandom(), as kGeneratedSecretSize lowercase hex characters: text, so the file
+  // form loads back the same (raw bytes ending in '\n' lost it to the trailing-newline trim, and
+  // the peers that loaded the file failed to authenticate against the process that generated it).
   static Result<Secret> Generate();
   // Wraps bytes held elsewhere (tests, a secret manager). `what` names the source in errors.
   static Result<Secret> FromBytes(std::span<const std::byte> bytes, std::string_view what);

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -82,9 +83,17 @@ Result<Secret> Secret::FromBytes(std::span<const std::byte> bytes, std::string_v
 }
 
 Result<Secret> Secret::Generate() {
-  std::vector<std::byte> bytes(kGeneratedSecretSize);
-  WP_RETURN_IF_ERROR(FillRandom(bytes));
-  return Secret(std::move(bytes));
+  std::vector<std::byte> random(kGeneratedSecretSize / 2);
+  WP_RETURN_IF_ERROR(FillRandom(random));
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::vector<std::byte> text;
+  text.reserve(kGeneratedSecretSize);
+  for (std::byte b : random) {
+    text.push_back(static_cast<std::byte>(kHex[std::to_integer<uint8_t>(b) >> 4]));
+    text.push_back(static_cast<std::byte>(kHex[std::to_integer<uint8_t>(b) & 15]));
+  }
+  std::fill(random.begin(), random.end(), std::byte{0});
+  return Secret(std::move(text));
 }
 
 Result<Secret> Secret::LoadFromFile(const std::string& path) {
