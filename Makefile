@@ -45,14 +45,14 @@ test-package:
 
 test-asan:
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIGHTPORT_CUDA=OFF \
-	  -DWEIGHTPORT_SANITIZE=address,undefined -DWEIGHTPORT_BENCH=OFF
+	  -DWEIGHTPORT_SANITIZE=address,undefined -DWEIGHTPORT_BENCH=OFF -DWEIGHTPORT_PYTHON=OFF
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS)
 
 fuzz:
 	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIGHTPORT_CUDA=OFF \
-	  -DWEIGHTPORT_TESTS=OFF -DWEIGHTPORT_BENCH=OFF -DWEIGHTPORT_FUZZ=ON -DWEIGHTPORT_SANITIZE=address,undefined \
+	  -DWEIGHTPORT_TESTS=OFF -DWEIGHTPORT_BENCH=OFF -DWEIGHTPORT_PYTHON=OFF -DWEIGHTPORT_FUZZ=ON -DWEIGHTPORT_SANITIZE=address,undefined \
 	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
 	cmake --build $(FUZZ_BUILD) -j$(JOBS)
 	bash scripts/run-fuzzers $(FUZZ_BUILD) $(FUZZ_SECONDS)

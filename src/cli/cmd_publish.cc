@@ -17,12 +17,16 @@ struct PublishOptions {
   bool new_secret = false;
   size_t subscribers = 1;
   uint64_t versions = 1;
+  uint64_t first_version = 1;
   double perturb = 0.01;
   std::string mode = "live";
   std::string transport = "shm";
   uint64_t chunk_size = kDefaultChunkSize;
   std::string metrics;
   double wait_s = 120;
+  size_t quorum = 0;
+  bool keep_going = false;
+  bool wait_each = false;
   bool json = false;
   bool quiet = false;
 };
@@ -51,6 +55,7 @@ int RunPublish(const PublishOptions& o) {
     po.listen_port = listen->second;
   }
   po.coordinator_options.metrics = &metrics;
+  po.coordinator_options.quorum = o.quorum;
   po.log = [quiet = o.quiet](std::string line) {
     if (!quiet) std::cerr << "weightport publish: " << line << std::endl;
   };
@@ -74,11 +79,16 @@ int RunPublish(const PublishOptions& o) {
         c->WaitForSubscribers(o.subscribers, std::chrono::milliseconds(static_cast<int64_t>(o.wait_s * 1e3)));
     if (!joined.ok()) return fail(joined);
   }
-  auto versions = PublishVersions(pub, {.versions = o.versions,
-                                        .perturb = o.perturb,
-                                        .seed = o.source.seed,
-                                        .mode = *mode,
-                                        .quiet = o.quiet || o.json});
+  auto versions = PublishVersions(
+      pub, {.versions = o.versions,
+            .first_version = o.first_version,
+            .perturb = o.perturb,
+            .seed = o.source.seed,
+            .mode = *mode,
+            .quiet = o.quiet || o.json,
+            .keep_going = o.keep_going,
+            .subscribers_each = o.wait_each ? o.subscribers : 0,
+            .subscriber_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.wait_s * 1e3))});
   const uint64_t bytes = pub.model_bytes();
   pub.Close();
   if (!versions.ok()) return fail(versions.status());
@@ -93,6 +103,13 @@ int RunPublish(const PublishOptions& o) {
         {"peak_rss", PeakRssBytes()},
         {"budget_bytes", bytes * (*mode == PublishMode::kSnapshot ? 2 : 1) + MemoryOverheadBudget(bytes)}};
     std::cout << j.dump(2) << std::endl;
+  }
+  size_t aborted = 0;
+  for (const auto& v : *versions) aborted += v["verified"].get<bool>() ? 0 : 1;
+  if (aborted > 0) {
+    std::cerr << "weightport publish: " << aborted << " of " << versions->size() << " version(s) aborted"
+              << std::endl;
+    return kExitFailure;
   }
   return kExitOk;
 }
@@ -119,6 +136,10 @@ Command AddPublishCommand(CLI::App& app) {
   sub->add_option("--versions", o->versions, "Versions to publish")
       ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
+  sub->add_option("--first-version", o->first_version,
+                  "Number of the first version (a restarted publisher goes on where it stopped)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))
+      ->capture_default_str();
   sub->add_option("--perturb", o->perturb, "Fraction of elements each training step changes")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
@@ -134,6 +155,13 @@ Command AddPublishCommand(CLI::App& app) {
   sub->add_option("--metrics", o->metrics, "Serve Prometheus metrics at [HOST:]PORT/metrics");
   sub->add_option("--wait", o->wait_s, "Seconds to wait for the subscribers")->capture_default_str();
   sub->add_flag("--json", o->json, "Print a machine-readable summary");
+  sub->add_option("--quorum", o->quorum,
+                  "Commit a version to the subscribers that verified it when at least this many remain "
+                  "(a lost or failing one is dropped from that version); 0: all or nothing")
+      ->capture_default_str();
+  sub->add_flag("--keep-going", o->keep_going, "Report an aborted version and publish the next one");
+  sub->add_flag("--wait-each", o->wait_each,
+                "Before every version, wait for --subscribers subscribers (a restarted one rejoins)");
   sub->add_flag("--quiet,-q", o->quiet, "No progress or log output");
   return {sub, [o] { return RunPublish(*o); }};
 }

@@ -21,6 +21,7 @@ struct ServeOptions {
   double peer_timeout_s = 10;
   double update_timeout_s = 300;
   double run_for_s = 0;
+  size_t quorum = 0;
   bool json = false;
 };
 
@@ -44,6 +45,7 @@ int RunServe(const ServeOptions& o) {
   CoordinatorOptions co;
   co.peer_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.peer_timeout_s * 1e3));
   co.update_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.update_timeout_s * 1e3));
+  co.quorum = o.quorum;
   co.metrics = &metrics;
   co.log = [&](std::string line) {
     std::lock_guard<std::mutex> lock(log_mu);
@@ -84,6 +86,9 @@ Command AddServeCommand(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--update-timeout", o->update_timeout_s, "Seconds a version may take to be verified")
       ->check(CLI::Range(0.5, 86400.0))
+      ->capture_default_str();
+  sub->add_option("--quorum", o->quorum,
+                  "Commit to the subscribers that verified when at least this many remain; 0: all or nothing")
       ->capture_default_str();
   sub->add_option("--run-for", o->run_for_s, "Stop after this many seconds (0: until a signal)");
   sub->add_flag("--json", o->json, "Log events as JSON lines");

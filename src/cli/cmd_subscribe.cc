@@ -90,6 +90,14 @@ int RunSubscribe(SubscribeOptions o) {
           {{"version", e.version}, {"bytes", e.bytes}, {"fetch_s", Secs(e.fetch)}, {"retries", e.retries}});
     } else if (e.kind == K::kCommitted && !versions.empty() && versions.back()["version"] == e.version) {
       versions.back()["pause_s"] = Secs(e.pause);
+      versions.back()["committed"] = true;
+    } else if (e.kind == K::kAborted || e.kind == K::kFailed) {
+      // A version fetched (or not) and then abandoned: it never became live here.
+      if (versions.empty() || versions.back()["version"] != e.version ||
+          versions.back().contains("committed"))
+        versions.push_back({{"version", e.version}});
+      versions.back()["committed"] = false;
+      versions.back()["abandoned"] = e.detail;
     }
     if (o.quiet || o.json) return;
     switch (e.kind) {

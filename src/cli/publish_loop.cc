@@ -42,6 +42,7 @@ nlohmann::ordered_json Describe(Publisher& publisher, const PublishReport& pub, 
                              {"retries", s.retries},
                              {"verified", s.verified},
                              {"committed", s.committed}});
+      if (!s.dropped.empty()) subscribers.back()["dropped"] = s.dropped;
       max_pause = std::max(max_pause, Secs(s.pause));
       retries += s.retries;
       verified += s.verified ? 1 : 0;
@@ -78,23 +79,39 @@ nlohmann::ordered_json Describe(Publisher& publisher, const PublishReport& pub, 
 
 Result<nlohmann::ordered_json> PublishVersions(Publisher& publisher, const PublishLoopOptions& o) {
   nlohmann::ordered_json versions = nlohmann::ordered_json::array();
-  for (uint64_t v = 1; v <= o.versions; ++v) {
+  // A later first version replays the perturbations before it, so its bytes are what they would
+  // have been.
+  for (uint64_t v = 2; v < o.first_version && o.perturb > 0; ++v)
+    WP_RETURN_IF_ERROR(
+        PerturbInMemory(publisher.tensors(), publisher.weights(), o.perturb, 1u << 19, o.seed + v).status());
+  for (uint64_t v = o.first_version; v < o.first_version + o.versions; ++v) {
     if (v > 1 && o.perturb > 0) {
       WP_RETURN_IF_ERROR(
           PerturbInMemory(publisher.tensors(), publisher.weights(), o.perturb, 1u << 19, o.seed + v)
               .status());
     }
+    if (o.subscribers_each > 0 && publisher.coordinator() != nullptr) {
+      Status s = publisher.coordinator()->WaitForSubscribers(o.subscribers_each, o.subscriber_timeout);
+      if (!s.ok()) return s.WithContext("before version " + std::to_string(v));
+    }
     WP_ASSIGN_OR_RETURN(PublishReport report, publisher.Publish(v, o.mode));
     if (o.mode == PublishMode::kSnapshot) {  // the outcome comes later; hold and copy are in it too
       WP_ASSIGN_OR_RETURN(report, publisher.Wait(v, o.report_timeout));
     }
-    if (!report.outcome.ok())
+    if (!report.outcome.ok() && !o.keep_going)
       return report.outcome.WithContext("version " + std::to_string(v) + " was not committed");
+    if (!report.outcome.ok() && !o.quiet)
+      std::cout << "version " << v << ": ABORTED: " << report.outcome.message() << std::endl;
     std::optional<VersionReport> detail;
     if (Coordinator* c = publisher.coordinator()) {
       WP_ASSIGN_OR_RETURN(detail, c->WaitForVersion(v, o.report_timeout));
     }
     nlohmann::ordered_json j = Describe(publisher, report, detail ? &*detail : nullptr);
+    if (!report.outcome.ok()) {
+      j["reason"] = report.outcome.message();
+      versions.push_back(std::move(j));
+      continue;
+    }
     if (!o.quiet) {
       // Without the embedded coordinator's report the bytes fetched are unknown: the model stands in.
       const uint64_t fetched =

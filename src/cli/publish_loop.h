@@ -14,11 +14,21 @@ namespace weightport::cli {
 
 struct PublishLoopOptions {
   uint64_t versions = 3;
+  // Versions first_version .. first_version + versions - 1. Version v's content depends only on v
+  // (the seed and the perturbations 2..v), so a restarted publisher republishes the same bytes.
+  uint64_t first_version = 1;
   double perturb = 0.01;  // fraction of elements a "training step" changes between versions
   uint64_t seed = 1;
   PublishMode mode = PublishMode::kLive;
   bool quiet = false;  // no per-version lines on stdout
   std::chrono::milliseconds report_timeout{60'000};
+  // An aborted version is reported ("verified": false, "reason") and the next one published, instead
+  // of ending the loop with its error.
+  bool keep_going = false;
+  // Before each version, wait (up to subscriber_timeout) until this many subscribers are connected
+  // (one that was lost and restarted has rejoined). 0: do not wait.
+  size_t subscribers_each = 0;
+  std::chrono::milliseconds subscriber_timeout{120'000};
 };
 
 // Publishes versions 1..versions. Returns one JSON object per version (see docs/ARCHITECTURE.md,

@@ -108,7 +108,7 @@ Result<VersionReport> Coordinator::WaitForVersion(uint64_t version, milliseconds
     if (it == impl_->reports.end() || !it->second.decided) return false;
     if (!it->second.outcome.ok()) return true;
     return std::all_of(it->second.subscribers.begin(), it->second.subscribers.end(),
-                       [](const SubscriberVersionReport& s) { return s.committed; });
+                       [](const SubscriberVersionReport& s) { return s.committed || !s.dropped.empty(); });
   };
   impl_->cv.wait_for(lock, timeout, done);
   auto it = impl_->reports.find(version);
@@ -266,9 +266,12 @@ void Coordinator::Impl::RemovePeer(CoordinatorPeer& peer, const std::string& why
   if (update.has_value()) {
     const bool member =
         std::find(update->members.begin(), update->members.end(), peer.id) != update->members.end();
-    if (peer.role == PeerRole::kPublisher || (member && lost)) {
+    if (peer.role == PeerRole::kPublisher) {
       AbortUpdate(who + (lost ? " lost during version " : " left during version ") +
                   std::to_string(update->version) + ": " + why);
+    } else if (member && lost) {
+      MemberFailed(peer.id, peer.name,
+                   who + " lost during version " + std::to_string(update->version) + ": " + why);
     } else if (member) {
       // A subscriber that leaves on purpose (Bye, or refused) is no longer waited for.
       std::erase(update->members, peer.id);
@@ -298,14 +301,21 @@ void Coordinator::Impl::CheckDeadlines() {
     RemovePeer(*peer, "no message for " + Seconds(now - peer->last_seen), /*lost=*/true);
   if (update.has_value() && now - update->began > options.update_timeout) {
     std::string missing;
+    std::vector<std::pair<uint64_t, std::string>> late;
     for (uint64_t id : update->members) {
       if (update->verified.count(id) != 0) continue;
       CoordinatorPeer* p = Find(id);
+      late.emplace_back(id, p != nullptr ? p->name : "");
       missing +=
           (missing.empty() ? "" : ", ") + (p != nullptr ? "'" + p->name + "'" : "#" + std::to_string(id));
     }
-    AbortUpdate("version " + std::to_string(update->version) + " not verified within " +
-                Seconds(options.update_timeout) + " by subscriber(s) " + missing);
+    const std::string why = "version " + std::to_string(update->version) + " not verified within " +
+                            Seconds(options.update_timeout) + " by subscriber(s) " + missing;
+    if (options.quorum == 0) {
+      AbortUpdate(why);
+    } else {
+      for (const auto& [id, name] : late) MemberFailed(id, name, why);
+    }
   }
 }
 

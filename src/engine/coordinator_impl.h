@@ -95,6 +95,9 @@ struct Coordinator::Impl {
   bool RefuseIfUnknownTensors(CoordinatorPeer& peer);
   void CommitUpdate();
   void AbortUpdate(const std::string& why);
+  // A member failed the update in flight: aborts it (all or nothing), or drops the member and
+  // commits or aborts by the quorum. `id` may be gone already (lost).
+  void MemberFailed(uint64_t id, const std::string& name, const std::string& why);
   SubscriberVersionReport* ReportOf(uint64_t version, const std::string& name);
 };
 

@@ -64,7 +64,8 @@ void Coordinator::Impl::Handle(CoordinatorPeer& peer, const ControlMessage& mess
       if (!m.ok()) return violation(m.status().message());
       Count("weightport_peer_errors_total", peer.name);
       if (update.has_value() && update->version == m->version)
-        AbortUpdate(peer.channel->peer() + " failed " + Version(m->version) + ": " + m->reason);
+        MemberFailed(peer.id, peer.name,
+                     peer.channel->peer() + " failed " + Version(m->version) + ": " + m->reason);
       return;
     }
     case MessageType::kCommitted: {
@@ -231,6 +232,26 @@ void Coordinator::Impl::AbortUpdate(const std::string& why) {
   Log("aborted " + Version(v) + ": " + why);
   if (options.metrics != nullptr) options.metrics->Add("weightport_versions_aborted_total", {});
   cv.notify_all();
+}
+
+void Coordinator::Impl::MemberFailed(uint64_t id, const std::string& name, const std::string& why) {
+  if (!update.has_value()) return;
+  if (std::find(update->members.begin(), update->members.end(), id) == update->members.end()) return;
+  if (options.quorum == 0) return AbortUpdate(why);
+  const uint64_t v = update->version;
+  std::erase(update->members, id);
+  update->verified.erase(id);
+  if (SubscriberVersionReport* r = ReportOf(v, name)) {
+    r->verified = false;
+    r->dropped = why;
+  }
+  if (update->members.size() < options.quorum) {
+    return AbortUpdate(why + "; " + std::to_string(update->members.size()) +
+                       " member(s) left, the quorum is " + std::to_string(options.quorum));
+  }
+  Log("dropped '" + name + "' from " + Version(v) + ": " + why);
+  if (CoordinatorPeer* p = Find(id)) SendTo(*p, AbortMsg{v, why});  // it abandons its staging copy
+  if (update.has_value() && update->verified.size() == update->members.size()) CommitUpdate();
 }
 
 SubscriberVersionReport* Coordinator::Impl::ReportOf(uint64_t version, const std::string& name) {

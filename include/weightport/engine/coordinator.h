@@ -14,6 +14,9 @@
 // later takes part from the next version. Only one version is in flight at a time; a publisher
 // starting another one meanwhile, or an older one, gets an Abort naming the version in flight.
 //
+// Commit policy (CoordinatorOptions::quorum): all or nothing by default; with a quorum, a failing
+// member is dropped from the version instead of aborting it for everyone.
+//
 // Failure handling: every peer sends a message at least every heartbeat interval; one silent for
 // peer_timeout, or whose connection fails, is lost, named in the log, and removed. A lost member
 // aborts the update in flight, naming it; so does an update not verified within update_timeout
@@ -48,6 +51,11 @@ struct CoordinatorOptions {
   std::chrono::milliseconds heartbeat_interval{1000};  // how often it pings every peer
   std::chrono::milliseconds peer_timeout{10'000};      // silence after which a peer is lost
   std::chrono::milliseconds update_timeout{300'000};   // UpdateBegin to every member verified
+  // Commit policy. 0: all or nothing (every member of an update must verify it). N > 0: a member
+  // that is lost, fails the update or misses update_timeout is dropped from it (told Abort for
+  // itself, named in the report) and the version commits to the members that verified, as long as
+  // at least N remain; fewer, and it is aborted for everyone.
+  size_t quorum = 0;
   // One line per event worth a log (peer joined, refused, lost; version committed, aborted).
   std::function<void(std::string)> log;
   Metrics* metrics = nullptr;  // optional; must outlive the coordinator
@@ -64,6 +72,7 @@ struct SubscriberVersionReport {
   std::chrono::nanoseconds pause{0};  // how long its readers were blocked by the swap
   bool verified = false;
   bool committed = false;  // it reported its swap (Committed)
+  std::string dropped;     // quorum policy: why it was dropped from the version (empty: it was not)
 };
 
 struct VersionReport {
@@ -95,7 +104,7 @@ class Coordinator {
   // Names of the connected subscribers, in the order they joined.
   std::vector<std::string> Subscribers() const;
 
-  // Waits until `version` is decided and, if committed, every member reported its swap (or
+  // Waits until `version` is decided and, if committed, every member not dropped reported its swap (or
   // `timeout` passes: then the report so far). NotFound for a version never begun.
   Result<VersionReport> WaitForVersion(uint64_t version, std::chrono::milliseconds timeout);
 
