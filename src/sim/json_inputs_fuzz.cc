@@ -39,7 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto again = Plan::FromJson(plan->ToJson());
     Require(again.ok() && again->Digest() == plan->Digest());
   }
-  (void)Graph::FromJson(*json);
+  (void)topology::Graph::FromJson(*json);
   (void)sim::hbd::ParseFaultTrace(*json);
   (void)sim::hbd::ParseCostParams(*json);
   return 0;
