@@ -93,8 +93,9 @@ int RunSubscribe(SubscribeOptions o) {
       versions.back()["committed"] = true;
     } else if (e.kind == K::kAborted || e.kind == K::kFailed) {
       // A version fetched (or not) and then abandoned: it never became live here.
+      // (a fetch that failed is abandoned again when the coordinator aborts: one entry)
       if (versions.empty() || versions.back()["version"] != e.version ||
-          versions.back().contains("committed"))
+          versions.back().value("committed", false))
         versions.push_back({{"version", e.version}});
       versions.back()["committed"] = false;
       versions.back()["abandoned"] = e.detail;

@@ -5,6 +5,7 @@ import pathlib
 import secrets
 import socket
 import subprocess
+import threading
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BIN = pathlib.Path(os.environ.get("WEIGHTPORT_BIN", REPO / "build" / "weightport"))
@@ -57,3 +58,24 @@ class Procs:
             if p.poll() is None:
                 p.kill()
                 p.wait(timeout=10)
+
+
+class LogWatch:
+    """Reads a process's output stream on a thread; wait_for(text, n) waits until `text` appeared n times."""
+
+    def __init__(self, stream):
+        self.lines = []
+        self.cv = threading.Condition()
+        self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _read(self, stream):
+        for line in stream:
+            with self.cv:
+                self.lines.append(line)
+                self.cv.notify_all()
+
+    def wait_for(self, text, n=1, timeout=60):
+        with self.cv:
+            ok = self.cv.wait_for(lambda: sum(text in l for l in self.lines) >= n, timeout)
+        assert ok, f"'{text}' x{n} not seen:\n" + "".join(self.lines)

@@ -9,12 +9,11 @@ the coordinator logs that version 2 began. Every process is stopped by its pid; 
 import json
 import signal
 import subprocess
-import threading
 import time
 
 import pytest
 
-from cli_procs import BIN, TIMEOUT, free_port, write_secret
+from cli_procs import BIN, TIMEOUT, LogWatch, free_port, write_secret
 
 
 def start(args):
@@ -37,30 +36,21 @@ def run_with_kill(tmp_path, quorum):
 
     try:
         subs = {name: subscriber(name) for name in ("a", "b", "victim")}
-        began = threading.Event()
-        log = []
-
-        def read_log():  # the coordinator's log is the publisher's stderr
-            for line in pub.stderr:
-                log.append(line)
-                if "publishing version 2" in line:
-                    began.set()
-
-        reader = threading.Thread(target=read_log, daemon=True)
-        reader.start()
-        assert began.wait(TIMEOUT), "".join(log)
+        log = LogWatch(pub.stderr)  # the coordinator's log is the publisher's stderr
+        log.wait_for("publishing version 2", timeout=TIMEOUT)
         subs["victim"].send_signal(signal.SIGKILL)
         subs["victim"].wait(10)
         time.sleep(0.5)  # the coordinator notices the lost connection at once; give the verdict a moment
         restarted = subscriber("victim")
-        out, _ = pub.communicate(timeout=TIMEOUT)
-        reader.join(10)
+        out = pub.stdout.read()
+        pub.wait(TIMEOUT)
+        log.thread.join(10)
         results = {}
         for name, p in (("a", subs["a"]), ("b", subs["b"]), ("victim", restarted)):
             so, se = p.communicate(timeout=TIMEOUT)
             results[name] = (p.returncode, so, se)
         report, _ = json.JSONDecoder().raw_decode(out[out.index("{"):])  # UCX may warn after it
-        return pub.returncode, report, results, "".join(log)
+        return pub.returncode, report, results, "".join(log.lines)
     finally:
         for p in procs:
             if p.poll() is None:
@@ -93,27 +83,6 @@ def test_killed_subscriber_is_dropped_under_a_quorum_and_the_others_commit(tmp_p
     assert code == 0
     for name, (rc, so, se) in results.items():
         assert rc == 0, (name, so, se)
-
-
-class LogWatch:
-    """Reads a process's output stream on a thread; wait_for(text, n) waits until `text` appeared n times."""
-
-    def __init__(self, stream):
-        self.lines = []
-        self.cv = threading.Condition()
-        self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
-        self.thread.start()
-
-    def _read(self, stream):
-        for line in stream:
-            with self.cv:
-                self.lines.append(line)
-                self.cv.notify_all()
-
-    def wait_for(self, text, n=1, timeout=60):
-        with self.cv:
-            ok = self.cv.wait_for(lambda: sum(text in l for l in self.lines) >= n, timeout)
-        assert ok, f"'{text}' x{n} not seen:\n" + "".join(self.lines)
 
 
 def test_killed_publisher_leaves_the_old_version_live_and_its_restart_completes_the_update(tmp_path):
@@ -153,8 +122,9 @@ def test_killed_publisher_leaves_the_old_version_live_and_its_restart_completes_
             assert r["live_version"] == 3
             seen = [(v["version"], v.get("committed")) for v in r["versions"]]
             # version 2 of the killed publisher was abandoned, never live; the restart's went through
-            assert seen[0] == (1, True) and seen[-2:] == [(2, True), (3, True)], seen
-            assert (2, False) in seen, seen
+            # (the last one is live, but the subscriber may exit before its commit event is recorded)
+            assert seen[0] == (1, True) and seen[-2] == (2, True) and seen[-1][0] == 3, seen
+            assert seen.count((2, False)) == 1, seen
         a = (tmp_path / "a" / "model.safetensors").read_bytes()
         assert a == (tmp_path / "b" / "model.safetensors").read_bytes()
     finally:

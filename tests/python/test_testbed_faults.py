@@ -7,12 +7,11 @@ over: version 1 is committed and h1 fetched each chunk about once (not the model
 Every process is stopped by its pid; the hosts are always taken down.
 """
 import json
-import threading
 import time
 
 import pytest
 
-from cli_procs import run_testbed, write_secret
+from cli_procs import LogWatch, run_testbed, write_secret
 
 PORT = 7412
 
@@ -25,18 +24,8 @@ def test_a_link_down_for_three_seconds_stalls_the_update_and_it_resumes(tmp_path
                          secret, "--subscribers", 1, "--versions", 1, "--transport", "tcp", "--json")
     sub = procs.start_on("h1", "subscribe", "--connect", coordinator, "--secret-file", secret, "--name", "h1",
                          "--transport", "tcp", "--versions", 1, "--timeout", 120, "--json", "--quiet")
-    lines = []
-    began = threading.Event()
-
-    def read():
-        for line in pub.stdout:
-            lines.append(line)
-            if "publishing version 1" in line:
-                began.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    assert began.wait(120), "".join(lines)
+    log = LogWatch(pub.stdout)  # start_on merges the publisher's stderr (the coordinator's log) into stdout
+    log.wait_for("publishing version 1", timeout=120)
     time.sleep(1.0)
     down_at = time.monotonic()
     run_testbed("link", "h1", "down")
@@ -44,8 +33,8 @@ def test_a_link_down_for_three_seconds_stalls_the_update_and_it_resumes(tmp_path
     run_testbed("link", "h1", "up")
     up_at = time.monotonic()
     pub.wait(180)
-    reader.join(10)
-    out = "".join(lines)
+    log.thread.join(10)
+    out = "".join(log.lines)
     assert pub.returncode == 0, out
     report, _ = json.JSONDecoder().raw_decode(out[out.rfind("\n{") + 1:])
     v = report["versions"][0]
