@@ -88,9 +88,15 @@ int RunSubscribe(SubscribeOptions o) {
     if (e.kind == K::kVerified) {
       versions.push_back(
           {{"version", e.version}, {"bytes", e.bytes}, {"fetch_s", Secs(e.fetch)}, {"retries", e.retries}});
-    } else if (e.kind == K::kCommitted && !versions.empty() && versions.back()["version"] == e.version) {
-      versions.back()["pause_s"] = Secs(e.pause);
-      versions.back()["committed"] = true;
+    } else if (e.kind == K::kCommitted) {
+      // By version, not the last entry: the next version may have begun (and failed) before this
+      // event was delivered.
+      for (auto it = versions.rbegin(); it != versions.rend(); ++it) {
+        if ((*it)["version"] != e.version || it->contains("abandoned")) continue;
+        (*it)["pause_s"] = Secs(e.pause);
+        (*it)["committed"] = true;
+        break;
+      }
     } else if (e.kind == K::kAborted || e.kind == K::kFailed) {
       // A version fetched (or not) and then abandoned: it never became live here.
       // (a fetch that failed is abandoned again when the coordinator aborts: one entry)
