@@ -88,7 +88,6 @@ ByteArray ArrayOver(std::span<const std::byte> bytes, nb::handle owner) {
 
 struct MemberArgs {
   std::string coordinator;
-  bool source = true;
   int rank = 0;
   int side_ranks = 1;
   std::string host;
@@ -99,15 +98,25 @@ struct MemberArgs {
   bool delta = true;
 };
 
-PlanMemberOptions MemberOptions(const MemberArgs& a) {
+// Offers the layout and joins as a source (Member = PlanPublisher) or a destination (PlanSubscriber);
+// the wait for every other rank runs without the GIL.
+template <typename Member>
+std::unique_ptr<Member> JoinAs(nb::bytes secret, const MemberArgs& a, bool source) {
   PlanMemberOptions o;
   o.coordinator = a.coordinator;
-  o.offer = MakeOffer(a.source, a.rank, a.side_ranks, a.host, a.placement_json);
+  o.offer = MakeOffer(source, a.rank, a.side_ranks, a.host, a.placement_json);
   o.make_transport = Take(UcxTransportFactory(a.transport));
   o.connect_timeout = o.update_timeout = o.rank.timeout = Millis(a.timeout_s);
   o.pin_timeout = Millis(a.pin_timeout_s);
   o.rank.delta = a.delta;
-  return o;
+  Secret s = MakeSecret(secret);
+  nb::gil_scoped_release release;
+  return Take(Member::Join(s, std::move(o)));
+}
+
+size_t CheckShard(size_t i, size_t shards) {
+  if (i >= shards) throw StatusError{StatusCode::kOutOfRange, "no shard " + std::to_string(i)};
+  return i;
 }
 
 class PyService {
@@ -154,16 +163,12 @@ class PyService {
 
 class PyPublisher {
  public:
-  PyPublisher(nb::bytes secret, MemberArgs args) {
-    args.source = true;
-    Secret s = MakeSecret(secret);
-    PlanMemberOptions o = MemberOptions(args);
-    nb::gil_scoped_release release;
-    pub_ = Take(PlanPublisher::Join(s, std::move(o)));
-  }
+  PyPublisher(nb::bytes secret, const MemberArgs& args) : pub_(JoinAs<PlanPublisher>(secret, args, true)) {}
   size_t num_shards() const { return pub_->num_shards(); }
-  ShardInfo shard_info(size_t i) { return InfoOf(pub_->shard(Check(i))); }
-  ByteArray shard_array(nb::handle self, size_t i) { return ArrayOver(pub_->shard(Check(i)).bytes, self); }
+  ShardInfo shard_info(size_t i) { return InfoOf(pub_->shard(CheckShard(i, num_shards()))); }
+  ByteArray shard_array(nb::handle self, size_t i) {
+    return ArrayOver(pub_->shard(CheckShard(i, num_shards())).bytes, self);
+  }
   void WaitIdle(double timeout_s) {
     nb::gil_scoped_release release;
     ThrowIfError(pub_->WaitIdle(Millis(timeout_s)));
@@ -183,10 +188,6 @@ class PyPublisher {
   }
 
  private:
-  size_t Check(size_t i) const {
-    if (i >= pub_->num_shards()) throw StatusError{StatusCode::kOutOfRange, "no shard " + std::to_string(i)};
-    return i;
-  }
   std::unique_ptr<PlanPublisher> pub_;
 };
 
@@ -196,8 +197,7 @@ class PyPin {
   uint64_t version() const { return pin_.version(); }
   ByteArray shard_array(nb::handle self, size_t i) {
     if (pin_.num_shards() == 0) throw StatusError{StatusCode::kFailedPrecondition, "the pin was released"};
-    if (i >= pin_.num_shards()) throw StatusError{StatusCode::kOutOfRange, "no shard " + std::to_string(i)};
-    return ArrayOver(pin_.shard(i), self);
+    return ArrayOver(pin_.shard(CheckShard(i, pin_.num_shards())), self);
   }
   void Release() { pin_.Release(); }
 
@@ -207,18 +207,10 @@ class PyPin {
 
 class PySubscriber {
  public:
-  PySubscriber(nb::bytes secret, MemberArgs args) {
-    args.source = false;
-    Secret s = MakeSecret(secret);
-    PlanMemberOptions o = MemberOptions(args);
-    nb::gil_scoped_release release;
-    sub_ = Take(PlanSubscriber::Join(s, std::move(o)));
-  }
+  PySubscriber(nb::bytes secret, const MemberArgs& args)
+      : sub_(JoinAs<PlanSubscriber>(secret, args, false)) {}
   size_t num_shards() const { return sub_->num_shards(); }
-  ShardInfo shard_info(size_t i) const {
-    if (i >= sub_->num_shards()) throw StatusError{StatusCode::kOutOfRange, "no shard " + std::to_string(i)};
-    return InfoOf(sub_->shard_info(i));
-  }
+  ShardInfo shard_info(size_t i) const { return InfoOf(sub_->shard_info(CheckShard(i, sub_->num_shards()))); }
   uint64_t live_version() const { return sub_->live_version(); }
   void WaitForVersion(uint64_t version, double timeout_s) {
     nb::gil_scoped_release release;

@@ -1,4 +1,4 @@
-"""What Publisher and Subscriber share: the secret, the host name, the layout offer."""
+"""What Publisher and Subscriber share: the secret, the host name, the layout offer, the session."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 from . import _core
 from ._tensors import dtype_name, local_of, named_tensors, placement_json
+from .errors import FailedPrecondition
 from .layouts import Layout, Whole, dtensor_slice
 
 
@@ -71,3 +72,49 @@ def match_shards(core: Any, bound: list[Bound]) -> None:
     for i in range(core.num_shards()):
         tensor, _dtype, _shape, _start, _length = core.shard_info(i)
         by_name[tensor].shard = i
+
+
+class Member:
+    """One rank of a group: its arguments, its core session once joined, and the calls both sides
+    have. `_JOIN` names the call that joins ("register()" or "bind()")."""
+
+    _JOIN = "join()"
+
+    def __init__(self, coordinator: str, secret: bytes | str | os.PathLike, rank: int, world_size: int,
+                 host: str | None, transport: str, timeout: float):
+        self._secret = load_secret(secret)
+        self._timeout = float(timeout)
+        self._args = member_args(coordinator, rank, world_size, host, transport, timeout)
+        self._core = None
+        self._bound: list[Bound] = []
+
+    def _join(self, core_class: Any, tensors: Any, layout: Layout | None) -> None:
+        """Offers this rank's tensors and joins the group as `core_class` (waits for every rank)."""
+        if self._core is not None:
+            raise FailedPrecondition(f"{self._JOIN} was already called")
+        self._bound, self._args.placement_json = describe(tensors, layout, self._args.rank)
+        self._core = core_class(self._secret, self._args)
+        match_shards(self._core, self._bound)
+
+    def _seconds(self, timeout: float | None) -> float:
+        return self._timeout if timeout is None else float(timeout)
+
+    def _need_core(self) -> Any:
+        if self._core is None:
+            raise FailedPrecondition(f"call {self._JOIN} first")
+        return self._core
+
+    def plan_json(self) -> str:
+        """The plan every rank replays, as JSON."""
+        return self._need_core().plan_json()
+
+    def close(self) -> None:
+        """Leaves the group. Idempotent."""
+        if self._core is not None:
+            self._core.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -6,13 +6,12 @@ import os
 from typing import Any
 
 from . import _core
-from ._session import Bound, describe, load_secret, match_shards, member_args
+from ._session import Member, load_secret
 from ._tensors import copy_into
-from .errors import FailedPrecondition
 from .layouts import Layout
 
 
-class Publisher:
+class Publisher(Member):
     """One rank of the group that holds a model's weights (trainer ranks, a weight server).
 
     ``rank`` 0 also runs the coordinator at ``coordinator`` ("host:port"; port 0 picks a free one,
@@ -29,24 +28,23 @@ class Publisher:
         pub.close()
     """
 
+    _JOIN = "register()"
+
     def __init__(self, coordinator: str = "127.0.0.1:0", *, secret: bytes | str | os.PathLike,
                  rank: int = 0, world_size: int = 1, serve: bool | None = None, host: str | None = None,
                  transport: str = "auto", chunk_bytes: int = 0, relay_fanout: int = 1,
                  timeout: float = 60.0):
-        self._secret = load_secret(secret)
-        self._timeout = float(timeout)
+        secret = load_secret(secret)
         self._service = None
-        self._core = None
-        self._bound: list[Bound] = []
         if serve is None:
             serve = rank == 0
         if serve:
             host_part, _, port = coordinator.rpartition(":")
-            self._service = _core.Service(self._secret, host_part or "127.0.0.1", int(port or 0),
-                                          int(chunk_bytes), int(relay_fanout), self._timeout)
+            self._service = _core.Service(secret, host_part or "127.0.0.1", int(port or 0), int(chunk_bytes),
+                                          int(relay_fanout), float(timeout))
             coordinator = self._service.address
         self._coordinator = coordinator
-        self._args = member_args(coordinator, rank, world_size, host, transport, timeout)
+        super().__init__(coordinator, secret, rank, world_size, host, transport, timeout)
 
     @property
     def coordinator(self) -> str:
@@ -58,11 +56,7 @@ class Publisher:
         subscriber rank has registered and the plan is made (or raises, naming the rank or tensor at
         fault). `tensors`: a state dict, a module or (name, tensor) pairs; DTensors give their own
         layout, other tensors are placed by `layout` (default: whole)."""
-        if self._core is not None:
-            raise FailedPrecondition("register() was already called")
-        self._bound, self._args.placement_json = describe(tensors, layout, self._args.rank)
-        self._core = _core.Publisher(self._secret, self._args)
-        match_shards(self._core, self._bound)
+        self._join(_core.Publisher, tensors, layout)
         return self
 
     def publish(self, version: int, wait: bool = False) -> None:
@@ -83,29 +77,13 @@ class Publisher:
         """Waits until `version` is committed by every subscriber; raises ``weightport.Unavailable``
         with the reason when it was aborted. On the rank that runs the coordinator, returns its
         report (bytes moved, seconds)."""
-        self._need_core().wait(int(version), self._timeout if timeout is None else float(timeout))
+        self._need_core().wait(int(version), self._seconds(timeout))
         if self._service is not None:
-            return self._service.wait_outcome(int(version), self._timeout if timeout is None else float(timeout))
+            return self._service.wait_outcome(int(version), self._seconds(timeout))
         return None
-
-    def plan_json(self) -> str:
-        """The plan every rank replays, as JSON."""
-        return self._need_core().plan_json()
 
     def close(self) -> None:
         """Ends this rank's session; the coordinator (rank 0) says goodbye to every rank. Idempotent."""
         if self._service is not None:
             self._service.stop()
-        if self._core is not None:
-            self._core.close()
-
-    def __enter__(self) -> "Publisher":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def _need_core(self):
-        if self._core is None:
-            raise FailedPrecondition("call register() first")
-        return self._core
+        super().close()

@@ -7,9 +7,8 @@ import os
 from typing import Any, Iterator
 
 from . import _core
-from ._session import Bound, describe, load_secret, match_shards, member_args
+from ._session import Bound, Member
 from ._tensors import is_torch, view_as
-from .errors import FailedPrecondition
 from .layouts import Layout
 
 
@@ -24,7 +23,7 @@ class PinnedVersion:
         }
 
 
-class Subscriber:
+class Subscriber(Member):
     """One rank of a group that receives a model's weights (an inference replica, a new node).
 
     Versions arrive in the background into memory weightport owns, each one checked chunk by chunk
@@ -41,16 +40,14 @@ class Subscriber:
             v.tensors["lm_head.weight"]
     """
 
+    _JOIN = "bind()"
+
     def __init__(self, coordinator: str, *, secret: bytes | str | os.PathLike, rank: int = 0,
                  world_size: int = 1, host: str | None = None, transport: str = "auto",
                  timeout: float = 60.0, pin_timeout: float = 30.0, delta: bool = True):
-        self._secret = load_secret(secret)
-        self._timeout = float(timeout)
-        self._args = member_args(coordinator, rank, world_size, host, transport, timeout)
+        super().__init__(coordinator, secret, rank, world_size, host, transport, timeout)
         self._args.pin_timeout_s = float(pin_timeout)
         self._args.delta = bool(delta)
-        self._core = None
-        self._bound: list[Bound] = []
         self._mode = "zero-copy"
         self._model_pin = None
         self._model_version = 0
@@ -64,14 +61,10 @@ class Subscriber:
         (no copy; the version stays pinned while the model uses it). ``mode="copy"``: :meth:`swap`
         copies into the model's own storage, whose addresses never change (CUDA tensors always copy).
         """
-        if self._core is not None:
-            raise FailedPrecondition("bind() was already called")
         if mode not in ("zero-copy", "copy"):
             raise ValueError(f"mode must be 'zero-copy' or 'copy', got '{mode}'")
+        self._join(_core.Subscriber, model, layout)
         self._mode = mode
-        self._bound, self._args.placement_json = describe(model, layout, self._args.rank)
-        self._core = _core.Subscriber(self._secret, self._args)
-        match_shards(self._core, self._bound)
         return self
 
     @property
@@ -87,7 +80,7 @@ class Subscriber:
     def wait(self, version: int, timeout: float | None = None) -> None:
         """Waits until `version` (or a newer one) is committed here; raises ``weightport.Timeout``,
         or at once the error that ended the session."""
-        self._need_core().wait_for_version(int(version), self._timeout if timeout is None else float(timeout))
+        self._need_core().wait_for_version(int(version), self._seconds(timeout))
 
     def swap(self) -> int:
         """Makes the bound model use the newest committed version; returns it."""
@@ -96,18 +89,16 @@ class Subscriber:
         if pin.version == self._model_version:
             pin.release()
             return self._model_version
-        for b in self._bound:
-            if b.shard < 0 or not is_torch(b.tensor):
-                if b.shard >= 0:  # NumPy arrays: always copied in place
-                    b.tensor[...] = view_as(pin.shard_array(b.shard), b.dtype, b.local_shape, b.tensor)
-                continue
+        zero_copy = False  # some tensor now points at the pin's memory: the pin stays with the model
+        for b in (b for b in self._bound if b.shard >= 0):
             view = view_as(pin.shard_array(b.shard), b.dtype, b.local_shape, b.tensor)
-            if self._mode == "zero-copy" and b.tensor.device.type == "cpu":
+            if not is_torch(b.tensor):  # NumPy arrays: always copied in place
+                b.tensor[...] = view
+            elif self._mode == "zero-copy" and b.tensor.device.type == "cpu":
                 b.tensor.data = view
+                zero_copy = True
             else:
                 b.tensor.data.copy_(view)
-        zero_copy = self._mode == "zero-copy" and any(
-            is_torch(b.tensor) and b.tensor.device.type == "cpu" for b in self._bound if b.shard >= 0)
         old, self._model_pin = self._model_pin, (pin if zero_copy else None)
         if old is not None:
             old.release()
@@ -125,23 +116,7 @@ class Subscriber:
         finally:
             pin.release()
 
-    def plan_json(self) -> str:
-        """The plan every rank replays, as JSON."""
-        return self._need_core().plan_json()
-
     def close(self) -> None:
         """Leaves the group. A zero-copy model keeps its tensors (their memory stays mapped while the
         model holds them). Idempotent."""
-        if self._core is not None:
-            self._core.close()
-
-    def __enter__(self) -> "Subscriber":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def _need_core(self):
-        if self._core is None:
-            raise FailedPrecondition("call bind() first")
-        return self._core
+        super().close()

@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <iostream>
 #include <mutex>
-#include <thread>
 
 #include "cli_common.h"
 #include "weightport/engine/control_channel.h"
@@ -108,13 +107,6 @@ Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank,
 
 }  // namespace
 
-std::vector<Endpoint> PlanRanks(const Plan& plan) {
-  std::vector<Endpoint> out;
-  for (const RankBuffer& b : plan.sources) out.push_back(b.endpoint);
-  for (const RankBuffer& b : plan.destinations) out.push_back(b.endpoint);
-  return out;
-}
-
 Status RunReshardRank(const ReshardOptions& o) {
   WP_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, PlanOf(o));
   const Endpoint me{o.role == "src" ? PlanSide::kSource : PlanSide::kDestination, o.rank};
@@ -129,14 +121,9 @@ Status RunReshardRank(const ReshardOptions& o) {
   // The coordinator may not listen yet: retry a refused or failed connection until the timeout; a
   // refusal by the coordinator itself (wrong secret, different plan) is final.
   const auto deadline = std::chrono::steady_clock::now() + milliseconds(o.timeout_s * 1000LL);
-  auto member = ReshardMember::Join(o.coordinator, secret, *rank, milliseconds(o.timeout_s * 1000LL));
-  while (!member.ok() &&
-         (member.status().code() == StatusCode::kUnavailable ||
-          member.status().code() == StatusCode::kIoError) &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds(200));
-    member = ReshardMember::Join(o.coordinator, secret, *rank, milliseconds(o.timeout_s * 1000LL));
-  }
+  auto member = RetryWhileUnreachable(deadline, milliseconds(200), [&](milliseconds) {
+    return ReshardMember::Join(o.coordinator, secret, *rank, milliseconds(o.timeout_s * 1000LL));
+  });
   if (!member.ok()) return member.status();
   nlohmann::ordered_json report = {{"role", o.role}, {"rank", o.rank}, {"versions", nlohmann::json::array()}};
   Status s = me.side == PlanSide::kSource ? RunSource(o, *plan, *rank, **member, report)

@@ -39,7 +39,5 @@ Status RunReshardCoordinator(const ReshardOptions& o);
 Result<nlohmann::ordered_json> CoordinateVersions(ReshardCoordinator& coordinator, uint64_t versions,
                                                   const std::function<void(const std::string&)>& say,
                                                   bool& all_committed);
-// Every rank of a plan, sources first.
-std::vector<Endpoint> PlanRanks(const Plan& plan);
 
 }  // namespace weightport::cli

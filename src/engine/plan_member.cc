@@ -1,7 +1,5 @@
 #include "plan_member.h"
 
-#include <thread>
-
 namespace weightport {
 
 JoinedRank::~JoinedRank() { Reset(); }
@@ -26,19 +24,10 @@ Result<std::unique_ptr<JoinedRank>> JoinPlan(const Secret& secret, const PlanMem
   WP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, options.make_transport(ReshardName(me)));
   j->loop = std::make_unique<ProgressLoop>(std::move(transport));
   WP_ASSIGN_OR_RETURN(j->rank, PlanRank::Create(j->plan, me, *j->loop, options.rank));
-  auto left = [&] {
-    return std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                      deadline - std::chrono::steady_clock::now()));
-  };
   // The coordinator listens again once it has answered every offer: retry until it does.
-  auto member = ReshardMember::Join(options.coordinator, secret, *j->rank, left());
-  while (!member.ok() &&
-         (member.status().code() == StatusCode::kUnavailable ||
-          member.status().code() == StatusCode::kIoError) &&
-         std::chrono::steady_clock::now() + std::chrono::milliseconds(100) < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    member = ReshardMember::Join(options.coordinator, secret, *j->rank, left());
-  }
+  auto member = RetryWhileUnreachable(deadline, std::chrono::milliseconds(100), [&](auto time_left) {
+    return ReshardMember::Join(options.coordinator, secret, *j->rank, time_left);
+  });
   if (!member.ok()) return member.status().WithContext(me.ToString() + ": joining " + options.coordinator);
   j->member = std::move(*member);
   return j;

@@ -66,7 +66,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     poll_backoff_.assign(r.in_steps.size(), r.options.backoff_initial);
     mirror_attempts_.assign(r.roots.size(), 0);
     // What the staging copy holds before this receive starts writing it.
-    if (r.copy_version[staging_] != 0) staging_had_ = r.copy_hashes[staging_];
+    if (r.copy_version[staging_] != 0) staging_had_ = std::move(r.copy_hashes[staging_]);
     r.copy_version[staging_] = 0;
   }
 

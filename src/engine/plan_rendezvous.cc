@@ -3,11 +3,12 @@
 #include <algorithm>
 #include <map>
 #include <set>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "core/json_util.h"
+#include "weightport/engine/reshard.h"
+#include "weightport/engine/session.h"
 
 namespace weightport {
 namespace {
@@ -201,22 +202,15 @@ Result<std::shared_ptr<const Plan>> CollectLayoutsAndPlan(ControlListener& liste
 Result<std::shared_ptr<const Plan>> OfferLayout(const std::string& coordinator, const Secret& secret,
                                                 const LayoutOffer& offer, std::chrono::milliseconds timeout) {
   const Endpoint me = offer.endpoint;
-  const std::string name =
-      std::string(me.side == PlanSide::kSource ? "src-" : "dst-") + std::to_string(me.rank);
   const PeerRole role = me.side == PlanSide::kSource ? PeerRole::kPublisher : PeerRole::kSubscriber;
   const auto deadline = Clock::now() + timeout;
   auto left = [&] {
     return std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
   };
   // The coordinator may not listen yet: retry a refused or failed connection until the deadline.
-  auto channel = ControlChannel::Connect(coordinator, name, role, secret, left());
-  while (!channel.ok() &&
-         (channel.status().code() == StatusCode::kUnavailable ||
-          channel.status().code() == StatusCode::kIoError) &&
-         Clock::now() + milliseconds(200) < deadline) {
-    std::this_thread::sleep_for(milliseconds(200));
-    channel = ControlChannel::Connect(coordinator, name, role, secret, left());
-  }
+  auto channel = RetryWhileUnreachable(deadline, milliseconds(200), [&](milliseconds time_left) {
+    return ControlChannel::Connect(coordinator, ReshardName(me), role, secret, time_left);
+  });
   if (!channel.ok()) return channel.status().WithContext(me.ToString() + ": connecting to " + coordinator);
   LayoutOfferMsg msg{static_cast<uint8_t>(me.side == PlanSide::kSource ? 0 : 1),
                      static_cast<uint32_t>(me.rank), static_cast<uint32_t>(offer.side_ranks), offer.host,

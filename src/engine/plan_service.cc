@@ -46,8 +46,7 @@ struct PlanService::Impl {
     }
     ReshardCoordinatorOptions co;
     co.plan_digest = (*planned)->Digest();
-    for (const RankBuffer& b : (*planned)->sources) co.ranks.push_back(b.endpoint);
-    for (const RankBuffer& b : (*planned)->destinations) co.ranks.push_back(b.endpoint);
+    co.ranks = PlanRanks(**planned);
     co.join_timeout = options.join_timeout;
     co.update_timeout = options.update_timeout;
     co.log = options.log;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <thread>
 
+#include "engine_test_util.h"
 #include "weightport/transport/fake_transport.h"
 
 namespace weightport {
@@ -12,10 +13,7 @@ namespace {
 
 using std::chrono::milliseconds;
 
-Secret TestSecret() {
-  std::string s(32, 's');
-  return *Secret::FromBytes(std::as_bytes(std::span(s.data(), s.size())), "test secret");
-}
+Secret TestSecret() { return engine_test::MakeSecret('s'); }
 
 constexpr int64_t kRows = 48, kCols = 40;
 

@@ -68,14 +68,11 @@ struct PlanSubscriber::Impl {
 };
 
 PlanSubscriber::Pin::Pin(Pin&& o) noexcept
-    : owner_(std::move(o.owner_)), version_(o.version_), shards_(std::move(o.shards_)) {
-  o.owner_ = nullptr;
-}
+    : owner_(std::move(o.owner_)), version_(o.version_), shards_(std::move(o.shards_)) {}
 PlanSubscriber::Pin& PlanSubscriber::Pin::operator=(Pin&& o) noexcept {
   if (this != &o) {
     Release();
     owner_ = std::move(o.owner_);
-    o.owner_ = nullptr;
     version_ = o.version_;
     shards_ = std::move(o.shards_);
   }

@@ -83,6 +83,13 @@ struct ReshardCoordinator::Impl {
   }
 };
 
+std::vector<Endpoint> PlanRanks(const Plan& plan) {
+  std::vector<Endpoint> out;
+  for (const RankBuffer& b : plan.sources) out.push_back(b.endpoint);
+  for (const RankBuffer& b : plan.destinations) out.push_back(b.endpoint);
+  return out;
+}
+
 std::string ReshardName(Endpoint endpoint) {
   return std::string(endpoint.side == PlanSide::kSource ? "src-" : "dst-") + std::to_string(endpoint.rank);
 }

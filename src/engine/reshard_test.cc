@@ -84,20 +84,13 @@ struct RankThread {
   }
 };
 
-std::vector<Endpoint> Ranks(const Plan& p) {
-  std::vector<Endpoint> out;
-  for (const auto& b : p.sources) out.push_back(b.endpoint);
-  for (const auto& b : p.destinations) out.push_back(b.endpoint);
-  return out;
-}
-
 TEST(Reshard, VersionsCommitAcrossMembersAndOneFailureAborts) {
   auto plan = TestPlan();
   auto listener = ControlListener::Listen("127.0.0.1", 0, "coord", TestSecret());
   ASSERT_TRUE(listener.ok());
   ReshardCoordinatorOptions o;
   o.plan_digest = plan->Digest();
-  o.ranks = Ranks(*plan);
+  o.ranks = PlanRanks(*plan);
   o.join_timeout = o.update_timeout = milliseconds(10'000);
   ReshardCoordinator coordinator(std::move(*listener), o);
   auto fabric = std::make_shared<FakeFabric>();

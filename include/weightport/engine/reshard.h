@@ -136,6 +136,9 @@ struct DestinationHooks {
 Status FollowAsDestination(PlanRank& rank, ReshardMember& member, std::chrono::milliseconds timeout,
                            const DestinationHooks& hooks);
 
+// Every rank of a plan, sources first: the ranks a ReshardCoordinator waits for.
+std::vector<Endpoint> PlanRanks(const Plan& plan);
+
 // "src-3", "dst-0": a rank's name on the control plane.
 std::string ReshardName(Endpoint endpoint);
 
