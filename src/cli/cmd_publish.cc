@@ -25,6 +25,7 @@ struct PublishOptions {
   std::string metrics;
   double wait_s = 120;
   size_t quorum = 0;
+  double update_timeout_s = 300;
   bool keep_going = false;
   bool wait_each = false;
   bool json = false;
@@ -56,6 +57,8 @@ int RunPublish(const PublishOptions& o) {
   }
   po.coordinator_options.metrics = &metrics;
   po.coordinator_options.quorum = o.quorum;
+  po.coordinator_options.update_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(o.update_timeout_s * 1e3));
   po.log = [quiet = o.quiet](std::string line) {
     if (!quiet) std::cerr << "weightport publish: " << line << std::endl;
   };
@@ -159,6 +162,11 @@ Command AddPublishCommand(CLI::App& app) {
                   "Commit a version to the subscribers that verified it when at least this many remain "
                   "(a lost or failing one is dropped from that version); 0: all or nothing")
       ->capture_default_str();
+  sub->add_option("--update-timeout", o->update_timeout_s,
+                  "Seconds from a version's start to every subscriber verified; a subscriber still "
+                  "fetching then fails the version (all or nothing) or is dropped from it (--quorum)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   sub->add_flag("--keep-going", o->keep_going, "Report an aborted version and publish the next one");
   sub->add_flag("--wait-each", o->wait_each,
                 "Before every version, wait for --subscribers subscribers (a restarted one rejoins)");

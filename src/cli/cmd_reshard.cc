@@ -76,6 +76,11 @@ Command AddReshardCommand(CLI::App& app) {
   sub->add_option("--timeout-s", o->timeout_s, "Bound on joining and on each version")
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
+  sub->add_option("--quorum", o->quorum,
+                  "Coordinator: commit each version when every destination still there verified and at "
+                  "least N did; a lost or failing destination is dropped from the version (a lost relay is "
+                  "routed around: its downstream reads the sources). 0: all or nothing")
+      ->check(CLI::NonNegativeNumber);
   sub->add_flag("--json", o->json, "Print a machine-readable summary");
   return {sub, [o] { return RunReshard(*o); }};
 }

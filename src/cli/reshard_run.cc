@@ -76,6 +76,7 @@ Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank,
                                   {"chunks", r->chunks},
                                   {"kept_bytes", r->kept_bytes},
                                   {"frame_bytes", r->frame_bytes},
+                                  {"rerouted_steps", r->rerouted_steps},
                                   {"seconds", s},
                                   {"gbps", Gbps(r->bytes, s)},
                                   {"retries", r->corrupt_refetched + r->errors_retried}});
@@ -155,6 +156,7 @@ Result<nlohmann::ordered_json> CoordinateVersions(ReshardCoordinator& coordinato
                                 {"seconds", r.seconds},
                                 {"gbps", Gbps(r.bytes, r.seconds)}};
     if (!r.committed) j["reason"] = r.reason;
+    j["dropped"] = r.dropped;
     uint64_t retries = 0;
     nlohmann::ordered_json dsts = nlohmann::json::array();
     for (const auto& d : r.destinations) {
@@ -174,7 +176,9 @@ Result<nlohmann::ordered_json> CoordinateVersions(ReshardCoordinator& coordinato
                   static_cast<unsigned long long>(v), r.committed ? "committed" : "ABORTED",
                   HumanBytes(r.bytes).c_str(), r.seconds, Gbps(r.bytes, r.seconds), r.destinations.size(),
                   static_cast<unsigned long long>(retries));
-    say(std::string(line) + (r.committed ? "" : ": " + r.reason));
+    std::string text = std::string(line) + (r.committed ? "" : ": " + r.reason);
+    for (const std::string& d : r.dropped) text += "; dropped " + d;
+    say(text);
     out.push_back(std::move(j));
   }
   coordinator.Finish();
@@ -191,6 +195,7 @@ Status RunReshardCoordinator(const ReshardOptions& o) {
   co.plan_digest = plan->Digest();
   co.ranks = PlanRanks(*plan);
   co.join_timeout = co.update_timeout = milliseconds(o.timeout_s * 1000LL);
+  co.quorum = o.quorum;
   co.log = [&](std::string line) {
     if (!o.json) std::cerr << line << std::endl;
   };

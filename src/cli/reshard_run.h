@@ -26,6 +26,7 @@ struct ReshardOptions {
   bool verify = false;
   bool no_delta = false;
   int timeout_s = 120;
+  size_t quorum = 0;  // ReshardCoordinatorOptions::quorum
   bool json = false;
 };
 

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstring>
 #include <future>
+#include <optional>
 
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
@@ -26,18 +27,25 @@ using namespace plan_rank_internal;
 
 namespace {
 
-// The runs of one step, grouped by chunk, with offsets within a copy of each end's arena (a packed
-// end's area offset added), checked against both.
-Status CompileStep(const Plan& plan, const std::map<Endpoint, PlanLayout>& layouts, const PlanStep& s,
+// Where a step's runs start within a copy of each end's arena: a packed end's area (plan.h), else
+// the rank's buffer at 0.
+uint64_t SenderBase(const std::map<Endpoint, PlanLayout>& layouts, const PlanStep& s) {
+  if (!SenderEndPacked(s)) return 0;
+  return layouts.at(s.from).area_offset.at(
+      s.transform == TransformKind::kConvertAtSender ? s.id : static_cast<uint32_t>(s.after));
+}
+uint64_t ReceiverBase(const std::map<Endpoint, PlanLayout>& layouts, const PlanStep& s) {
+  return ReceiverEndPacked(s) ? layouts.at(Endpoint{PlanSide::kDestination, s.to_rank}).area_offset.at(s.id)
+                              : 0;
+}
+
+// The runs of `s`, grouped by chunk, with offsets within a copy of each end's arena (the bases
+// added), checked against both.
+Status CompileRuns(const Plan& plan, const std::map<Endpoint, PlanLayout>& layouts, const PlanStep& s,
+                   uint64_t from_base, uint64_t to_base,
                    const std::function<void(uint32_t chunk, const Run&)>& add) {
   const PlanLayout& from = layouts.at(s.from);
   const PlanLayout& to = layouts.at(Endpoint{PlanSide::kDestination, s.to_rank});
-  const uint64_t from_base = SenderEndPacked(s)
-                                 ? from.area_offset.at(s.transform == TransformKind::kConvertAtSender
-                                                           ? s.id
-                                                           : static_cast<uint32_t>(s.after))
-                                 : 0;
-  const uint64_t to_base = ReceiverEndPacked(s) ? to.area_offset.at(s.id) : 0;
   Status bad;
   WP_RETURN_IF_ERROR(ForEachStepRun(plan, s, [&](const StepRun& r) {
     if (!bad.ok()) return;
@@ -49,6 +57,30 @@ Status CompileStep(const Plan& plan, const std::map<Endpoint, PlanLayout>& layou
     add(static_cast<uint32_t>(r.piece_offset / plan.options.chunk_bytes), run);
   }));
   return bad;
+}
+
+Status CompileStep(const Plan& plan, const std::map<Endpoint, PlanLayout>& layouts, const PlanStep& s,
+                   const std::function<void(uint32_t chunk, const Run&)>& add) {
+  return CompileRuns(plan, layouts, s, SenderBase(layouts, s), ReceiverBase(layouts, s), add);
+}
+
+// A relayed step `s` read straight from its root source instead of its relay: the root step's
+// sender end (its shard, or its wire area when it converts) with `s`'s receiving end. Every hop of a
+// chain carries the same piece in the root's wire dtype and is checked against the root's hashes,
+// so the chunks are the same. nullopt when the plan's chain does not have that shape.
+std::optional<PlanStep> DetourStep(const Plan& plan, const PlanStep& s) {
+  const PlanStep& root = plan.steps[s.root];
+  PlanStep d = s;
+  d.from = root.from;
+  d.from_shard = root.from_shard;
+  d.transform = root.transform;
+  d.after = -1;
+  d.depth = 0;
+  if (!(root.piece == s.piece) || root.bytes != s.bytes || root.chunks != s.chunks ||
+      (s.compress && !root.compress) || ReceiverEndPacked(d) != ReceiverEndPacked(s) ||
+      plan.WireDType(d) != plan.WireDType(s))
+    return std::nullopt;
+  return d;
 }
 
 // The conversions of a converting step, by chunk: from the shard into the wire area at a source,
@@ -183,6 +215,22 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
           c.convert_begin = static_cast<uint32_t>(impl->in_converts.size() - 1);
         c.convert_end = static_cast<uint32_t>(impl->in_converts.size());
       }));
+    if (s.after >= 0) {
+      if (auto d = DetourStep(*plan, s)) {
+        in.can_detour = true;
+        const PlanStep& root = plan->steps[s.root];
+        if (s.compress) in.root_slots = impl->layouts.at(root.from).slot_offset.at(root.id);
+        WP_RETURN_IF_ERROR(CompileRuns(*plan, impl->layouts, *d, SenderBase(impl->layouts, root),
+                                       ReceiverBase(impl->layouts, s), [&](uint32_t k, const Run& r) {
+                                         impl->detour_runs.push_back(r);
+                                         InChunk& c = impl->in_chunks[in.first_chunk + k];
+                                         if (c.detour_end == c.detour_begin)
+                                           c.detour_begin =
+                                               static_cast<uint32_t>(impl->detour_runs.size() - 1);
+                                         c.detour_end = static_cast<uint32_t>(impl->detour_runs.size());
+                                       }));
+      }
+    }
     impl->in_steps.push_back(in);
   }
   // Mirrors of the root sources' hash areas; expected hashes are read there.
@@ -315,6 +363,14 @@ Result<ReceiveStats> PlanRank::Receive(uint64_t version) {
   Result<ReceiveStats> result = future.get();
   if (result.ok()) r.received_version = version;
   return result;
+}
+
+void PlanRank::PeerLost(Endpoint peer) {
+  Impl* impl = impl_.get();
+  impl->loop->Post([impl, peer](Transport&) {
+    if (!impl->lost_peers.insert(peer).second) return;
+    if (impl->peer_lost_receive) impl->peer_lost_receive(peer);
+  });
 }
 
 void PlanRank::Cancel(uint64_t version, const std::string& reason) {

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "plan_layout.h"
@@ -89,6 +90,10 @@ struct InStep {
   bool compressed = false;       // chunks with a compressed length travel as frames, slot to slot
   uint64_t sender_slots = 0;     // within a copy of the sender's arena
   uint64_t my_slots = 0;         // within a copy of mine
+  // A relayed step whose relay is lost is fetched from its root source: the root step's sender end
+  // (InChunk::detour_*), its compressed slots at the root source.
+  bool can_detour = false;
+  uint64_t root_slots = 0;  // within copy 0 of the root source's arena
 };
 
 struct InChunk {
@@ -97,6 +102,7 @@ struct InChunk {
   uint32_t run_begin = 0, run_end = 0;
   uint64_t bytes = 0;
   uint32_t convert_begin = 0, convert_end = 0;  // into in_converts: landing area -> shard, once verified
+  uint32_t detour_begin = 0, detour_end = 0;    // into detour_runs: the chunk read from the root source
 };
 
 // A source whose hash area this destination mirrors.
@@ -129,6 +135,7 @@ struct PlanRank::Impl {
   std::vector<plan_rank_internal::InStep> in_steps;
   std::vector<plan_rank_internal::ConvertSpan> in_converts;
   std::vector<plan_rank_internal::RootSource> roots;
+  std::vector<plan_rank_internal::Run> detour_runs;  // relayed steps' chunks, from their root sources
 
   std::map<Endpoint, std::shared_ptr<Connection>> connections;  // used on the loop thread only
   std::map<Endpoint, RemoteKey> keys;
@@ -136,6 +143,10 @@ struct PlanRank::Impl {
   // Cancels the receive in progress; set and cleared on the loop thread.
   std::function<void(const std::string&)> cancel_receive;
   std::atomic<uint64_t> cancelled_version{0};  // a Receive of this version fails at once
+  // Ranks the coordinator declared lost, and the receive in progress's reaction to one; both on
+  // the loop thread.
+  std::set<Endpoint> lost_peers;
+  std::function<void(Endpoint)> peer_lost_receive;
 
   int live = 0;  // the live copy of a destination
   uint64_t live_version = 0;

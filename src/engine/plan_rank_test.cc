@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "weightport/core/placement_builders.h"
@@ -131,22 +133,24 @@ struct Group {
   }
 
   void ExpectLive(uint64_t v) {
-    for (const RankBuffer& b : plan->destinations) {
-      PlanRank& r = *ranks.at(b.endpoint);
-      EXPECT_EQ(r.live_version(), v);
-      for (size_t i = 0; i < b.shards.size(); ++i) {
-        const uint32_t index = b.shards[i].tensor;
-        const TensorMeta& t = plan->tensors[index];
-        const DType dtype = plan->destination_dtypes[index];
-        std::vector<std::byte> whole = bytes(t, index, content(index, v));
-        if (dtype != t.dtype) {  // what the destinations store: the source's elements converted
-          std::vector<std::byte> converted(static_cast<size_t>(t.num_elements()) * DTypeSize(dtype));
-          ASSERT_TRUE(
-              kernels::Convert(t.dtype, dtype, whole.data(), converted.data(), t.num_elements()).ok());
-          whole = std::move(converted);
-        }
-        CopySlice(*plan, b.shards[i], dtype, r.shard_bytes(i), whole, false);
+    for (const RankBuffer& b : plan->destinations) ExpectRankLive(b, v);
+  }
+
+  // Destination b's live copy holds version v: the sources' elements in its dtypes.
+  void ExpectRankLive(const RankBuffer& b, uint64_t v) {
+    PlanRank& r = *ranks.at(b.endpoint);
+    EXPECT_EQ(r.live_version(), v);
+    for (size_t i = 0; i < b.shards.size(); ++i) {
+      const uint32_t index = b.shards[i].tensor;
+      const TensorMeta& t = plan->tensors[index];
+      const DType dtype = plan->destination_dtypes[index];
+      std::vector<std::byte> whole = bytes(t, index, content(index, v));
+      if (dtype != t.dtype) {  // what the destinations store: the source's elements converted
+        std::vector<std::byte> converted(static_cast<size_t>(t.num_elements()) * DTypeSize(dtype));
+        ASSERT_TRUE(kernels::Convert(t.dtype, dtype, whole.data(), converted.data(), t.num_elements()).ok());
+        whole = std::move(converted);
       }
+      CopySlice(*plan, b.shards[i], dtype, r.shard_bytes(i), whole, false);
     }
   }
 };
@@ -464,28 +468,129 @@ TEST(PlanRank, DeadSourceFailsTheUpdateAndKeepsTheOldVersion) {
   g.ExpectLive(1);
 }
 
-TEST(PlanRank, DeadRelayFailsItsDownstreamNamingIt) {
+// The destination ranks some other destination relays to.
+std::set<int> RelayRanks(const Plan& plan) {
+  std::set<int> out;
+  for (const PlanStep& s : plan.steps)
+    if (s.from.side == PlanSide::kDestination) out.insert(s.from.rank);
+  return out;
+}
+
+// Commits v at destination `rank` alone and checks what it holds.
+void ExpectRankHolds(Group& g, int rank, uint64_t v) {
+  const Endpoint ep{PlanSide::kDestination, rank};
+  ASSERT_TRUE(g.ranks.at(ep)->Commit(v).ok()) << ep.ToString();
+  g.ExpectRankLive(*g.plan->Buffer(ep), v);
+}
+
+// A relay that dies mid-plan (its connections fail): the ranks downstream of it fetch its steps
+// from their root sources and complete, byte for byte. Chains and trees, conversions at either
+// end, compressed chains (and local copies behind compressed hops, which read the source's bytes
+// as they are).
+TEST(PlanRank, DeadRelayIsRoutedAround) {
+  const std::vector<TransformRule> convert = {{"*_proj.weight", DType::kF32}, {"*norm*", DType::kF16}};
+  struct Case {
+    const char* name;
+    std::function<Plan()> plan;
+    bool compressible = false;
+  };
+  const std::vector<Case> cases = {
+      {"chain", [] { return MustPlan(TensorParallel(Model(), 2), ReplicasOfTp(4, 2), 1); }},
+      {"binary tree", [] { return MustPlan(TensorParallel(Model(), 2), ReplicasOfTp(4, 2), 2); }},
+      {"conversions", [&] { return MustPlan(FsdpFlat(Model(), 4), ReplicasOfTp(3, 2), 1, 1024, convert); }},
+      {"compressed", [] { return SlowLinkPlan({}); }, true},
+      {"compressed, converted at the receivers",
+       [] {
+         return SlowLinkPlan({{"*", DType::kF32}});
+       },
+       true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Group g(c.plan());
+    if (c.compressible) g.bytes = CompressibleBytes;
+    g.Update(1);
+    const std::set<int> relays = RelayRanks(*g.plan);
+    ASSERT_FALSE(relays.empty());
+    const int dead = *relays.begin();
+    g.faults->KillPeer(Endpoint{PlanSide::kDestination, dead}.ToString());
+    g.Publish(2);
+    uint64_t rerouted = 0;
+    for (auto& [rank, result] : g.Receive(2)) {
+      if (rank == dead) continue;  // it still reads the sources; only the ranks reading it lost it
+      ASSERT_TRUE(result.ok()) << "dst rank " << rank << ": " << result.status().ToString();
+      rerouted += result->rerouted_steps;
+      if (c.compressible) {
+        EXPECT_GT(result->frames, 0u) << "dst rank " << rank;
+      }
+      ExpectRankHolds(g, rank, 2);
+    }
+    EXPECT_GT(rerouted, 0u);
+  }
+}
+
+// A relay that hangs (never receives: a stopped process) holds its downstream until the coordinator
+// declares it lost; then the downstream completes from the sources.
+TEST(PlanRank, RelayDeclaredLostIsRoutedAround) {
   Group g(MustPlan(TensorParallel(Model(), 2), ReplicasOfTp(3, 2), 1));
   g.Update(1);
-  // Some destination relays to others; kill the first relay's connections.
-  int relay = -1;
-  for (const PlanStep& s : g.plan->steps)
-    if (s.from.side == PlanSide::kDestination) relay = s.from.rank;
-  ASSERT_GE(relay, 0);
-  const std::string name = Endpoint{PlanSide::kDestination, relay}.ToString();
-  g.faults->KillPeer(name);
+  const int hung = *RelayRanks(*g.plan).begin();
   g.Publish(2);
-  // Its direct downstream fails naming it; theirs in turn fail at once naming their relay (which
-  // marked its counters failed) instead of waiting for the timeout.
-  int named = 0;
-  for (auto& [rank, result] : g.Receive(2)) {
-    if (result.ok()) continue;
-    EXPECT_NE(result.status().code(), StatusCode::kTimeout) << result.status().ToString();
-    named += result.status().message().find(name) != std::string::npos;
+  std::map<int, Result<ReceiveStats>> results;
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  for (const RankBuffer& b : g.plan->destinations) {
+    if (b.endpoint.rank == hung) continue;
+    threads.emplace_back([&, ep = b.endpoint] {
+      auto r = g.ranks.at(ep)->Receive(2);
+      std::lock_guard<std::mutex> lock(mu);
+      results.emplace(ep.rank, std::move(r));
+    });
   }
-  EXPECT_GT(named, 0);
-  for (const RankBuffer& b : g.plan->destinations) g.ranks.at(b.endpoint)->Abort(2);
-  g.ExpectLive(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_LT(results.size(), threads.size()) << "the hung relay's downstream finished without it";
+  }
+  for (auto& [ep, r] : g.ranks)
+    if (ep.side == PlanSide::kDestination) r->PeerLost(Endpoint{PlanSide::kDestination, hung});
+  for (auto& t : threads) t.join();
+  uint64_t rerouted = 0;
+  for (auto& [rank, result] : results) {
+    ASSERT_TRUE(result.ok()) << "dst rank " << rank << ": " << result.status().ToString();
+    rerouted += result->rerouted_steps;
+    ExpectRankHolds(g, rank, 2);
+  }
+  EXPECT_GT(rerouted, 0u);
+  // The next version goes to the sources at once: no rank waits for the lost relay again.
+  g.Publish(3);
+  for (const RankBuffer& b : g.plan->destinations) {
+    if (b.endpoint.rank == hung) continue;
+    auto r = g.ranks.at(b.endpoint)->Receive(3);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ExpectRankHolds(g, b.endpoint.rank, 3);
+  }
+}
+
+// A relay whose own receive fails (not dead: corrupt beyond repair) marks its counters failed; the
+// ranks downstream go to the sources at once instead of waiting for the timeout.
+TEST(PlanRank, FailedRelayIsRoutedAroundAtOnce) {
+  Group g(MustPlan(TensorParallel(Model(), 2), ReplicasOfTp(3, 2), 1));
+  g.Update(1);
+  const int relay = *RelayRanks(*g.plan).begin();
+  g.Publish(2);
+  g.ranks.at(Endpoint{PlanSide::kDestination, relay})->Cancel(2, "test");
+  uint64_t rerouted = 0;
+  for (auto& [rank, result] : g.Receive(2)) {
+    if (rank == relay) {
+      EXPECT_EQ(result.status().code(), StatusCode::kCancelled);
+      continue;
+    }
+    ASSERT_TRUE(result.ok()) << "dst rank " << rank << ": " << result.status().ToString();
+    rerouted += result->rerouted_steps;
+    ExpectRankHolds(g, rank, 2);
+  }
+  EXPECT_GT(rerouted, 0u);
 }
 
 TEST(PlanRank, UnpublishedSourceTimesOutNamingTheWait) {

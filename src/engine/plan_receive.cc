@@ -65,6 +65,8 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     sender_copy_.assign(r.in_steps.size(), 0);
     poll_backoff_.assign(r.in_steps.size(), r.options.backoff_initial);
     mirror_attempts_.assign(r.roots.size(), 0);
+    detoured_.assign(r.in_steps.size(), 0);
+    via_root_.assign(r.in_chunks.size(), 0);
     // What the staging copy holds before this receive starts writing it.
     if (r.copy_version[staging_] != 0) staging_had_ = std::move(r.copy_hashes[staging_]);
     r.copy_version[staging_] = 0;
@@ -76,6 +78,9 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     r_.cancel_receive = [me](const std::string& reason) {
       if (auto self = me.lock(); self && !self->reported_)
         self->Fail(Cancelled("receive cancelled: " + reason));
+    };
+    r_.peer_lost_receive = [me](Endpoint peer) {
+      if (auto self = me.lock(); self && !self->reported_) self->OnPeerLost(peer);
     };
     if (r_.cancelled_version.load() == v_) return Fail(Cancelled("receive cancelled before it started"));
     for (const InStep& s : r_.in_steps)
@@ -144,13 +149,40 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     if (--mirrors_left_ > 0) return;
     StartKeeping();
     for (size_t st = 0; st < r_.in_steps.size(); ++st) {
-      if (r_.in_steps[st].after < 0) {
-        Release(st, r_.in_steps[st].chunks);
-      } else {
+      const InStep& step = r_.in_steps[st];
+      if (step.after < 0) {
+        Release(st, step.chunks);
+      } else if (!r_.lost_peers.count(step.sender) || !Detour(st)) {
         Poll(st);
       }
     }
     Issue();
+  }
+
+  // Routes step st around its relay: every chunk not yet verified is read from the root source.
+  // False when the step cannot be (its chain has another shape).
+  bool Detour(size_t st) {
+    const InStep& step = r_.in_steps[st];
+    if (!step.can_detour) return false;
+    if (detoured_[st]) return true;
+    detoured_[st] = 1;
+    ++stats_.rerouted_steps;
+    Release(st, step.chunks);
+    return true;
+  }
+
+  // The coordinator lost `peer`: the steps it relays to this rank go to their root source. Before
+  // the mirrors are in, nothing is released yet; the loop over the steps then sees it in lost_peers.
+  void OnPeerLost(Endpoint peer) {
+    if (failed_ || mirrors_left_ > 0) return;
+    for (size_t st = 0; st < r_.in_steps.size(); ++st) {
+      const InStep& step = r_.in_steps[st];
+      if (step.after < 0 || step.sender != peer || Detour(st)) continue;
+      return Fail(Unavailable(r_.StepName(step.step) + ": its relay " + peer.ToString() +
+                              " is lost and the step cannot be fetched from its source"));
+    }
+    Issue();
+    MaybeFinish();
   }
 
   // Chunks [released, upto) of step st may go.
@@ -172,18 +204,28 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
 
   void OnPoll(size_t st, const Status& s) {
     --in_flight_;
-    if (failed_) return MaybeFinish();
+    if (failed_ || detoured_[st]) return MaybeFinish();
     const InStep& step = r_.in_steps[st];
-    if (!s.ok() && Fatal(s, Conn(step.sender)))
+    if (!s.ok() && Fatal(s, Conn(step.sender))) {
+      if (Detour(st)) {
+        Issue();
+        return MaybeFinish();
+      }
       return Fail(s.WithContext(r_.StepName(step.step) + ": progress of " + step.sender.ToString()));
+    }
     bool progressed = false;
     // A torn or corrupt read of the counter fails its check and is no news.
     const std::optional<uint64_t> counter = s.ok() ? LoadCounter(r_.at(step.poll_scratch)) : std::nullopt;
     if (counter) {
       const uint64_t word = *counter;
-      if (CounterVersion(word) == v_ && CounterPrefix(word) == kRelayFailed)
+      if (CounterVersion(word) == v_ && CounterPrefix(word) == kRelayFailed) {
+        if (Detour(st)) {
+          Issue();
+          return MaybeFinish();
+        }
         return Fail(Unavailable(r_.StepName(step.step) + ": its relay " + step.sender.ToString() +
                                 " failed version " + std::to_string(v_)));
+      }
       if (CounterVersion(word) == v_ && CounterPrefix(word) > released_[st]) {
         sender_copy_[st] = CounterCopy(word);
         Release(st, CounterPrefix(word));
@@ -197,7 +239,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
       auto self = shared_from_this();
       r_.loop->PostAfter(progressed ? std::chrono::milliseconds(0) : backoff, [self, st](Transport&) {
         // Once reported (every chunk verified, some of them kept) nothing more is read.
-        if (!self->failed_ && !self->reported_) self->Poll(st);
+        if (!self->failed_ && !self->reported_ && !self->detoured_[st]) self->Poll(st);
         self->MaybeFinish();
       });
     }
@@ -214,30 +256,42 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     }
   }
 
+  // Where chunk c is read from: its step's sender, or the root source once the step is detoured.
+  Endpoint From(size_t c) const {
+    const InStep& s = r_.in_steps[r_.in_chunks[c].in_step];
+    return via_root_[c] ? s.root_source : s.sender;
+  }
+
   void FetchChunk(size_t c) {
     const InChunk& chunk = r_.in_chunks[c];
     const InStep& s = r_.in_steps[chunk.in_step];
-    const PlanLayout& sender = r_.layouts.at(s.sender);
+    const bool direct = detoured_[chunk.in_step] != 0;
+    via_root_[c] = direct;
+    const Endpoint from = From(c);
     const uint64_t remote_base =
-        sender.CopyOffset(s.sender.side == PlanSide::kSource ? 0 : sender_copy_[chunk.in_step]);
+        r_.layouts.at(from).CopyOffset(from.side == PlanSide::kSource ? 0 : sender_copy_[chunk.in_step]);
     const uint64_t local_base = r_.mine->CopyOffset(staging_);
     ++chunks_in_flight_;
     ++attempts_[c];
-    pending_runs_[c] = chunk.run_end - chunk.run_begin;
     run_error_[c] = Status::Ok();
-    Connection& conn = Conn(s.sender);
-    const RemoteKey& key = r_.keys.at(s.sender);
+    Connection& conn = Conn(from);
+    const RemoteKey& key = r_.keys.at(from);
     auto self = shared_from_this();
     if (const uint64_t frame = FrameBytes(c); frame > 0) {  // one Get, slot to slot
       pending_runs_[c] = 1;
       ++in_flight_;
       const uint64_t slot = chunk.k * r_.slot_bytes;
-      conn.Get(*r_.arena, local_base + s.my_slots + slot, key, remote_base + s.sender_slots + slot, frame,
+      conn.Get(*r_.arena, local_base + s.my_slots + slot, key,
+               remote_base + (direct ? s.root_slots : s.sender_slots) + slot, frame,
                [self, c](const Status& status) { self->OnRun(c, status); });
       return;
     }
-    for (uint32_t i = chunk.run_begin; i < chunk.run_end; ++i) {
-      const Run& run = r_.in_runs[i];
+    const std::vector<Run>& runs = direct ? r_.detour_runs : r_.in_runs;
+    const uint32_t begin = direct ? chunk.detour_begin : chunk.run_begin;
+    const uint32_t end = direct ? chunk.detour_end : chunk.run_end;
+    pending_runs_[c] = end - begin;
+    for (uint32_t i = begin; i < end; ++i) {
+      const Run& run = runs[i];
       ++in_flight_;
       conn.Get(*r_.arena, local_base + run.to, key, remote_base + run.from, run.length,
                [self, c](const Status& status) { self->OnRun(c, status); });
@@ -253,9 +307,18 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     const InChunk& chunk = r_.in_chunks[c];
     const InStep& step = r_.in_steps[chunk.in_step];
     const std::string what =
-        r_.StepName(step.step) + " chunk " + std::to_string(chunk.k) + " from " + step.sender.ToString();
+        r_.StepName(step.step) + " chunk " + std::to_string(chunk.k) + " from " + From(c).ToString();
     if (!run_error_[c].ok()) {
-      if (Fatal(run_error_[c], Conn(step.sender))) return Fail(run_error_[c].WithContext(what));
+      if (Fatal(run_error_[c], Conn(From(c)))) {
+        // A relay lost mid-chunk: the chunk and the rest of its step come from the root source.
+        if (!via_root_[c] && Detour(chunk.in_step)) {
+          --attempts_[c];
+          ready_.push({0, 0, false, c});
+          Issue();
+          return MaybeFinish();
+        }
+        return Fail(run_error_[c].WithContext(what));
+      }
       ++stats_.errors_retried;
       return Retry(c, run_error_[c], what);
     }
@@ -434,6 +497,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     if (!failed_ && (mirrors_left_ > 0 || verified_count_ < r_.in_chunks.size())) return;
     reported_ = true;
     r_.cancel_receive = nullptr;
+    r_.peer_lost_receive = nullptr;
     stats_.elapsed = Clock::now() - start_;
     auto done = std::move(done_);
     auto keep = std::move(keep_);  // pending timers keep their own references
@@ -466,6 +530,8 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   std::vector<int> sender_copy_;
   std::vector<std::chrono::milliseconds> poll_backoff_;
   std::vector<int> mirror_attempts_;
+  std::vector<uint8_t> detoured_;  // per step: its relay is lost, its chunks come from the root source
+  std::vector<uint8_t> via_root_;  // per chunk: its last fetch went to the root source
   // Chunks that may be fetched, least first: (0 a retry | 1, index within its step, nobody relays
   // from its step, chunk). By index, not by release order: a direct step releases all its chunks at
   // once, and in FIFO order they filled the window ahead of the relayed steps' chunks, so the ranks

@@ -75,11 +75,23 @@ struct ReshardCoordinator::Impl {
     return e;
   }
 
-  void SendAll(MessageType type, const Bytes& payload, bool sources, bool destinations) {
+  void SendAll(MessageType type, const Bytes& payload, bool sources, bool destinations,
+               const std::set<Endpoint>& except = {}) {
     for (auto& [ep, ch] : channels) {
       const bool want = ep.side == PlanSide::kSource ? sources : destinations;
-      if (want && !lost.count(ep)) ch->Send(type, payload).IgnoreError();  // a lost rank shows in its reader
+      // A lost rank shows in its reader.
+      if (want && !lost.count(ep) && !except.count(ep)) ch->Send(type, payload).IgnoreError();
     }
+  }
+
+  // A rank's control connection failed. Under a quorum the destinations hear of it, so that the
+  // ranks it relayed to fetch from the sources instead of waiting for it.
+  void Lose(const Endpoint& ep) {
+    if (!lost.insert(ep).second || options.quorum == 0) return;
+    Log("reshard: " + ep.ToString() + " is lost; the others go on without it");
+    const PeerLostMsg msg{static_cast<uint8_t>(ep.side == PlanSide::kSource ? 0 : 1),
+                          static_cast<uint32_t>(ep.rank)};
+    SendAll(MessageType::kPeerLost, msg.Encode(), false, true);
   }
 };
 
@@ -189,7 +201,7 @@ Result<uint64_t> ReshardCoordinator::NextReadyVersion(uint64_t after, millisecon
     auto e = m.Next(deadline);
     if (!e) return Timeout("no source announced a version after " + std::to_string(after));
     if (!e->message.ok()) {
-      m.lost.insert(e->from);
+      m.Lose(e->from);
       continue;
     }
     m.NoteReady(e->from, *e->message);
@@ -202,7 +214,9 @@ Result<ReshardVersionReport> ReshardCoordinator::RunVersion(uint64_t version) {
   ReshardVersionReport report;
   report.version = version;
   const auto deadline = Clock::now() + m.options.update_timeout;
+  const size_t quorum = m.options.quorum;
   std::set<Endpoint> done, committed;
+  std::set<Endpoint> left_out;  // destinations dropped from this version (quorum): lost or failed
   size_t sources = 0, destinations = 0;
   for (const auto& [ep, ch] : m.channels) (ep.side == PlanSide::kSource ? sources : destinations)++;
   std::string failure;
@@ -211,8 +225,23 @@ Result<ReshardVersionReport> ReshardCoordinator::RunVersion(uint64_t version) {
   auto fail = [&](const std::string& why) {
     if (failure.empty()) failure = why;
   };
-  for (const Endpoint& ep : m.lost) fail(ep.ToString() + " is lost");
-  while (failure.empty() && done.size() < destinations) {
+  // A destination leaves the version: all or nothing fails it; a quorum goes on while enough remain.
+  auto drop = [&](const Endpoint& ep, const std::string& why) {
+    if (quorum == 0) return fail(why);
+    if (!left_out.insert(ep).second) return;
+    report.dropped.push_back(why);
+    m.Log("reshard: version " + std::to_string(version) + ": dropped " + why);
+    if (destinations - left_out.size() < quorum)
+      fail(why + "; " + std::to_string(destinations - left_out.size()) +
+           " destination(s) left, the quorum is " + std::to_string(quorum));
+  };
+  for (const Endpoint& ep : m.lost) {
+    if (ep.side == PlanSide::kSource)
+      fail(ep.ToString() + " is lost");
+    else
+      drop(ep, ep.ToString() + " is lost");
+  }
+  while (failure.empty() && done.size() + left_out.size() < destinations) {
     if (!begun && m.ReadyFor(version) == sources) {
       begun = true;
       begin = Clock::now();
@@ -229,8 +258,12 @@ Result<ReshardVersionReport> ReshardCoordinator::RunVersion(uint64_t version) {
     }
     const std::string who = e->from.ToString();
     if (!e->message.ok()) {
-      m.lost.insert(e->from);
-      fail(who + ": control connection lost: " + e->message.status().message());
+      m.Lose(e->from);
+      const std::string why = who + ": control connection lost: " + e->message.status().message();
+      if (e->from.side == PlanSide::kSource)
+        fail(why);
+      else if (!done.count(e->from))
+        drop(e->from, why);
       continue;
     }
     const ControlMessage& msg = *e->message;
@@ -238,7 +271,7 @@ Result<ReshardVersionReport> ReshardCoordinator::RunVersion(uint64_t version) {
       m.NoteReady(e->from, msg);
     } else if (msg.type == MessageType::kChunksVerified) {
       auto v = ChunksVerifiedMsg::Decode(msg.payload);
-      if (!v.ok() || v->version != version) continue;
+      if (!v.ok() || v->version != version || left_out.count(e->from)) continue;
       done.insert(e->from);
       report.destinations.push_back(
           {e->from, true, v->count, v->bytes, v->retries, v->elapsed_ns * 1e-9, ""});
@@ -248,7 +281,7 @@ Result<ReshardVersionReport> ReshardCoordinator::RunVersion(uint64_t version) {
       auto f = UpdateFailedMsg::Decode(msg.payload);
       if (!f.ok() || f->version != version) continue;
       report.destinations.push_back({e->from, false, 0, 0, 0, 0, f->reason});
-      fail(who + ": " + f->reason);
+      drop(e->from, who + ": " + f->reason);
     }
   }
   if (!failure.empty()) {
@@ -257,15 +290,21 @@ Result<ReshardVersionReport> ReshardCoordinator::RunVersion(uint64_t version) {
     m.SendAll(MessageType::kAbort, AbortMsg{version, failure}.Encode(), true, true);
     return report;
   }
-  m.SendAll(MessageType::kCommit, CommitMsg{version}.Encode(), true, true);
+  // The dropped ones keep their old version; the others flip.
+  const Bytes abort = AbortMsg{version, "dropped from version " + std::to_string(version)}.Encode();
+  for (const Endpoint& ep : left_out)
+    if (!m.lost.count(ep)) m.channels.at(ep)->Send(MessageType::kAbort, abort).IgnoreError();
+  m.SendAll(MessageType::kCommit, CommitMsg{version}.Encode(), true, true, left_out);
   report.committed = true;
   // Wait (bounded) for every destination's flip so the next version never overlaps it.
   const auto commit_deadline = Clock::now() + m.options.update_timeout;
-  while (committed.size() < destinations) {
+  while (committed.size() < done.size()) {
     auto e = m.Next(commit_deadline);
     if (!e) break;
     if (!e->message.ok()) {
-      m.lost.insert(e->from);
+      m.Lose(e->from);
+      if (!done.count(e->from)) continue;
+      committed.insert(e->from);  // it will not report its flip; do not wait for it
       continue;
     }
     if (e->message->type == MessageType::kCommitted) committed.insert(e->from);

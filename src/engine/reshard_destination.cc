@@ -31,6 +31,10 @@ Status FollowAsDestination(PlanRank& rank, ReshardMember& member, std::chrono::m
         join();
         if (hooks.before_receive) {
           if (Status s = hooks.before_receive(v); !s.ok()) {
+            // Fail the version at the rank too: its relay counters say so, and the ranks relaying
+            // from it go to the sources instead of waiting for it.
+            rank.Cancel(v, s.message());
+            rank.Receive(v).status().IgnoreError();
             Status sent = member.Failed(v, s.message());
             if (!sent.ok()) return sent;
             continue;
@@ -58,6 +62,9 @@ Status FollowAsDestination(PlanRank& rank, ReshardMember& member, std::chrono::m
         join();
         rank.Abort(v);
         if (hooks.aborted) hooks.aborted(v, e->reason);
+        break;
+      case ReshardMember::Event::kPeerLost:
+        rank.PeerLost(e->peer);
         break;
       case ReshardMember::Event::kBye:
         join();

@@ -61,6 +61,12 @@ Result<ReshardMember::Event> ReshardMember::Next(std::chrono::milliseconds timeo
       }
       case MessageType::kBye:
         return Event{Event::kBye, 0, ""};
+      case MessageType::kPeerLost: {
+        WP_ASSIGN_OR_RETURN(auto l, PeerLostMsg::Decode(m.payload));
+        const Endpoint peer{l.side == 0 ? PlanSide::kSource : PlanSide::kDestination,
+                            static_cast<int>(l.rank)};
+        return Event{Event::kPeerLost, 0, "", peer};
+      }
       default:
         break;  // heartbeats and the like
     }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <thread>
 
 #include "weightport/core/placement_builders.h"
@@ -34,22 +35,39 @@ std::shared_ptr<const Plan> TestPlan() {
 }
 
 // One rank in its own thread: joins, then follows the coordinator. `fail_version`: a destination
-// reports that version failed instead of receiving it.
+// reports that version failed instead of receiving it. `vanish`: a destination that takes version
+// 1, then drops its control connection and stops receiving while its memory stays readable (a
+// hung process): the ranks relaying from it see a counter that never moves.
 struct RankThread {
   Status result;
   std::vector<uint64_t> committed;
   std::thread thread;
 
   RankThread(std::shared_ptr<const Plan> plan, Endpoint me, std::shared_ptr<FakeFabric> fabric,
-             std::string address, uint64_t versions, uint64_t fail_version = 0) {
-    thread = std::thread([=, this] { result = Run(plan, me, fabric, address, versions, fail_version); });
+             std::string address, uint64_t versions, uint64_t fail_version = 0, bool vanish = false) {
+    thread =
+        std::thread([=, this] { result = Run(plan, me, fabric, address, versions, fail_version, vanish); });
   }
   Status Run(std::shared_ptr<const Plan> plan, Endpoint me, std::shared_ptr<FakeFabric> fabric,
-             const std::string& address, uint64_t versions, uint64_t fail_version) {
+             const std::string& address, uint64_t versions, uint64_t fail_version, bool vanish) {
     WP_ASSIGN_OR_RETURN(auto transport, MakeFakeTransport(fabric, me.ToString()));
     ProgressLoop loop(std::move(transport));
     WP_ASSIGN_OR_RETURN(auto rank, PlanRank::Create(plan, me, loop));
     WP_ASSIGN_OR_RETURN(auto member, ReshardMember::Join(address, TestSecret(), *rank, milliseconds(10'000)));
+    if (vanish) {
+      WP_ASSIGN_OR_RETURN(auto begin, member->Next(milliseconds(10'000)));
+      WP_ASSIGN_OR_RETURN(auto stats, rank->Receive(begin.version));
+      WP_RETURN_IF_ERROR(member->Verified(stats));
+      WP_ASSIGN_OR_RETURN(auto commit, member->Next(milliseconds(10'000)));
+      WP_RETURN_IF_ERROR(rank->Commit(commit.version));
+      committed.push_back(commit.version);
+      WP_RETURN_IF_ERROR(member->Committed(commit.version));
+      member.reset();  // the control connection drops; the arena stays mapped until the test ends
+      std::this_thread::sleep_for(milliseconds(1500));
+      rank.reset();
+      loop.Stop();
+      return Status::Ok();
+    }
     for (uint64_t v = 1; me.side == PlanSide::kSource && v <= versions; ++v) {
       for (size_t i = 0; i < rank->num_shards(); ++i) {
         auto b = rank->shard_bytes(i);
@@ -84,36 +102,97 @@ struct RankThread {
   }
 };
 
-TEST(Reshard, VersionsCommitAcrossMembersAndOneFailureAborts) {
+struct QuorumRun {
+  std::vector<ReshardVersionReport> reports;
+  std::map<Endpoint, std::vector<uint64_t>> committed;
+};
+
+// Three versions under a quorum of `quorum` (0: all or nothing), with `failing` failing version 2
+// and `vanishing` gone after version 1.
+QuorumRun RunThreeVersions(size_t quorum, Endpoint failing, Endpoint vanishing) {
   auto plan = TestPlan();
   auto listener = ControlListener::Listen("127.0.0.1", 0, "coord", TestSecret());
-  ASSERT_TRUE(listener.ok());
+  EXPECT_TRUE(listener.ok());
   ReshardCoordinatorOptions o;
   o.plan_digest = plan->Digest();
   o.ranks = PlanRanks(*plan);
   o.join_timeout = o.update_timeout = milliseconds(10'000);
+  o.quorum = quorum;
   ReshardCoordinator coordinator(std::move(*listener), o);
   auto fabric = std::make_shared<FakeFabric>();
-  std::vector<std::unique_ptr<RankThread>> ranks;
+  std::map<Endpoint, std::unique_ptr<RankThread>> ranks;
   for (const Endpoint& ep : o.ranks)
-    ranks.push_back(std::make_unique<RankThread>(plan, ep, fabric, coordinator.address(), 3,
-                                                 ep == Endpoint{PlanSide::kDestination, 1} ? 2 : 0));
-  ASSERT_TRUE(coordinator.WaitForJoins().ok());
-  std::vector<ReshardVersionReport> reports;
+    ranks[ep] = std::make_unique<RankThread>(plan, ep, fabric, coordinator.address(), 3,
+                                             ep == failing ? 2 : 0, ep == vanishing);
+  QuorumRun out;
+  EXPECT_TRUE(coordinator.WaitForJoins().ok());
   for (uint64_t v = 1; v <= 3; ++v) {
     auto r = coordinator.RunVersion(v);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    reports.push_back(*r);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (r.ok()) out.reports.push_back(*r);
   }
   coordinator.Finish();
-  for (auto& r : ranks) r->thread.join();
-  for (auto& r : ranks) EXPECT_TRUE(r->result.ok()) << r->result.ToString();
-  EXPECT_TRUE(reports[0].committed);
-  EXPECT_EQ(reports[0].bytes, plan->TotalBytes());
-  EXPECT_FALSE(reports[1].committed);
-  EXPECT_NE(reports[1].reason.find("dst rank 1: disk on fire"), std::string::npos) << reports[1].reason;
-  EXPECT_TRUE(reports[2].committed);
-  for (auto& r : ranks) EXPECT_EQ(r->committed, (std::vector<uint64_t>{1, 3}));
+  for (auto& [ep, r] : ranks) r->thread.join();
+  for (auto& [ep, r] : ranks) {
+    EXPECT_TRUE(r->result.ok()) << ep.ToString() << ": " << r->result.ToString();
+    out.committed[ep] = r->committed;
+  }
+  return out;
+}
+
+TEST(Reshard, VersionsCommitAcrossMembersAndOneFailureAborts) {
+  QuorumRun run = RunThreeVersions(0, Endpoint{PlanSide::kDestination, 1}, Endpoint{PlanSide::kSource, 99});
+  ASSERT_EQ(run.reports.size(), 3u);
+  EXPECT_TRUE(run.reports[0].committed);
+  EXPECT_EQ(run.reports[0].bytes, TestPlan()->TotalBytes());
+  EXPECT_FALSE(run.reports[1].committed);
+  EXPECT_NE(run.reports[1].reason.find("dst rank 1: disk on fire"), std::string::npos)
+      << run.reports[1].reason;
+  EXPECT_TRUE(run.reports[2].committed);
+  for (const auto& [ep, versions] : run.committed)
+    EXPECT_EQ(versions, (std::vector<uint64_t>{1, 3})) << ep.ToString();
+}
+
+// Under a quorum a failing destination is dropped from its version, named, and keeps its old
+// version; the others commit every version.
+TEST(Reshard, QuorumDropsAFailingDestination) {
+  const Endpoint failing{PlanSide::kDestination, 1};
+  QuorumRun run = RunThreeVersions(3, failing, Endpoint{PlanSide::kSource, 99});
+  ASSERT_EQ(run.reports.size(), 3u);
+  for (const auto& r : run.reports) EXPECT_TRUE(r.committed) << r.reason;
+  ASSERT_EQ(run.reports[1].dropped.size(), 1u);
+  EXPECT_NE(run.reports[1].dropped[0].find("dst rank 1: disk on fire"), std::string::npos);
+  const std::vector<uint64_t> all{1, 2, 3}, without_2{1, 3};
+  for (const auto& [ep, versions] : run.committed)
+    EXPECT_EQ(versions, ep == failing ? without_2 : all) << ep.ToString();
+  // One more failure than the quorum allows aborts the version for everyone.
+  QuorumRun strict = RunThreeVersions(4, failing, Endpoint{PlanSide::kSource, 99});
+  ASSERT_EQ(strict.reports.size(), 3u);
+  EXPECT_FALSE(strict.reports[1].committed);
+  EXPECT_NE(strict.reports[1].reason.find("the quorum is 4"), std::string::npos) << strict.reports[1].reason;
+}
+
+// A relay whose control connection drops after version 1 and that never receives again: the
+// coordinator tells the others, the ranks it relayed to read the sources, and versions 2 and 3
+// commit to everyone else with the lost relay named as dropped.
+TEST(Reshard, LostRelayIsRoutedAroundUnderAQuorum) {
+  auto plan = TestPlan();
+  int relay = -1;
+  for (const PlanStep& s : plan->steps)
+    if (s.from.side == PlanSide::kDestination) relay = s.from.rank;
+  ASSERT_GE(relay, 0);
+  const Endpoint lost{PlanSide::kDestination, relay};
+  QuorumRun run = RunThreeVersions(3, Endpoint{PlanSide::kSource, 99}, lost);
+  ASSERT_EQ(run.reports.size(), 3u);
+  for (const auto& r : run.reports) EXPECT_TRUE(r.committed) << r.reason;
+  for (uint64_t v : {1, 2}) {
+    ASSERT_EQ(run.reports[v].dropped.size(), 1u) << "version " << v + 1;
+    EXPECT_NE(run.reports[v].dropped[0].find(lost.ToString()), std::string::npos)
+        << run.reports[v].dropped[0];
+  }
+  const std::vector<uint64_t> all{1, 2, 3}, first{1};
+  for (const auto& [ep, versions] : run.committed)
+    EXPECT_EQ(versions, ep == lost ? first : all) << ep.ToString();
 }
 
 TEST(Reshard, RankWithADifferentPlanIsRefusedByName) {

@@ -55,8 +55,9 @@ enum class MessageType : uint8_t {
   kPlanReady = 19,
   kLayoutOffer = 20,
   kPlanAssign = 21,
+  kPeerLost = 22,
 };
-inline constexpr uint8_t kMaxMessageType = 21;
+inline constexpr uint8_t kMaxMessageType = 22;
 std::string_view MessageTypeName(MessageType type);  // "Hello"; "Unknown" outside the enum
 
 enum class PeerRole : uint8_t { kPublisher = 1, kSubscriber = 2, kObserver = 3 };
@@ -310,6 +311,17 @@ struct PlanAssignMsg {
   Bytes Encode() const;
   static Result<PlanAssignMsg> Decode(ByteView payload);
   friend bool operator==(const PlanAssignMsg&, const PlanAssignMsg&) = default;
+};
+
+// The coordinator lost a rank of the plan (its control connection failed) and goes on without it
+// (quorum policy): the ranks that read from it fetch from the sources instead.
+struct PeerLostMsg {
+  static constexpr MessageType kType = MessageType::kPeerLost;
+  uint8_t side = 0;  // PlanSide: 0 source, 1 destination
+  uint32_t rank = 0;
+  Bytes Encode() const;
+  static Result<PeerLostMsg> Decode(ByteView payload);
+  friend bool operator==(const PeerLostMsg&, const PeerLostMsg&) = default;
 };
 
 // Decodes `payload` as the payload of `type`, discarding the value: InvalidArgument if malformed.

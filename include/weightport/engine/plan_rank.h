@@ -18,11 +18,14 @@
 //                fetched only once the relay's counter says chunk k of the step that delivered it is
 //                verified there (polled with backoff; a blocked chunk never stalls the others). After
 //                verifying a chunk of a step others relay from, it advances that step's counter.
+//                A relay that fails (its counter says so, or its connection is lost) or that the
+//                coordinator declares lost (PeerLost) is routed around: the steps it fed are fetched
+//                from their root source instead, the same chunks against the same hashes.
 //                Commit(v) then flips staging to live; Abort(v) (or no commit) keeps the old live.
 //
 // Thread-safety: Create, Connect, Publish, Receive, Commit and Abort from one thread at a time (not
-// the loop's); Cancel from any thread; the data they touch is not shared with the loop except during Receive.
-// shard_bytes may be read from any thread between versions.
+// the loop's); Cancel and PeerLost from any thread; the data they touch is not shared with the loop except
+// during Receive. shard_bytes may be read from any thread between versions.
 #pragma once
 
 #include <chrono>
@@ -73,8 +76,9 @@ struct ReceiveStats {
   uint64_t polls = 0;              // relay counters and hash headers read
   uint64_t kept_chunks = 0;        // delta: unchanged chunks copied from the live copy, not fetched
   uint64_t kept_bytes = 0;
-  uint64_t frames = 0;       // chunks fetched as zstd frames (PlanStep::compress)
-  uint64_t frame_bytes = 0;  // their compressed size: what crossed the link for them
+  uint64_t frames = 0;          // chunks fetched as zstd frames (PlanStep::compress)
+  uint64_t frame_bytes = 0;     // their compressed size: what crossed the link for them
+  uint64_t rerouted_steps = 0;  // relayed steps fetched from their root source: the relay was lost
   std::chrono::nanoseconds elapsed{0};
 };
 
@@ -111,6 +115,9 @@ class PlanRank {
   // Destination: makes Receive(version), in progress on another thread or about to start, fail with
   // Cancelled soon, marking this rank's relay counters failed. Any thread.
   void Cancel(uint64_t version, const std::string& reason);
+  // Destination: `peer` is gone (the coordinator lost it). The steps relayed through it are fetched
+  // from their root source, in the receive in progress and in every later one. Any thread.
+  void PeerLost(Endpoint peer);
   // Destination: makes the received version live (it must be the last one received in full).
   Status Commit(uint64_t version);
   // Destination: forgets a received or failed version; the live one stays.

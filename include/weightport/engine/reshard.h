@@ -13,7 +13,10 @@
 //             coordinator -> every rank Commit(v) when all verified, Abort(v, why naming the rank)
 //             otherwise; destinations -> Committed(v) after their flip.
 //   end       coordinator -> every rank Bye.
-// A rank whose control connection is lost fails the version in flight, named.
+// A rank whose control connection is lost fails the version in flight, named; or, with a quorum
+// (ReshardCoordinatorOptions::quorum), a lost or failing destination is dropped from the version,
+// the others are told PeerLost(rank) for a lost one (the ranks it relayed to fetch from the
+// sources, PlanRank::PeerLost), and the version commits to the rest while at least `quorum` verify.
 //
 // Thread-safety: ReshardCoordinator from one thread (it runs reader threads of its own inside);
 // ReshardMember from one thread.
@@ -38,6 +41,10 @@ struct ReshardCoordinatorOptions {
   std::vector<Endpoint> ranks;  // every rank of the plan
   std::chrono::milliseconds join_timeout{30'000};
   std::chrono::milliseconds update_timeout{60'000};  // PlanReady from every source to the last verified
+  // 0: every destination must verify each version (all or nothing). N > 0: a destination that is
+  // lost or fails a version is dropped from it (a lost one for good) and the version commits when
+  // every other destination verified and at least N did. Lost sources always fail the version.
+  size_t quorum = 0;
   std::function<void(std::string)> log;
   // Polled while waiting for joins: true ends the wait with Cancelled.
   std::function<bool()> should_stop;
@@ -60,6 +67,9 @@ struct ReshardVersionReport {
   uint64_t bytes = 0;  // over every destination
   double seconds = 0;  // UpdateBegin sent -> last destination verified
   std::vector<ReshardRankReport> destinations;
+  // Quorum policy: the destinations left out of this version, with why ("dst rank 2: control
+  // connection lost: ..."); they keep their old version (a lost one is gone).
+  std::vector<std::string> dropped;
 };
 
 class ReshardCoordinator {
@@ -98,9 +108,10 @@ class ReshardMember {
   ~ReshardMember();
 
   struct Event {
-    enum Kind { kBegin, kCommit, kAbort, kBye } kind = kBye;
+    enum Kind { kBegin, kCommit, kAbort, kBye, kPeerLost } kind = kBye;
     uint64_t version = 0;
     std::string reason;  // for kAbort
+    Endpoint peer;       // for kPeerLost
   };
   // The next instruction from the coordinator; Timeout when none came within `timeout`.
   Result<Event> Next(std::chrono::milliseconds timeout);
@@ -131,7 +142,8 @@ struct DestinationHooks {
 
 // Runs a destination rank until the coordinator says Bye: receives each version it is told to on a
 // thread of its own (so that an Abort arriving meanwhile cancels it, and the ranks that relay from
-// this one stop waiting), reports, and commits or aborts as told. `timeout` bounds each wait for an
+// this one stop waiting), reports, and commits or aborts as told; a PeerLost goes to the rank
+// (PlanRank::PeerLost) at once, also while it receives. `timeout` bounds each wait for an
 // instruction. Returns the first error of a hook or of the control connection.
 Status FollowAsDestination(PlanRank& rank, ReshardMember& member, std::chrono::milliseconds timeout,
                            const DestinationHooks& hooks);

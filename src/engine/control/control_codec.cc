@@ -454,6 +454,22 @@ Result<PlanAssignMsg> PlanAssignMsg::Decode(ByteView payload) {
   return m;
 }
 
+Bytes PeerLostMsg::Encode() const {
+  Writer w;
+  w.U8(side);
+  w.U32(rank);
+  return w.Take();
+}
+Result<PeerLostMsg> PeerLostMsg::Decode(ByteView payload) {
+  Reader r(payload, "PeerLost");
+  PeerLostMsg m;
+  WP_ASSIGN_OR_RETURN(m.side, ReadSide(r));
+  WP_ASSIGN_OR_RETURN(uint64_t rank, r.Int(4, "rank"));
+  m.rank = static_cast<uint32_t>(rank);
+  WP_RETURN_IF_ERROR(r.Done());
+  return m;
+}
+
 Status ValidatePayload(MessageType type, ByteView payload) {
   auto check = [&](auto result) { return result.status(); };
   switch (type) {
@@ -499,6 +515,8 @@ Status ValidatePayload(MessageType type, ByteView payload) {
       return check(LayoutOfferMsg::Decode(payload));
     case MessageType::kPlanAssign:
       return check(PlanAssignMsg::Decode(payload));
+    case MessageType::kPeerLost:
+      return check(PeerLostMsg::Decode(payload));
   }
   return InvalidArgument("unknown message type " + std::to_string(static_cast<int>(type)));
 }

@@ -41,6 +41,7 @@ void AllPayloadDecoders(ByteView payload) {
   RoundTrip<PlanReadyMsg>(payload);
   RoundTrip<LayoutOfferMsg>(payload);
   RoundTrip<PlanAssignMsg>(payload);
+  RoundTrip<PeerLostMsg>(payload);
 }
 
 }  // namespace

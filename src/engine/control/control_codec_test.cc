@@ -51,6 +51,7 @@ TEST(ControlCodecTest, EveryMessageRoundTripsStrictly) {
   ExpectStrictRoundTrip(PlanPeersMsg{{{0, 0, Bytes(3, std::byte{2}), Bytes(4, std::byte{3})},
                                       {1, 7, Bytes(1, std::byte{4}), Bytes(2, std::byte{5})}}});
   ExpectStrictRoundTrip(PlanReadyMsg{9});
+  ExpectStrictRoundTrip(PeerLostMsg{1, 7});
   ExpectStrictRoundTrip(LayoutOfferMsg{1, 2, 4, "trainer-0", R"({"tensors":[]})"});
   ExpectStrictRoundTrip(PlanAssignMsg{R"({"steps":[]})"});
   ExpectStrictRoundTrip(UpdateFailedMsg{42, "chunk 7 hash mismatch"});
