@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bind_util.h"
 #include "weightport/core/dtype.h"
 #include "weightport/engine/plan_session.h"
 
@@ -25,33 +26,6 @@ namespace weightport::python {
 namespace {
 
 using std::chrono::milliseconds;
-
-// Thrown with the GIL released; the translator raises the matching Python exception.
-struct StatusError {
-  StatusCode code;
-  std::string message;
-};
-
-std::map<StatusCode, PyObject*>& ExceptionTypes() {
-  static std::map<StatusCode, PyObject*> types;
-  return types;
-}
-
-void ThrowIfError(const Status& s) {
-  if (!s.ok()) throw StatusError{s.code(), s.message()};
-}
-template <typename T>
-T Take(Result<T> r) {
-  ThrowIfError(r.status());
-  return std::move(*r);
-}
-
-milliseconds Millis(double seconds) { return milliseconds(static_cast<int64_t>(seconds * 1000)); }
-
-Secret MakeSecret(nb::bytes secret) {
-  auto bytes = std::as_bytes(std::span(static_cast<const char*>(secret.data()), secret.size()));
-  return Take(Secret::FromBytes(bytes, "the secret"));
-}
 
 LayoutOffer MakeOffer(bool source, int rank, int side_ranks, const std::string& host,
                       const std::string& placement_json) {
@@ -274,6 +248,8 @@ NB_MODULE(_core, m) {
       PyErr_SetString(it != ExceptionTypes().end() ? it->second : PyExc_RuntimeError, e.message.c_str());
     }
   });
+
+  BindFederated(m);
 
   nb::class_<MemberArgs>(m, "MemberArgs")
       .def(nb::init<>())

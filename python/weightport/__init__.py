@@ -11,6 +11,7 @@ from . import _core
 from .errors import (AlreadyExists, Cancelled, DataLoss, Error, FailedPrecondition, Internal, InvalidArgument,
                      IoError, NotFound, OutOfRange, PermissionDenied, ResourceExhausted, Timeout, Unavailable,
                      Unimplemented)
+from .federated import FedClient, FedServer
 from .layouts import Layout, Sharded, TensorParallel, Whole
 from .publisher import Publisher
 from .subscriber import PinnedVersion, Subscriber
@@ -19,7 +20,7 @@ _core._set_exception_types({name: value for name, value in dict(globals()).items
                             if isinstance(value, type) and issubclass(value, Error)})
 
 __version__ = "0.1.0"
-__all__ = ["Publisher", "Subscriber", "PinnedVersion", "Layout", "Whole", "Sharded", "TensorParallel", "Error",
+__all__ = ["Publisher", "Subscriber", "PinnedVersion", "FedServer", "FedClient", "Layout", "Whole", "Sharded", "TensorParallel", "Error",
            "InvalidArgument", "NotFound", "AlreadyExists", "OutOfRange", "FailedPrecondition", "DataLoss",
            "IoError", "Timeout", "Unavailable", "PermissionDenied", "ResourceExhausted", "Cancelled",
            "Unimplemented", "Internal"]

@@ -63,5 +63,6 @@ Command AddReshardCommand(CLI::App& app);
 Command AddTopologyCommand(CLI::App& app);
 Command AddSimCommand(CLI::App& app);
 Command AddHbdCommand(CLI::App& app);
+Command AddFedCommand(CLI::App& app);
 
 }  // namespace weightport::cli

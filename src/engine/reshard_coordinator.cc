@@ -1,14 +1,12 @@
 // ReshardCoordinator: joins, the peer table, and one version at a time. One reading thread per rank
 // feeds an event queue that the caller's thread drains, so a rank that stops sending cannot block
 // the others and every wait is bounded.
-#include <condition_variable>
-#include <deque>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
 
+#include "event_queue.h"
 #include "weightport/engine/reshard.h"
 
 namespace weightport {
@@ -28,10 +26,8 @@ struct ReshardCoordinator::Impl {
   std::map<Endpoint, std::unique_ptr<ControlChannel>> channels;
   std::vector<std::thread> readers;
   std::atomic<bool> stopping{false};
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Event> events;  // guarded by mu
-  std::set<Endpoint> lost;   // ranks whose connection failed
+  EventQueue<Event> events;
+  std::set<Endpoint> lost;  // ranks whose connection failed
   // The last version each source said it published: a source may announce v + 1 while the
   // coordinator still collects Committed(v).
   std::map<Endpoint, uint64_t> ready;
@@ -56,24 +52,14 @@ struct ReshardCoordinator::Impl {
         auto m = ch->Receive(milliseconds(200));
         if (!m.ok() && m.status().code() == StatusCode::kTimeout) continue;
         const bool end = !m.ok();
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          events.push_back(Event{ep, std::move(m)});
-        }
-        cv.notify_all();
+        events.Push(Event{ep, std::move(m)});
         if (end) return;
       }
     });
   }
 
   // The next event before `deadline`, or nullopt.
-  std::optional<Event> Next(Clock::time_point deadline) {
-    std::unique_lock<std::mutex> lock(mu);
-    if (!cv.wait_until(lock, deadline, [&] { return !events.empty(); })) return std::nullopt;
-    Event e = std::move(events.front());
-    events.pop_front();
-    return e;
-  }
+  std::optional<Event> Next(Clock::time_point deadline) { return events.Next(deadline); }
 
   void SendAll(MessageType type, const Bytes& payload, bool sources, bool destinations,
                const std::set<Endpoint>& except = {}) {

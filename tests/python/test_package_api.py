@@ -255,3 +255,33 @@ def test_anything_with_dlpack_is_read_where_it_lies(secret):
         assert np.array_equal(recv["w"].numpy(), w)
     sub.close()
     pub.close()
+
+
+def test_federated_rounds_fold_the_weighted_mean_and_refuse_bad_input(secret):
+    initial = np.linspace(-1, 1, 5000, dtype=np.float32)
+    server = weightport.FedServer("127.0.0.1:0", secret=secret, initial=initial, clients=2, rounds=2,
+                                  chunk_elements=1024)
+    updates = {"a": (np.full(5000, 0.5, np.float32), 1.0), "b": (torch.full((5000,), -0.25), 3.0)}
+    starts = {}
+
+    def client(name):
+        c = weightport.FedClient(server.address, secret=secret, name=name, encoding="f32", timeout=TIMEOUT)
+        while (start := c.next_round()) is not None:
+            starts.setdefault(name, []).append(start)
+            c.send_update(updates[name][0], samples=updates[name][1])
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in updates]
+    for t in threads:
+        t.start()
+    reports = server.run()
+    for t in threads:
+        t.join(TIMEOUT)
+    assert [sorted(c["name"] for c in r["clients"] if c["folded"]) for r in reports] == [["a", "b"], ["a", "b"]]
+    step = (0.5 * 1.0 + -0.25 * 3.0) / 4.0  # FedAvg of the two updates, weighted by samples
+    np.testing.assert_allclose(server.global_model(), initial + 2 * step, atol=1e-6)
+    # Clients start each round from the global model as bf16.
+    np.testing.assert_allclose(starts["a"][1], (initial + step), atol=1e-2)
+    with pytest.raises(weightport.InvalidArgument, match="encoding"):
+        weightport.FedClient(server.address, secret=secret, name="x", encoding="int4")
+    with pytest.raises(ValueError, match="late"):
+        weightport.FedServer("127.0.0.1:0", secret=secret, initial=initial, clients=1, rounds=1, late="never")

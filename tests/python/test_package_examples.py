@@ -33,3 +33,10 @@ def test_fsdp2_ranks_publish_bit_exact_to_a_whole_model():
     assert s["ok"], s
     assert s["tensors_checked"] == 3 * 9  # 9 tensors in each of 3 versions
     assert s["mismatched"] == []
+
+
+def test_federated_averaging_learns_and_folds_every_client():
+    s = run_example("federated.py", "--clients", "3", "--rounds", "6", "--encoding", "fp8")
+    assert s["ok"], s
+    assert s["folded"] == [3] * 6
+    assert s["loss_after"] <= 0.5 * s["loss_before"], s

@@ -42,6 +42,7 @@ void AllPayloadDecoders(ByteView payload) {
   RoundTrip<LayoutOfferMsg>(payload);
   RoundTrip<PlanAssignMsg>(payload);
   RoundTrip<PeerLostMsg>(payload);
+  RoundTrip<FedMsg>(payload);
 }
 
 }  // namespace

@@ -52,6 +52,15 @@ TEST(ControlCodecTest, EveryMessageRoundTripsStrictly) {
                                       {1, 7, Bytes(1, std::byte{4}), Bytes(2, std::byte{5})}}});
   ExpectStrictRoundTrip(PlanReadyMsg{9});
   ExpectStrictRoundTrip(PeerLostMsg{1, 7});
+  FedMsg fed;
+  fed.kind = FedKind::kUpdateChunk;
+  fed.round = 3;
+  fed.chunk = 9;
+  fed.value = 0.125;
+  fed.compressed = 1;
+  fed.raw_bytes = 4;
+  fed.data = Bytes(4, std::byte{7});
+  ExpectStrictRoundTrip(fed);
   ExpectStrictRoundTrip(LayoutOfferMsg{1, 2, 4, "trainer-0", R"({"tensors":[]})"});
   ExpectStrictRoundTrip(PlanAssignMsg{R"({"steps":[]})"});
   ExpectStrictRoundTrip(UpdateFailedMsg{42, "chunk 7 hash mismatch"});

@@ -19,6 +19,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -35,11 +36,37 @@ class UcxTransport;
 
 struct Context {
   Context(ucp_context_h h, uint64_t id) : handle(h), transport_id(id) {}
-  ~Context() { ucp_cleanup(handle); }
+  ~Context() {
+    WorkerDestroyed();
+    ucp_cleanup(handle);
+  }
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
+
+  // Memory UCX allocated for a region that is released while the transport's worker lives. The
+  // worker may still serve a peer's request already on its way (over TCP a Get is answered by this
+  // worker from the region's address, and UCX does not check the key), so the memory stays mapped,
+  // and is never handed to anything else, until the worker is destroyed.
+  void Retire(ucp_mem_h memh) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (worker_alive) {
+      retired.push_back(memh);
+    } else {
+      ucp_mem_unmap(handle, memh);
+    }
+  }
+  void WorkerDestroyed() {
+    std::lock_guard<std::mutex> lock(mu);
+    worker_alive = false;
+    for (ucp_mem_h memh : retired) ucp_mem_unmap(handle, memh);
+    retired.clear();
+  }
+
   const ucp_context_h handle;
   const uint64_t transport_id;
+  std::mutex mu;
+  bool worker_alive = true;        // guarded by mu
+  std::vector<ucp_mem_h> retired;  // guarded by mu
 };
 
 class UcxRegion final : public MemoryRegion {
@@ -55,12 +82,13 @@ class UcxRegion final : public MemoryRegion {
   const Context* context() const { return context_.get(); }
 
  private:
-  UcxRegion(std::shared_ptr<Context> context, std::byte* data, size_t size, ucp_mem_h memh)
-      : context_(std::move(context)), data_(data), size_(size), memh_(memh) {}
+  UcxRegion(std::shared_ptr<Context> context, std::byte* data, size_t size, ucp_mem_h memh, bool allocated)
+      : context_(std::move(context)), data_(data), size_(size), memh_(memh), allocated_(allocated) {}
   std::shared_ptr<Context> context_;
   std::byte* data_;
   size_t size_;
   ucp_mem_h memh_;  // null for an empty region
+  bool allocated_;  // UCX allocated the memory (UcxAllocate): retired, not unmapped, while the worker lives
   RemoteKey key_;
 };
 

@@ -36,7 +36,8 @@ Result<std::unique_ptr<UcxRegion>> UcxRegion::Map(std::shared_ptr<Context> conte
     }
   }
   // From here the region owns memh, and unmaps it on any error below.
-  std::unique_ptr<UcxRegion> region(new UcxRegion(context, static_cast<std::byte*>(data), size, memh));
+  std::unique_ptr<UcxRegion> region(
+      new UcxRegion(context, static_cast<std::byte*>(data), size, memh, allocate));
   Bytes ucp_rkey;
   if (memh != nullptr) {
     void* packed = nullptr;
@@ -54,9 +55,16 @@ Result<std::unique_ptr<UcxRegion>> UcxRegion::Map(std::shared_ptr<Context> conte
 }
 
 UcxRegion::~UcxRegion() {
-  // Deregisters (and, for UcxAllocate, frees). Peers that mapped a shm segment keep their mapping
-  // until they destroy their rkey; the memory is returned to the system after that.
-  if (memh_ != nullptr) ucp_mem_unmap(context_->handle, memh_);
+  // Deregisters (and, for UcxAllocate, frees: once the worker is gone, see Context::Retire). Peers
+  // that mapped a shm segment keep their mapping until they destroy their rkey; the memory is
+  // returned to the system after that. Registered memory the caller owns is deregistered at once:
+  // the caller frees it next.
+  if (memh_ == nullptr) return;
+  if (allocated_) {
+    context_->Retire(memh_);
+  } else {
+    ucp_mem_unmap(context_->handle, memh_);
+  }
 }
 
 }  // namespace weightport::ucx

@@ -177,6 +177,7 @@ UcxTransport::~UcxTransport() {
     tearing_down_ = true;
     ucp_worker_destroy(worker_);
     worker_ = nullptr;
+    context_->WorkerDestroyed();  // no request is served any more: retired regions can go
   }
   for (Op* op : ops_) delete op;
   ops_.clear();
