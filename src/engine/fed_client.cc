@@ -168,8 +168,10 @@ Result<FedClientRound> FedClient::SendUpdate(std::span<const float> update, doub
   return m.current;
 }
 
-Status FedClient::SendGarbage(double samples) {
+Status FedClient::SendGarbage(double samples, uint32_t valid_chunks) {
   std::vector<float> nan(impl_->elements, std::numeric_limits<float>::quiet_NaN());
+  std::fill_n(nan.begin(), std::min<uint64_t>(uint64_t{valid_chunks} * impl_->chunk_elements, nan.size()),
+              1.0f);
   const FedEncoding encoding = impl_->o.encoding;
   impl_->o.encoding = FedEncoding::kF32;  // NaN survives f32 as is
   auto r = SendUpdate(nan, samples);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <thread>
@@ -54,6 +55,13 @@ struct Client {
   bool lost = false;
   std::map<uint64_t, double> samples;  // by round, from its FedUpdateBegin
   uint64_t late_round = 0;             // a round it missed the deadline of: its later chunks count as late
+  // Every chunk folded from it this round, with its weight (an unlinked temporary file): an
+  // exclusion takes them back out of the sum, so an excluded client leaves no trace in the round,
+  // while the server's memory stays a constant times the model. `carry`: a late client's chunks
+  // of the last round, folded into this one at the staleness weight (FedLatePolicy::kFold).
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> spill{nullptr, &std::fclose};
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> carry{nullptr, &std::fclose};
+  uint64_t spilled = 0;  // chunks in `spill`
   // This round:
   bool participant = false, ended = false;
   std::vector<uint8_t> folded;  // per chunk
@@ -229,7 +237,54 @@ struct FedServer::Impl {
     if (!c.report.excluded.empty() || c.report.folded) return;
     c.report.excluded = why;
     c.ended = true;
-    Log("fed: round " + std::to_string(round.round) + ": " + c.name + " excluded: " + why);
+    std::string taken;
+    if (c.spilled > 0) {
+      const uint64_t n = Replay(c.spill.get(), -1, nullptr);
+      taken = " (its " + std::to_string(n) + " folded chunk(s) taken back out)";
+      c.report.chunks_folded = 0;
+    }
+    Log("fed: round " + std::to_string(round.round) + ": " + c.name + " excluded: " + why + taken);
+  }
+
+  // Notes a chunk folded from c with `weight`, so that it can be taken back out.
+  void Spill(Client& c, const FedMsg& m, double weight) {
+    if (!c.spill) return;
+    const Bytes bytes = m.Encode();
+    const uint64_t n = bytes.size();
+    std::FILE* f = c.spill.get();
+    if (std::fwrite(&weight, sizeof weight, 1, f) != 1 || std::fwrite(&n, sizeof n, 1, f) != 1 ||
+        std::fwrite(bytes.data(), 1, n, f) != n) {
+      Log("fed: " + c.name + ": cannot note a folded chunk; an exclusion could not take it back");
+      c.spill.reset();
+      return;
+    }
+    ++c.spilled;
+  }
+
+  // Folds every chunk noted in `f` again, at `factor` times the weight it was folded with (-1 takes
+  // them out); notes them in `into`'s spill when given. The chunks decoded when first folded.
+  uint64_t Replay(std::FILE* f, double factor, Client* into) {
+    if (f == nullptr) return 0;
+    std::fflush(f);
+    std::rewind(f);
+    uint64_t replayed = 0;
+    double weight;
+    uint64_t n;
+    while (std::fread(&weight, sizeof weight, 1, f) == 1 && std::fread(&n, sizeof n, 1, f) == 1) {
+      Bytes bytes(n);
+      if (std::fread(bytes.data(), 1, n, f) != n) break;
+      auto m = FedMsg::Decode(bytes);
+      if (!m.ok()) break;
+      FedChunk chunk{static_cast<FedEncoding>(m->encoding), static_cast<float>(m->value), m->raw_bytes,
+                     m->compressed != 0, m->data};
+      scratch.resize(aggregator.ChunkOf(global, m->chunk).size());
+      if (!DecodeUpdateChunk(chunk, scratch).ok()) break;
+      aggregator.Fold(m->chunk, weight * factor, scratch);
+      if (into) Spill(*into, *m, weight * factor);
+      ++replayed;
+    }
+    std::fseek(f, 0, SEEK_END);
+    return replayed;
   }
 
   // One update chunk from client c for `round` (this one or, late, the previous one).
@@ -251,8 +306,9 @@ struct FedServer::Impl {
     c.report.bytes_up += m.data.size();
     if (late) {
       ++c.report.late_chunks;
-      if (o.late == FedLatePolicy::kFold) {
+      if (o.late == FedLatePolicy::kFold && c.participant && c.report.excluded.empty()) {
         aggregator.Fold(m.chunk, samples->second * o.staleness, scratch);
+        Spill(c, m, samples->second * o.staleness);
         ++report.stale_chunks_folded;
       }
       return;
@@ -260,6 +316,7 @@ struct FedServer::Impl {
     if (c.folded[m.chunk]) return Exclude(c, "chunk " + std::to_string(m.chunk) + " sent twice", report);
     c.folded[m.chunk] = 1;
     aggregator.Fold(m.chunk, samples->second, scratch);
+    Spill(c, m, samples->second);
     ++c.report.chunks_folded;
   }
 
@@ -331,7 +388,16 @@ struct FedServer::Impl {
       c.report = FedClientReport{};
       c.report.name = c.name;
       c.folded.assign(chunks, 0);
+      c.spill.reset(c.participant ? std::tmpfile() : nullptr);
+      c.spilled = 0;
+      if (c.participant && !c.spill)
+        Log("fed: " + c.name + ": no temporary file: an exclusion this round cannot take its chunks back");
       if (c.participant) StartSender(c, r, round_start);
+      // Late last round (kFold): what it had delivered by the deadline joins this round, stale.
+      if (c.carry) {
+        if (c.participant) report.stale_chunks_folded += Replay(c.carry.get(), o.staleness, &c);
+        c.carry.reset();
+      }
     }
     const auto deadline = round_start + o.deadline;
     auto open = [&] {
@@ -354,8 +420,9 @@ struct FedServer::Impl {
       c.late_round = r;
       Exclude(c,
               "late: " + got + " by the deadline" +
-                  (o.late == FedLatePolicy::kFold ? "; the rest folds into the next round" : ""),
+                  (o.late == FedLatePolicy::kFold ? "; its update folds into the next round, stale" : ""),
               report);
+      if (o.late == FedLatePolicy::kFold && !c.lost) c.carry = std::move(c.spill);
     }
     aggregator.ApplyTo(global);
     ++version;

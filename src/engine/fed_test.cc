@@ -111,10 +111,11 @@ std::string NameOf(size_t i) { return std::string(1, static_cast<char>('a' + i))
 
 // Clients (one per encoding) over real control channels for `rounds` rounds; client `garbage`
 // sends garbage in round 1. `update_of(i, r)` is client i's update in round r.
+// `garbage_valid`: the garbage update's first chunks are valid (and folded before the garbage shows).
 FedRun RunFed(std::vector<FedEncoding> encodings, int garbage, uint64_t rounds,
               std::function<std::vector<float>(int, uint64_t)> update_of, const std::vector<double>& samples,
               std::function<void(FedServerOptions&)> configure = nullptr,
-              std::function<void(int, uint64_t)> before_send = nullptr) {
+              std::function<void(int, uint64_t)> before_send = nullptr, uint32_t garbage_valid = 0) {
   FedRun run;
   auto listener = ControlListener::Listen("127.0.0.1", 0, "fed-server", TestSecret());
   EXPECT_TRUE(listener.ok());
@@ -152,7 +153,7 @@ FedRun RunFed(std::vector<FedEncoding> encodings, int garbage, uint64_t rounds,
         }
         const uint64_t r = (*c)->round();
         if (static_cast<int>(i) == garbage && r == 1) {
-          ASSERT_TRUE((*c)->SendGarbage(samples[i]).ok());
+          ASSERT_TRUE((*c)->SendGarbage(samples[i], garbage_valid).ok());
           run.sent[i].emplace_back();
           continue;
         }
@@ -230,6 +231,25 @@ TEST(FedServer, TheNextRoundSendsOnlyTheChunksThatChanged) {
     EXPECT_EQ(run.rounds[i][2].chunks_received, 1u);
   }
   EXPECT_LT(run.reports[2].bytes_down * 2, run.reports[0].bytes_down);
+  const std::vector<double> want = Reference(run, samples);
+  for (size_t k = 0; k < want.size(); ++k) ASSERT_NEAR(run.global[k], want[k], 1e-5) << "element " << k;
+}
+
+// Garbage in the last chunk of an update whose first two chunks were valid and folded: the client
+// is excluded and those two chunks are taken back out, so the round is the mean of the others.
+TEST(FedServer, AnExcludedClientsFoldedChunksAreTakenBackOut) {
+  const std::vector<double> samples = {10, 30, 5};
+  FedRun run = RunFed(
+      {FedEncoding::kBF16, FedEncoding::kFP8, FedEncoding::kF32}, 2, 1,
+      [](int i, uint64_t r) { return Ramp(kElements, 0.01f * (i + 1), 0.001f * r); }, samples, nullptr,
+      nullptr, 2);
+  ASSERT_EQ(run.reports.size(), 1u);
+  const FedClientReport& c = Named(run.reports[0], "c");
+  EXPECT_FALSE(c.folded);
+  EXPECT_NE(c.excluded.find("chunk 2"), std::string::npos) << c.excluded;
+  bool taken = false;
+  for (const auto& l : run.log) taken |= l.find("2 folded chunk(s) taken back out") != std::string::npos;
+  EXPECT_TRUE(taken);
   const std::vector<double> want = Reference(run, samples);
   for (size_t k = 0; k < want.size(); ++k) ASSERT_NEAR(run.global[k], want[k], 1e-5) << "element " << k;
 }

@@ -48,6 +48,17 @@ Status RawOp(ProgressLoop& loop, MemoryRegion& local, const std::shared_ptr<Conn
   return f.get();
 }
 
+// The peer's connection and landing region belong to its loop's transport: released there.
+void ReleaseOnLoop(ProgressLoop& loop, Result<std::unique_ptr<MemoryRegion>>& local,
+                   Result<std::shared_ptr<Connection>>& conn) {
+  loop.Call([&](Transport&) {
+    if (conn.ok()) (*conn)->Close();
+    conn = Status(Cancelled("released"));
+    local = Status(Cancelled("released"));
+  });
+  loop.Stop();
+}
+
 class PlanRetire : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PlanRetire, KeysOfARetiredPlanStopWorking) {
@@ -89,9 +100,7 @@ TEST_P(PlanRetire, KeysOfARetiredPlanStopWorking) {
   EXPECT_FALSE(put.ok()) << "a Put with the retired plan's key succeeded";
   EXPECT_NE(get.message().find("src rank 0"), std::string::npos) << get.ToString();
   EXPECT_EQ(landing[0], std::byte{0}) << "bytes arrived from a retired plan";
-  local->reset();
-  (*conn)->Close();
-  peer.Stop();
+  ReleaseOnLoop(peer, local, conn);
 }
 
 // The owner releases a region while a peer's Gets of it are on their way (a publisher closing
@@ -138,9 +147,7 @@ TEST_P(PlanRetire, ReleasingARegionWhileAPeerReadsItDoesNotCrashTheOwner) {
       if (landing[i] != std::byte{0} && landing[i] != std::byte{0x33}) FAIL() << "foreign bytes at " << i;
     owner->Stop();
     owner.reset();
-    local->reset();
-    (*conn)->Close();
-    peer.Stop();
+    ReleaseOnLoop(peer, local, conn);
   }
 }
 

@@ -18,10 +18,11 @@
 //                     becomes global + sum / weights, per chunk.
 //
 // A chunk that does not decode to the chunk's element count of finite values (garbage) is never
-// folded: the client is excluded from the round and named. A client lost mid-round is excluded
-// from the chunks it had not delivered; each chunk of the aggregate is the weighted mean of the
-// updates that delivered it. Late chunks (after the deadline) are dropped, or folded into the next
-// round with their weight times `staleness` (FedLatePolicy).
+// folded: the client is excluded from the round and named, and the chunks of its update already
+// folded are taken back out of the sum (the server notes each folded chunk in a temporary file),
+// so an excluded client (garbage, lost, or late) leaves no trace in the round. A late client's
+// update is dropped, or folded into the next round with its weight times `staleness`
+// (FedLatePolicy), what it had delivered by the deadline and what comes after alike.
 //
 // All messages travel on the authenticated control channel (control_channel.h: HMAC per frame,
 // bounded sizes); on these links the wire, not the copies, is the limit.
@@ -178,8 +179,9 @@ class FedClient {
   Result<FedClientRound> SendUpdate(std::span<const float> update, double samples);
   // What the last SendUpdate's chunks decode to (what the server folds), when kept.
   std::span<const float> last_sent() const;
-  // Sends an update whose chunks decode to values that are not finite (tests of the server's checks).
-  Status SendGarbage(double samples);
+  // Sends an update whose chunks from `valid_chunks` on decode to values that are not finite (the
+  // ones before hold 1.0): tests of the server's checks and of its taking back what it folded.
+  Status SendGarbage(double samples, uint32_t valid_chunks = 0);
   uint64_t round() const;
 
   struct Impl;
