@@ -90,10 +90,7 @@ class PyFedClient {
       nb::gil_scoped_release release;
       r = Take(client_->SendUpdate(values, samples));
     }
-    return "{\"round\": " + std::to_string(r.round) + ", \"version\": " + std::to_string(r.version) +
-           ", \"chunks_received\": " + std::to_string(r.chunks_received) +
-           ", \"bytes_down\": " + std::to_string(r.bytes_down) +
-           ", \"bytes_up\": " + std::to_string(r.bytes_up) + "}";
+    return FedClientRoundJson(r);
   }
   uint64_t round() const { return client_->round(); }
 

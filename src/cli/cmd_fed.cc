@@ -194,13 +194,7 @@ int RunClient(const FedOptions& o) {
           !s.ok())
         return fail(s);
     }
-    rounds.push_back({{"round", r},
-                      {"version", sent->version},
-                      {"chunks_received", sent->chunks_received},
-                      {"bytes_down", sent->bytes_down},
-                      {"bytes_up", sent->bytes_up},
-                      {"download_s", sent->download_s},
-                      {"upload_s", sent->upload_s}});
+    rounds.push_back(nlohmann::ordered_json::parse(FedClientRoundJson(*sent)));
   }
   if (o.json)
     std::cout << nlohmann::ordered_json{{"name", o.name}, {"rounds", rounds}, {"ok", end.ok()}}.dump()

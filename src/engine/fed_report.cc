@@ -32,6 +32,14 @@ nlohmann::ordered_json RoundJson(const FedRoundReport& r) {
 
 }  // namespace
 
+std::string FedClientRoundJson(const FedClientRound& r) {
+  return nlohmann::ordered_json{
+      {"round", r.round},           {"version", r.version},   {"chunks_received", r.chunks_received},
+      {"bytes_down", r.bytes_down}, {"bytes_up", r.bytes_up}, {"download_s", r.download_s},
+      {"upload_s", r.upload_s}}
+      .dump();
+}
+
 std::string FedRoundsJson(const std::vector<FedRoundReport>& rounds) {
   nlohmann::ordered_json out = nlohmann::json::array();
   for (const auto& r : rounds) out.push_back(RoundJson(r));

@@ -246,10 +246,10 @@ struct FedServer::Impl {
     Log("fed: round " + std::to_string(round.round) + ": " + c.name + " excluded: " + why + taken);
   }
 
-  // Notes a chunk folded from c with `weight`, so that it can be taken back out.
-  void Spill(Client& c, const FedMsg& m, double weight) {
+  // Notes a chunk folded from c with `weight` (its FedUpdateChunk payload, as received), so that it
+  // can be taken back out.
+  void Spill(Client& c, ByteView bytes, double weight) {
     if (!c.spill) return;
-    const Bytes bytes = m.Encode();
     const uint64_t n = bytes.size();
     std::FILE* f = c.spill.get();
     if (std::fwrite(&weight, sizeof weight, 1, f) != 1 || std::fwrite(&n, sizeof n, 1, f) != 1 ||
@@ -274,41 +274,41 @@ struct FedServer::Impl {
       Bytes bytes(n);
       if (std::fread(bytes.data(), 1, n, f) != n) break;
       auto m = FedMsg::Decode(bytes);
-      if (!m.ok()) break;
-      FedChunk chunk{static_cast<FedEncoding>(m->encoding), static_cast<float>(m->value), m->raw_bytes,
-                     m->compressed != 0, m->data};
-      scratch.resize(aggregator.ChunkOf(global, m->chunk).size());
-      if (!DecodeUpdateChunk(chunk, scratch).ok()) break;
+      if (!m.ok() || !DecodeChunk(*m).ok()) break;  // it decoded when it was first folded
       aggregator.Fold(m->chunk, weight * factor, scratch);
-      if (into) Spill(*into, *m, weight * factor);
+      if (into) Spill(*into, bytes, weight * factor);
       ++replayed;
     }
     std::fseek(f, 0, SEEK_END);
     return replayed;
   }
 
-  // One update chunk from client c for `round` (this one or, late, the previous one).
-  void OnChunk(Client& c, const FedMsg& m, FedRoundReport& report, bool late) {
+  // Decodes update chunk m into `scratch`: checked against the model's chunks, its encoding, its
+  // size and for values that are not finite.
+  Status DecodeChunk(const FedMsg& m) {
+    if (m.chunk >= chunks)
+      return InvalidArgument("chunk " + std::to_string(m.chunk) + " of a model of " + std::to_string(chunks));
+    if (m.encoding > static_cast<uint8_t>(FedEncoding::kFP8))
+      return InvalidArgument("unknown encoding " + std::to_string(m.encoding));
+    const FedChunk chunk{static_cast<FedEncoding>(m.encoding), static_cast<float>(m.value), m.raw_bytes,
+                         m.compressed != 0, m.data};
+    scratch.resize(aggregator.ChunkOf(global, m.chunk).size());
+    return DecodeUpdateChunk(chunk, scratch).WithContext("chunk " + std::to_string(m.chunk));
+  }
+
+  // One update chunk from client c for `round` (this one or, late, the previous one); `payload` is
+  // the message as received.
+  void OnChunk(Client& c, const FedMsg& m, ByteView payload, FedRoundReport& report, bool late) {
     const uint64_t round = m.round;
     auto samples = c.samples.find(round);
     if (samples == c.samples.end()) return Exclude(c, "an update chunk before its FedUpdateBegin", report);
-    if (m.chunk >= chunks)
-      return Exclude(c, "chunk " + std::to_string(m.chunk) + " of a model of " + std::to_string(chunks),
-                     report);
-    if (m.encoding > static_cast<uint8_t>(FedEncoding::kFP8))
-      return Exclude(c, "unknown encoding " + std::to_string(m.encoding), report);
-    FedChunk chunk{static_cast<FedEncoding>(m.encoding), static_cast<float>(m.value), m.raw_bytes,
-                   m.compressed != 0, m.data};
-    const std::span<const float> target = aggregator.ChunkOf(global, m.chunk);
-    scratch.resize(target.size());
-    if (Status s = DecodeUpdateChunk(chunk, scratch); !s.ok())
-      return Exclude(c, "chunk " + std::to_string(m.chunk) + ": " + s.message(), report);
+    if (Status s = DecodeChunk(m); !s.ok()) return Exclude(c, s.message(), report);
     c.report.bytes_up += m.data.size();
     if (late) {
       ++c.report.late_chunks;
       if (o.late == FedLatePolicy::kFold && c.participant && c.report.excluded.empty()) {
         aggregator.Fold(m.chunk, samples->second * o.staleness, scratch);
-        Spill(c, m, samples->second * o.staleness);
+        Spill(c, payload, samples->second * o.staleness);
         ++report.stale_chunks_folded;
       }
       return;
@@ -316,7 +316,7 @@ struct FedServer::Impl {
     if (c.folded[m.chunk]) return Exclude(c, "chunk " + std::to_string(m.chunk) + " sent twice", report);
     c.folded[m.chunk] = 1;
     aggregator.Fold(m.chunk, samples->second, scratch);
-    Spill(c, m, samples->second);
+    Spill(c, payload, samples->second);
     ++c.report.chunks_folded;
   }
 
@@ -353,9 +353,9 @@ struct FedServer::Impl {
         c.samples.erase(c.samples.begin(), c.samples.lower_bound(r > 1 ? r - 1 : 0));
         return;
       case FedKind::kUpdateChunk:
-        if (current) return OnChunk(c, *msg, *round, false);
+        if (current) return OnChunk(c, *msg, e.message->payload, *round, false);
         if (round && r > 1 && msg->round == r - 1 && c.late_round == r - 1)
-          return OnChunk(c, *msg, *round, true);
+          return OnChunk(c, *msg, e.message->payload, *round, true);
         return;
       case FedKind::kUpdateEnd:
         if (!current) return;

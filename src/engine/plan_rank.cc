@@ -99,6 +99,15 @@ Status CompileConversion(const Plan& plan, const PlanLayout& mine, const PlanSte
   });
 }
 
+// Appends `item` to `list` and widens [begin, end) over it: a chunk's runs (or conversions) are
+// appended in piece order, so they are one contiguous range of the list.
+template <typename T>
+void AppendToRange(std::vector<T>& list, const T& item, uint32_t& begin, uint32_t& end) {
+  list.push_back(item);
+  if (end == begin) begin = static_cast<uint32_t>(list.size() - 1);
+  end = static_cast<uint32_t>(list.size());
+}
+
 }  // namespace
 
 uint64_t plan_rank_internal::HashRuns(const std::byte* base, const std::vector<Run>& runs, uint32_t begin,
@@ -163,10 +172,8 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
         WP_RETURN_IF_ERROR(CompileConversion(
             *plan, mine, s, [&](uint32_t, const ConvertSpan& c) { impl->out_converts.push_back(c); }));
       WP_RETURN_IF_ERROR(CompileStep(*plan, impl->layouts, s, [&](uint32_t k, const Run& r) {
-        impl->out_runs.push_back(r);
         OutChunk& c = impl->out_chunks[first + k];
-        if (c.run_end == c.run_begin) c.run_begin = static_cast<uint32_t>(impl->out_runs.size() - 1);
-        c.run_end = static_cast<uint32_t>(impl->out_runs.size());
+        AppendToRange(impl->out_runs, r, c.run_begin, c.run_end);
       }));
     }
     if (me.side != PlanSide::kDestination || s.to_rank != me.rank || s.chunks == 0) continue;
@@ -201,19 +208,14 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
                                  static_cast<uint32_t>(impl->in_runs.size()),
                                  static_cast<uint32_t>(impl->in_runs.size()), 0});
     WP_RETURN_IF_ERROR(CompileStep(*plan, impl->layouts, s, [&](uint32_t k, const Run& r) {
-      impl->in_runs.push_back(r);
       InChunk& c = impl->in_chunks[in.first_chunk + k];
-      if (c.run_end == c.run_begin) c.run_begin = static_cast<uint32_t>(impl->in_runs.size() - 1);
-      c.run_end = static_cast<uint32_t>(impl->in_runs.size());
+      AppendToRange(impl->in_runs, r, c.run_begin, c.run_end);
       c.bytes += r.length;
     }));
     if (ReceiverEndPacked(s))
       WP_RETURN_IF_ERROR(CompileConversion(*plan, mine, s, [&](uint32_t k, const ConvertSpan& span) {
-        impl->in_converts.push_back(span);
         InChunk& c = impl->in_chunks[in.first_chunk + k];
-        if (c.convert_end == c.convert_begin)
-          c.convert_begin = static_cast<uint32_t>(impl->in_converts.size() - 1);
-        c.convert_end = static_cast<uint32_t>(impl->in_converts.size());
+        AppendToRange(impl->in_converts, span, c.convert_begin, c.convert_end);
       }));
     if (s.after >= 0) {
       if (auto d = DetourStep(*plan, s)) {
@@ -222,12 +224,8 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
         if (s.compress) in.root_slots = impl->layouts.at(root.from).slot_offset.at(root.id);
         WP_RETURN_IF_ERROR(CompileRuns(*plan, impl->layouts, *d, SenderBase(impl->layouts, root),
                                        ReceiverBase(impl->layouts, s), [&](uint32_t k, const Run& r) {
-                                         impl->detour_runs.push_back(r);
                                          InChunk& c = impl->in_chunks[in.first_chunk + k];
-                                         if (c.detour_end == c.detour_begin)
-                                           c.detour_begin =
-                                               static_cast<uint32_t>(impl->detour_runs.size() - 1);
-                                         c.detour_end = static_cast<uint32_t>(impl->detour_runs.size());
+                                         AppendToRange(impl->detour_runs, r, c.detour_begin, c.detour_end);
                                        }));
       }
     }

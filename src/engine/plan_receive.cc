@@ -171,6 +171,13 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     return true;
   }
 
+  // The relay of step st is gone: around it if the step allows, else the receive fails with `why`.
+  void DetourOrFail(size_t st, Status why) {
+    if (!Detour(st)) return Fail(std::move(why));
+    Issue();
+    MaybeFinish();
+  }
+
   // The coordinator lost `peer`: the steps it relays to this rank go to their root source. Before
   // the mirrors are in, nothing is released yet; the loop over the steps then sees it in lost_peers.
   void OnPeerLost(Endpoint peer) {
@@ -206,26 +213,17 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     --in_flight_;
     if (failed_ || detoured_[st]) return MaybeFinish();
     const InStep& step = r_.in_steps[st];
-    if (!s.ok() && Fatal(s, Conn(step.sender))) {
-      if (Detour(st)) {
-        Issue();
-        return MaybeFinish();
-      }
-      return Fail(s.WithContext(r_.StepName(step.step) + ": progress of " + step.sender.ToString()));
-    }
+    if (!s.ok() && Fatal(s, Conn(step.sender)))
+      return DetourOrFail(st,
+                          s.WithContext(r_.StepName(step.step) + ": progress of " + step.sender.ToString()));
     bool progressed = false;
     // A torn or corrupt read of the counter fails its check and is no news.
     const std::optional<uint64_t> counter = s.ok() ? LoadCounter(r_.at(step.poll_scratch)) : std::nullopt;
     if (counter) {
       const uint64_t word = *counter;
-      if (CounterVersion(word) == v_ && CounterPrefix(word) == kRelayFailed) {
-        if (Detour(st)) {
-          Issue();
-          return MaybeFinish();
-        }
-        return Fail(Unavailable(r_.StepName(step.step) + ": its relay " + step.sender.ToString() +
-                                " failed version " + std::to_string(v_)));
-      }
+      if (CounterVersion(word) == v_ && CounterPrefix(word) == kRelayFailed)
+        return DetourOrFail(st, Unavailable(r_.StepName(step.step) + ": its relay " + step.sender.ToString() +
+                                            " failed version " + std::to_string(v_)));
       if (CounterVersion(word) == v_ && CounterPrefix(word) > released_[st]) {
         sender_copy_[st] = CounterCopy(word);
         Release(st, CounterPrefix(word));

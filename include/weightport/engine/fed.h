@@ -165,6 +165,8 @@ struct FedClientRound {
   uint64_t bytes_down = 0, bytes_up = 0;
   double download_s = 0, upload_s = 0;
 };
+// One client round as a JSON object (the CLI's and the Python package's).
+std::string FedClientRoundJson(const FedClientRound& round);
 
 class FedClient {
  public:
