@@ -38,6 +38,7 @@ struct DemoOptions {
   bool keep = false;
   bool no_verify = false;
   bool no_delta = false;
+  bool rotate_keys = false;
   bool json = false;
   std::string scenario = "publish";
   int fanout = 1;
@@ -74,6 +75,7 @@ Result<nlohmann::ordered_json> Demo(const DemoOptions& o, const fs::path& dir, s
 
   PublisherOptions po;
   po.make_transport = factory;
+  po.rotate_keys = o.rotate_keys;
   po.log = [&](std::string line) {
     if (!o.json) std::cerr << "  coordinator: " << line << std::endl;
   };
@@ -216,6 +218,9 @@ Command AddDemoCommand(CLI::App& app) {
   sub->add_flag("--no-delta", o->no_delta,
                 "Subscribers fetch every chunk of every version (measures full transfers; default: only what "
                 "changed)");
+  sub->add_flag("--rotate-keys", o->rotate_keys,
+                "The publisher serves each version from memory and a transport of its own, retired once "
+                "decided (keys revoked per version)");
   sub->add_flag("--no-verify", o->no_verify,
                 "Subscribers skip the hash check of each chunk (measures the transport alone)");
   sub->add_option("--scenario", o->scenario,

@@ -27,6 +27,7 @@ struct PublishOptions {
   size_t quorum = 0;
   double update_timeout_s = 300;
   bool keep_going = false;
+  bool rotate_keys = false;
   bool wait_each = false;
   bool json = false;
   bool quiet = false;
@@ -55,6 +56,7 @@ int RunPublish(const PublishOptions& o) {
     po.listen_host = listen->first;
     po.listen_port = listen->second;
   }
+  po.rotate_keys = o.rotate_keys;
   po.coordinator_options.metrics = &metrics;
   po.coordinator_options.quorum = o.quorum;
   po.coordinator_options.update_timeout =
@@ -167,6 +169,9 @@ Command AddPublishCommand(CLI::App& app) {
                   "fetching then fails the version (all or nothing) or is dropped from it (--quorum)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  sub->add_flag("--rotate-keys", o->rotate_keys,
+                "Serve each version from memory and a transport of its own, retired (keys revoked) once "
+                "the version is decided; costs a copy and a transport start per version");
   sub->add_flag("--keep-going", o->keep_going, "Report an aborted version and publish the next one");
   sub->add_flag("--wait-each", o->wait_each,
                 "Before every version, wait for --subscribers subscribers (a restarted one rejoins)");

@@ -3,7 +3,9 @@
 #include <nlohmann/json.hpp>
 
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <future>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -34,6 +36,23 @@ Result<PublishMode> ParsePublishMode(std::string_view name) {
   return InvalidArgument("publish mode must be 'live' or 'snapshot', got '" + std::string(name) + "'");
 }
 
+// One version's memory and transport when keys rotate per version. Destroying it retires the
+// version: the region is released on its loop thread, then the transport (its worker) closes, which
+// is what makes a peer's key useless (UCX over TCP or CMA does not check keys itself).
+struct Grant {
+  std::unique_ptr<ProgressLoop> loop;
+  std::unique_ptr<MemoryRegion> region;
+  ~Grant() {
+    if (!loop) return;
+    loop->Call([this](Transport&) { region.reset(); });
+    loop->Stop();
+  }
+};
+
+struct FreeDeleter {
+  void operator()(std::byte* p) const { std::free(p); }
+};
+
 struct Publisher::Impl {
   PublisherOptions options;
   std::vector<TensorMeta> tensors;
@@ -43,6 +62,8 @@ struct Publisher::Impl {
   std::string coordinator_address;
   std::unique_ptr<ProgressLoop> loop;
   std::unique_ptr<MemoryRegion> live, snapshot;
+  std::unique_ptr<std::byte, FreeDeleter> plain_live;  // rotate_keys: the live weights, never registered
+  std::byte* live_data = nullptr;                      // live's or plain_live's bytes
   std::unique_ptr<ControlChannel> channel;
   std::thread reader, background;
   std::atomic<bool> closing{false};
@@ -65,6 +86,13 @@ struct Publisher::Impl {
   }
   void ReadLoop();
   Status SendRegionKeys();
+  // rotate_keys. A grant is prepared ahead (transport, region, pages touched) while the previous
+  // version is decided or the trainer works; Publish takes it, copies the weights in and gives the
+  // coordinator its keys; once decided it is retired and the next one is prepared.
+  Result<std::unique_ptr<Grant>> PrepareGrant();
+  Result<std::unique_ptr<Grant>> TakeGrant(PublishReport& report);
+  void RetireGrant(std::shared_ptr<Grant>& grant);
+  std::future<Result<std::unique_ptr<Grant>>> next_grant;  // the trainer's thread or background's
   // Hashes `region`'s bytes, starts the update and waits for its verdict.
   void RunUpdate(uint64_t version, const MemoryRegion& region, uint64_t region_id, PublishReport& report);
   void Log(const std::string& line) const {
@@ -95,16 +123,31 @@ Result<std::unique_ptr<Publisher>> Publisher::Create(std::vector<TensorMeta> ten
     impl->coordinator_address = impl->options.coordinator;
   }
 
-  WP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, impl->options.make_transport(impl->options.name));
-  impl->loop = std::make_unique<ProgressLoop>(std::move(transport));
   const uint64_t size = impl->bytes;
-  WP_ASSIGN_OR_RETURN(impl->live, impl->loop->Call([size](Transport& t) {
-    return AllocateArena(t, size, "publisher live weights");
-  }));
+  if (impl->options.rotate_keys) {
+    // No transport of its own: only the grants are reachable by peers.
+    impl->plain_live.reset(static_cast<std::byte*>(std::calloc(size, 1)));
+    if (!impl->plain_live)
+      return ResourceExhausted("publisher: cannot allocate " + std::to_string(size) + " bytes of weights");
+    impl->live_data = impl->plain_live.get();
+  } else {
+    WP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport,
+                        impl->options.make_transport(impl->options.name));
+    impl->loop = std::make_unique<ProgressLoop>(std::move(transport));
+    WP_ASSIGN_OR_RETURN(impl->live, impl->loop->Call([size](Transport& t) {
+      return AllocateArena(t, size, "publisher live weights");
+    }));
+    impl->live_data = impl->live->data();
+  }
   WP_ASSIGN_OR_RETURN(impl->channel, ControlChannel::Connect(impl->coordinator_address, impl->options.name,
                                                              PeerRole::kPublisher, secret,
                                                              impl->options.timing.connect_timeout));
-  WP_RETURN_IF_ERROR(impl->SendRegionKeys());
+  if (impl->options.rotate_keys) {
+    Impl* d = impl.get();
+    d->next_grant = std::async(std::launch::async, [d] { return d->PrepareGrant(); });
+  } else {
+    WP_RETURN_IF_ERROR(impl->SendRegionKeys());
+  }
   Impl* raw = impl.get();
   impl->reader = std::thread([raw] { raw->ReadLoop(); });
   return std::unique_ptr<Publisher>(new Publisher(std::move(impl)));
@@ -113,7 +156,7 @@ Result<std::unique_ptr<Publisher>> Publisher::Create(std::vector<TensorMeta> ten
 Publisher::Publisher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Publisher::~Publisher() { Close(); }
 
-std::span<std::byte> Publisher::weights() { return {impl_->live->data(), impl_->bytes}; }
+std::span<std::byte> Publisher::weights() { return {impl_->live_data, impl_->bytes}; }
 
 std::span<std::byte> Publisher::TensorData(std::string_view name) {
   for (size_t i = 0; i < impl_->tensors.size(); ++i)
@@ -132,6 +175,39 @@ Status Publisher::Impl::SendRegionKeys() {
   keys.regions.push_back({kLiveRegion, live->remote_key().Serialize()});
   if (snapshot) keys.regions.push_back({kSnapshotRegion, snapshot->remote_key().Serialize()});
   return channel->Send(keys);
+}
+
+Result<std::unique_ptr<Grant>> Publisher::Impl::PrepareGrant() {
+  auto grant = std::make_unique<Grant>();
+  WP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, options.make_transport(options.name));
+  grant->loop = std::make_unique<ProgressLoop>(std::move(transport));
+  const uint64_t size = bytes;
+  WP_ASSIGN_OR_RETURN(grant->region, grant->loop->Call([size](Transport& t) {
+    return AllocateArena(t, size, "publisher version grant");
+  }));
+  // Touch every page now, so the copy at Publish runs at memory speed instead of faulting them in.
+  std::memset(grant->region->data(), 0, size);
+  return grant;
+}
+
+Result<std::unique_ptr<Grant>> Publisher::Impl::TakeGrant(PublishReport& report) {
+  const auto t0 = Clock::now();
+  Result<std::unique_ptr<Grant>> grant = next_grant.valid() ? next_grant.get() : PrepareGrant();
+  report.grant = Clock::now() - t0;
+  if (!grant.ok()) return grant.status().WithContext("publisher '" + options.name + "': a version's grant");
+  const auto c0 = Clock::now();
+  std::memcpy((*grant)->region->data(), live_data, bytes);
+  report.snapshot_copy = Clock::now() - c0;
+  RegionKeysMsg keys;
+  keys.transport_address = (*grant)->loop->Call([](Transport& t) { return t.address(); });
+  keys.regions.push_back({kLiveRegion, (*grant)->region->remote_key().Serialize()});
+  WP_RETURN_IF_ERROR(channel->Send(keys));
+  return grant;
+}
+
+void Publisher::Impl::RetireGrant(std::shared_ptr<Grant>& grant) {
+  grant.reset();  // its keys stop working
+  if (!closing.load()) next_grant = std::async(std::launch::async, [this] { return PrepareGrant(); });
 }
 
 void Publisher::Impl::ReadLoop() {
@@ -224,6 +300,26 @@ Result<PublishReport> Publisher::Publish(uint64_t version, PublishMode mode) {
     d.last_version = version;
   }
   PublishReport report{.version = version, .bytes = d.bytes};
+  if (d.options.rotate_keys) {
+    WP_ASSIGN_OR_RETURN(std::shared_ptr<Grant> grant, d.TakeGrant(report));
+    if (mode == PublishMode::kLive) {
+      d.RunUpdate(version, *grant->region, kLiveRegion, report);
+      d.RetireGrant(grant);
+      report.hold = Clock::now() - t0;
+      std::lock_guard<std::mutex> lock(d.mu);
+      d.reports[version] = report;
+      return report;
+    }
+    report.hold = Clock::now() - t0;
+    d.background = std::thread([&d, report, grant = std::move(grant)]() mutable {
+      d.RunUpdate(report.version, *grant->region, kLiveRegion, report);
+      d.RetireGrant(grant);
+      std::lock_guard<std::mutex> lock(d.mu);
+      d.reports[report.version] = report;
+      d.cv.notify_all();
+    });
+    return report;
+  }
   if (mode == PublishMode::kLive) {
     d.RunUpdate(version, *d.live, kLiveRegion, report);
     report.hold = Clock::now() - t0;
@@ -239,7 +335,7 @@ Result<PublishReport> Publisher::Publish(uint64_t version, PublishMode mode) {
     WP_RETURN_IF_ERROR(d.SendRegionKeys());
   }
   const auto c0 = Clock::now();
-  std::memcpy(d.snapshot->data(), d.live->data(), d.bytes);
+  std::memcpy(d.snapshot->data(), d.live_data, d.bytes);
   report.snapshot_copy = Clock::now() - c0;
   report.hold = Clock::now() - t0;
   d.background = std::thread([&d, report]() mutable {
@@ -264,6 +360,9 @@ void Publisher::Close() {
   if (d.closed) return;
   d.closed = true;
   if (d.background.joinable()) d.background.join();
+  if (d.next_grant.valid()) {
+    Result<std::unique_ptr<Grant>> unused = d.next_grant.get();  // prepared, never used: released here
+  }
   d.closing.store(true);
   if (d.reader.joinable()) d.reader.join();
   if (d.channel) {
@@ -271,6 +370,7 @@ void Publisher::Close() {
     d.channel->Goodbye(d.options.timing.goodbye_timeout).IgnoreError();
   }
   if (d.coordinator) d.coordinator->Stop();
+  if (!d.loop) return;
   d.loop->Call([&d](Transport&) {
     d.snapshot.reset();
     d.live.reset();

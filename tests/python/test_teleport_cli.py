@@ -53,6 +53,30 @@ def test_subscriber_writes_what_it_received_byte_equal(tmp_path, procs, transpor
             assert got[name].tobytes() == array.tobytes(), name
 
 
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_rotated_keys_serve_every_version_from_a_new_grant(tmp_path, procs, transport):
+    """--rotate-keys: every version is fetched whole (--no-delta) from a grant of its own."""
+    import json
+    secret = write_secret(tmp_path / "secret")
+    port = free_port()
+    pub = procs.start("publish", "--preset", "tiny", "--listen", f"127.0.0.1:{port}", "--secret-file", secret,
+                      "--subscribers", "1", "--versions", "3", "--perturb", "0", "--rotate-keys",
+                      "--transport", transport, "--json", "--quiet")
+    sub = procs.start("subscribe", "--connect", f"127.0.0.1:{port}", "--secret-file", secret, "--name", "s0",
+                      "--versions", "3", "--no-delta", "--transport", transport, "--json", "--quiet")
+    code, out = procs.finish(pub)
+    assert code == 0, out
+    summary = json.loads(out[out.index("{"):])
+    versions = summary["versions"]
+    assert [v["version"] for v in versions] == [1, 2, 3], out
+    for v in versions:
+        assert v["verified"], v
+        assert v["snapshot_copy_s"] > 0, v  # each version copied into its grant
+        assert v["fetched_bytes"] == summary["versions"][0]["bytes"], v  # fetched whole from the new grant
+    code, out = procs.finish(sub)
+    assert code == 0, out
+
+
 def test_standalone_coordinator_metrics_and_refusal(tmp_path, procs):
     secret = write_secret(tmp_path / "secret")
     wrong = write_secret(tmp_path / "wrong")

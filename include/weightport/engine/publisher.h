@@ -10,6 +10,12 @@
 //              trainer resumes at once while hashing and the transfer run in the background,
 //              overlapped with its next steps. A later Publish first waits for the one in flight.
 //              report.hold is the wait plus the copy. Wait(version) gives the outcome.
+// With options.rotate_keys every version is served from memory and a transport of its own (a
+// grant): Publish copies the weights into the grant (as kSnapshot does), sends the coordinator the
+// grant's address and key, and retires the grant once the version is decided (committed, aborted or
+// timed out): its region is released and its transport closed, so the keys a peer held for that
+// version stop working, also for a peer that was dropped from it and still tries. The live weights
+// are then plain memory no peer is given a key to. Cost per version: the copy and a transport start.
 // By default the publisher embeds its coordinator (coordinator() is non-null); with
 // options.coordinator set it joins a standalone one (`weightport serve`).
 //
@@ -49,6 +55,7 @@ struct PublisherOptions {
   uint64_t chunk_size = kDefaultChunkSize;
   SessionTiming timing;
   std::chrono::milliseconds update_timeout{300'000};  // Publish / Wait give up after this
+  bool rotate_keys = false;  // a grant (memory, transport, keys) per version, retired when decided
   std::function<void(std::string)> log;
 };
 
@@ -57,7 +64,8 @@ struct PublishReport {
   uint64_t bytes = 0;
   Status outcome;                             // OK: committed; otherwise why it was not
   std::chrono::nanoseconds hold{0};           // how long Publish kept the trainer from its weights
-  std::chrono::nanoseconds snapshot_copy{0};  // kSnapshot: the local copy
+  std::chrono::nanoseconds snapshot_copy{0};  // kSnapshot or rotate_keys: the local copy
+  std::chrono::nanoseconds grant{0};          // rotate_keys: the version's transport and region
   std::chrono::nanoseconds hash{0};           // building the manifest
   std::chrono::nanoseconds transfer{0};       // UpdateBegin sent to the verdict received
 };

@@ -139,6 +139,11 @@ class UcxConnection final : public Connection {
   void Rma(bool put, const MemoryRegion& local, uint64_t local_offset, const RemoteKey& key,
            uint64_t remote_offset, uint64_t length, Completion done);
   Result<ucp_rkey_h> Rkey(const WireKey& key, const char* verb);
+  void PopulateMapped(uint64_t region_id, ucp_rkey_h rkey, const RemoteKey& key, uint64_t offset,
+                      uint64_t length);
+  static constexpr uint64_t kPopulateMin = 64 << 10;     // smaller reads fault in a few pages at most
+  static constexpr uint64_t kPopulateBlock = 2 << 20;   // granularity of "already populated"
+  static constexpr int kMadvPopulateRead = 22;        // MADV_POPULATE_READ (Linux 5.14), not in every libc
   // Hands a started request to UCX's care, or completes the op if UCX finished at once.
   void Launch(Op* op, ucs_status_ptr_t started);
   void ReleaseEndpoint();
@@ -152,6 +157,11 @@ class UcxConnection final : public Connection {
   ucp_rkey_h liveness_rkey_ = nullptr;
   uint64_t* liveness_ = nullptr;                    // the peer's liveness word, mapped (same-host shm only)
   std::unordered_map<uint64_t, ucp_rkey_h> rkeys_;  // by the peer's region id
+  struct Mapping {
+    bool mapped = false;          // UCX mapped the peer's region into this process
+    std::vector<bool> populated;  // per kPopulateBlock: its pages were populated
+  };
+  std::unordered_map<uint64_t, Mapping> mappings_;  // by the peer's region id, from its first Get
   std::unordered_set<Op*> pending_;
   bool closed_ = false;
   Status lost_;  // not OK once the peer was found lost
