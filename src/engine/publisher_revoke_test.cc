@@ -65,9 +65,8 @@ class Spy {
         if (keys.transport_address != current_.address || connections_.empty()) {
           current_.address = keys.transport_address;
           Bytes address = keys.transport_address;
-          WP_ASSIGN_OR_RETURN(auto conn, loop_->Call([address](Transport& t) {
-            return t.Connect(address, "publisher");
-          }));
+          WP_ASSIGN_OR_RETURN(
+              auto conn, loop_->Call([address](Transport& t) { return t.Connect(address, "publisher"); }));
           connections_.push_back(std::move(conn));
         }
         current_.connection = connections_.size() - 1;
@@ -163,8 +162,8 @@ TEST_P(KeyRevocation, KeysOfADecidedVersionStopWorkingOnlyWhenKeysRotate) {
 
     // Every earlier grant, once its version is decided.
     for (size_t g = 0; g < grants.size(); ++g) {
-      const std::string which = "key of version " + std::to_string(g + 1) + " after version " +
-                                std::to_string(v) + " was decided";
+      const std::string which =
+          "key of version " + std::to_string(g + 1) + " after version " + std::to_string(v) + " was decided";
       Status get = spy.Raw(grants[g], false);
       if (rotate) {
         EXPECT_FALSE(get.ok()) << which << ": a Get succeeded";

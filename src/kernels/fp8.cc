@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/convert_lanes.h"
+#include "kernels/fp8_avx512.h"
 #include "weightport/kernels/convert.h"
 
 namespace weightport::kernels {
@@ -42,6 +43,51 @@ WP_VECTOR_CLONES void QuantizeF32(const u32* in, size_t n, float scale, uint8_t*
 WP_VECTOR_CLONES void QuantizeBf16(const u16* in, size_t n, float scale, uint8_t* out) {
   for (size_t i = 0; i < n; ++i)
     out[i] = lanes::F32ToE4m3(std::bit_cast<uint32_t>(std::bit_cast<float>(lanes::Bf16ToF32(in[i])) / scale));
+}
+
+// One row of a strip in 128x128 block mode: every full block of the row in one call, each block a
+// loop of a fixed 128 elements that the compiler unrolls without a remainder (per-block calls of
+// 128 elements spent much of their time entering and leaving the vector loop). The row's last,
+// partial block is left to the caller.
+WP_VECTOR_CLONES void AmaxRowF32(const u32* in, int64_t blocks, uint32_t* amax) {
+  for (int64_t bc = 0; bc < blocks; ++bc) {
+    uint32_t m = amax[bc];
+    for (int64_t i = 0; i < kFp8Block; ++i) {
+      const uint32_t abs = in[bc * kFp8Block + i] & 0x7fffffffu;
+      const uint32_t a = lanes::Select(abs <= 0x7f7fffffu, abs, 0u);
+      m = m > a ? m : a;
+    }
+    amax[bc] = m;
+  }
+}
+WP_VECTOR_CLONES void AmaxRowBf16(const u16* in, int64_t blocks, uint32_t* amax) {
+  for (int64_t bc = 0; bc < blocks; ++bc) {
+    uint32_t m = amax[bc];
+    for (int64_t i = 0; i < kFp8Block; ++i) {
+      const uint32_t abs = lanes::Bf16ToF32(in[bc * kFp8Block + i]) & 0x7fffffffu;
+      const uint32_t a = lanes::Select(abs <= 0x7f7fffffu, abs, 0u);
+      m = m > a ? m : a;
+    }
+    amax[bc] = m;
+  }
+}
+WP_VECTOR_CLONES void QuantizeRowF32(const u32* in, int64_t blocks, const float* scales, uint8_t* out) {
+  for (int64_t bc = 0; bc < blocks; ++bc) {
+    const float scale = scales[bc];
+    for (int64_t i = 0; i < kFp8Block; ++i) {
+      const uint32_t u = in[bc * kFp8Block + i];
+      out[bc * kFp8Block + i] = lanes::F32ToE4m3(std::bit_cast<uint32_t>(std::bit_cast<float>(u) / scale));
+    }
+  }
+}
+WP_VECTOR_CLONES void QuantizeRowBf16(const u16* in, int64_t blocks, const float* scales, uint8_t* out) {
+  for (int64_t bc = 0; bc < blocks; ++bc) {
+    const float scale = scales[bc];
+    for (int64_t i = 0; i < kFp8Block; ++i) {
+      const float f = std::bit_cast<float>(lanes::Bf16ToF32(in[bc * kFp8Block + i]));
+      out[bc * kFp8Block + i] = lanes::F32ToE4m3(std::bit_cast<uint32_t>(f / scale));
+    }
+  }
 }
 
 const std::array<float, 256>& E4m3Table() {
@@ -101,31 +147,47 @@ Status QuantizeE4m3(DType from, const void* src, int64_t rows, int64_t cols, Fp8
   const auto* in32 = static_cast<const u32*>(src);
   const auto* in16 = static_cast<const u16*>(src);
   std::vector<uint32_t> amax(b.count_cols());
+  // Block mode: the row's full 128-element blocks go through the row kernels.
+  const int64_t full = b.block_cols == kFp8Block ? cols / kFp8Block : 0;
+  const bool avx512 = avx512::Available();
   for (int64_t br = 0; br < b.count_rows(); ++br) {
     const int64_t r0 = br * b.block_rows, r1 = std::min(rows, r0 + b.block_rows);
     // One pass for the strip's block maxima, one to quantise it.
     std::fill(amax.begin(), amax.end(), 0u);
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t bc = 0; bc < b.count_cols(); ++bc) {
+    for (int64_t r = r0; r < r1; ++r) {
+      if (full > 0 && from == DType::kF32) AmaxRowF32(in32 + r * cols, full, amax.data());
+      if (full > 0 && from == DType::kBF16) AmaxRowBf16(in16 + r * cols, full, amax.data());
+      for (int64_t bc = full; bc < b.count_cols(); ++bc) {
         const auto [at, n] = b.Segment(r, bc);
         amax[bc] =
             from == DType::kF32 ? AmaxBitsF32(in32 + at, n, amax[bc]) : AmaxBitsBf16(in16 + at, n, amax[bc]);
       }
+    }
     for (int64_t bc = 0; bc < b.count_cols(); ++bc) {
       const float m = std::bit_cast<float>(amax[bc]);
       // A scale that underflows to 0 would make 0/0 NaN: the smallest normal float at least.
       scales[br * b.count_cols() + bc] =
           m > 0 ? std::max(m / kE4m3Max, std::numeric_limits<float>::min()) : 1.0f;
     }
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t bc = 0; bc < b.count_cols(); ++bc) {
+    const float* strip_scales = scales + br * b.count_cols();
+    for (int64_t r = r0; r < r1; ++r) {
+      if (full > 0 && avx512 && from == DType::kF32)
+        avx512::QuantizeRowF32(in32 + r * cols, full, strip_scales, dst + r * cols);
+      else if (full > 0 && avx512)
+        avx512::QuantizeRowBf16(in16 + r * cols, full, strip_scales, dst + r * cols);
+      else if (full > 0 && from == DType::kF32)
+        QuantizeRowF32(in32 + r * cols, full, strip_scales, dst + r * cols);
+      else if (full > 0)
+        QuantizeRowBf16(in16 + r * cols, full, strip_scales, dst + r * cols);
+      for (int64_t bc = full; bc < b.count_cols(); ++bc) {
         const auto [at, n] = b.Segment(r, bc);
-        const float scale = scales[br * b.count_cols() + bc];
+        const float scale = strip_scales[bc];
         if (from == DType::kF32)
           QuantizeF32(in32 + at, n, scale, dst + at);
         else
           QuantizeBf16(in16 + at, n, scale, dst + at);
       }
+    }
   }
   return Status::Ok();
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "format/float_bits.h"
+#include "kernels/fp8_avx512.h"
 #include "weightport/kernels/convert.h"
 
 namespace weightport::kernels {
@@ -96,6 +97,35 @@ TEST(Fp8, BlockScalesAreAmaxOver448AndDequantiseWithinHalfAStep) {
     const float step = scaled < 0x1p-6f ? 0x1p-9f : std::ldexp(1.0f, std::ilogb(scaled) - 3);
     ASSERT_LE(std::fabs(back[i] - x), 0.5f * step * s * 1.0001f) << i;
   }
+}
+
+// The block kernels (AVX-512 intrinsics where the CPU has them, else the auto-vectorised rows, else
+// the per-segment loops) give, element for element, F32ToE4m3(x / scale of x's block): every bf16
+// input, and random f32 bit patterns, with 128x128 blocks and a partial block at each row's end.
+TEST(Fp8, BlockKernelsRoundEveryElementAsTheScalarCodeDoes) {
+  const int64_t cols = 128 * 4 + 32, rows = (65536 + cols - 1) / cols;  // every bf16 value once
+  std::vector<uint16_t> w16(rows * cols);
+  for (size_t i = 0; i < w16.size(); ++i) w16[i] = static_cast<uint16_t>(i * 40503u);  // odd: a permutation
+  std::mt19937 rng(11);
+  std::vector<uint32_t> w32(rows * cols);
+  for (auto& x : w32) x = static_cast<uint32_t>(rng()) >> (rng() % 4 == 0 ? 3 : 0);  // also small magnitudes
+  const int64_t n_scales = Fp8ScaleCount(rows, cols, Fp8Scaling::kBlock128);
+  for (const bool intrinsics : {true, false})
+    for (DType from : {DType::kBF16, DType::kF32}) {
+      SCOPED_TRACE(std::string(DTypeName(from)) + (intrinsics ? "" : ", portable loops"));
+      avx512::DisableForTesting(!intrinsics);
+      std::vector<uint8_t> q(rows * cols);
+      std::vector<float> scales(n_scales);
+      const void* src = from == DType::kBF16 ? static_cast<const void*>(w16.data()) : w32.data();
+      ASSERT_TRUE(QuantizeE4m3(from, src, rows, cols, Fp8Scaling::kBlock128, q.data(), scales.data()).ok());
+      const int64_t blocks_per_row = (cols + 127) / 128;
+      for (int64_t i = 0; i < rows * cols; ++i) {
+        const float x = from == DType::kBF16 ? float_bits::Bf16ToF32(w16[i]) : std::bit_cast<float>(w32[i]);
+        const float s = scales[(i / cols / 128) * blocks_per_row + (i % cols) / 128];
+        ASSERT_EQ(q[i], F32ToE4m3(x / s)) << "element " << i << " = " << std::hexfloat << x << " / " << s;
+      }
+    }
+  avx512::DisableForTesting(false);
 }
 
 TEST(Fp8, PerTensorScaleZerosAndErrors) {

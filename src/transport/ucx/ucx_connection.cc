@@ -114,8 +114,8 @@ Result<ucp_rkey_h> UcxConnection::Rkey(const WireKey& key, const char* verb) {
 // one call, instead of one fault per 4 KiB page: a first read of a newly mapped region (a new peer,
 // or a publisher's new grant each version) ran at ~1 GB/s, held up by faults. Later reads skip the
 // call (walking present page tables again cost warm reads about a fifth of their speed).
-void UcxConnection::PopulateMapped(uint64_t region_id, ucp_rkey_h rkey, const RemoteKey& key,
-                                   uint64_t offset, uint64_t length) {
+void UcxConnection::PopulateMapped(uint64_t region_id, ucp_rkey_h rkey, const RemoteKey& key, uint64_t offset,
+                                   uint64_t length) {
   if (length < kPopulateMin) return;
   auto [it, fresh] = mappings_.try_emplace(region_id);
   Mapping& m = it->second;

@@ -141,9 +141,9 @@ class UcxConnection final : public Connection {
   Result<ucp_rkey_h> Rkey(const WireKey& key, const char* verb);
   void PopulateMapped(uint64_t region_id, ucp_rkey_h rkey, const RemoteKey& key, uint64_t offset,
                       uint64_t length);
-  static constexpr uint64_t kPopulateMin = 64 << 10;     // smaller reads fault in a few pages at most
-  static constexpr uint64_t kPopulateBlock = 2 << 20;   // granularity of "already populated"
-  static constexpr int kMadvPopulateRead = 22;        // MADV_POPULATE_READ (Linux 5.14), not in every libc
+  static constexpr uint64_t kPopulateMin = 64 << 10;   // smaller reads fault in a few pages at most
+  static constexpr uint64_t kPopulateBlock = 2 << 20;  // granularity of "already populated"
+  static constexpr int kMadvPopulateRead = 22;         // MADV_POPULATE_READ (Linux 5.14), not in every libc
   // Hands a started request to UCX's care, or completes the op if UCX finished at once.
   void Launch(Op* op, ucs_status_ptr_t started);
   void ReleaseEndpoint();
