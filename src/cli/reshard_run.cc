@@ -77,6 +77,7 @@ Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank,
                                   {"kept_bytes", r->kept_bytes},
                                   {"frame_bytes", r->frame_bytes},
                                   {"rerouted_steps", r->rerouted_steps},
+                                  {"rerouted_via_relay", r->rerouted_via_relay},
                                   {"seconds", s},
                                   {"gbps", Gbps(r->bytes, s)},
                                   {"retries", r->corrupt_refetched + r->errors_retried}});

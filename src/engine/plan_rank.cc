@@ -64,20 +64,20 @@ Status CompileStep(const Plan& plan, const std::map<Endpoint, PlanLayout>& layou
   return CompileRuns(plan, layouts, s, SenderBase(layouts, s), ReceiverBase(layouts, s), add);
 }
 
-// A relayed step `s` read straight from its root source instead of its relay: the root step's
-// sender end (its shard, or its wire area when it converts) with `s`'s receiving end. Every hop of a
-// chain carries the same piece in the root's wire dtype and is checked against the root's hashes,
-// so the chunks are the same. nullopt when the plan's chain does not have that shape.
-std::optional<PlanStep> DetourStep(const Plan& plan, const PlanStep& s) {
-  const PlanStep& root = plan.steps[s.root];
+// A relayed step `s` read from upstream of its relay: from `via`'s sender end (the sender of a step
+// before `s` in its chain, or the root step's source: its shard, or its wire area when it
+// converts) into `s`'s receiving end. Every hop of a chain carries the same piece in the root's wire
+// dtype and is checked against the root's hashes, so the chunks are the same. nullopt when the
+// plan's chain does not have that shape.
+std::optional<PlanStep> DetourStep(const Plan& plan, const PlanStep& s, const PlanStep& via) {
   PlanStep d = s;
-  d.from = root.from;
-  d.from_shard = root.from_shard;
-  d.transform = root.transform;
-  d.after = -1;
-  d.depth = 0;
-  if (!(root.piece == s.piece) || root.bytes != s.bytes || root.chunks != s.chunks ||
-      (s.compress && !root.compress) || ReceiverEndPacked(d) != ReceiverEndPacked(s) ||
+  d.from = via.from;
+  d.from_shard = via.from_shard;
+  d.transform = via.transform;
+  d.after = via.after;
+  d.depth = via.depth;
+  if (!(via.piece == s.piece) || via.bytes != s.bytes || via.chunks != s.chunks ||
+      (s.compress && !via.compress) || ReceiverEndPacked(d) != ReceiverEndPacked(s) ||
       plan.WireDType(d) != plan.WireDType(s))
     return std::nullopt;
   return d;
@@ -106,6 +106,39 @@ void AppendToRange(std::vector<T>& list, const T& item, uint32_t& begin, uint32_
   list.push_back(item);
   if (end == begin) begin = static_cast<uint32_t>(list.size() - 1);
   end = static_cast<uint32_t>(list.size());
+}
+
+// The detour levels of relayed step `s` at this rank, nearest upstream first, the root source last;
+// a compressed step only the root source (relays keep no frames of their own to read).
+Status CompileDetours(const Plan& plan, PlanRank::Impl& impl, const PlanStep& s, InStep& in) {
+  std::vector<const PlanStep*> upstream;
+  for (int64_t a = s.after; a >= 0; a = plan.steps[a].after)
+    if (!s.compress || plan.steps[a].after < 0) upstream.push_back(&plan.steps[a]);
+  in.detour_first = static_cast<uint32_t>(impl.detour_levels.size());
+  std::vector<std::pair<const PlanStep*, PlanStep>> levels;
+  for (const PlanStep* via : upstream)
+    if (auto d = DetourStep(plan, s, *via)) levels.emplace_back(via, *d);
+  if (levels.empty() || levels.back().first->after >= 0) return Status::Ok();  // no way to the root
+  in.detour_levels = static_cast<uint32_t>(levels.size());
+  const uint32_t first_range = static_cast<uint32_t>(impl.detour_ranges.size());
+  impl.detour_ranges.resize(first_range + size_t{s.chunks} * levels.size());
+  for (uint32_t k = 0; k < s.chunks; ++k)
+    impl.in_chunks[in.first_chunk + k].detour_ranges = first_range + k * in.detour_levels;
+  for (uint32_t l = 0; l < levels.size(); ++l) {
+    const auto& [via, d] = levels[l];
+    impl.detour_levels.push_back(
+        {via->from,
+         via->after >= 0 ? static_cast<int64_t>(impl.layouts.at(via->from).CounterOffset(via->after)) : -1});
+    WP_RETURN_IF_ERROR(CompileRuns(plan, impl.layouts, d, SenderBase(impl.layouts, *via),
+                                   ReceiverBase(impl.layouts, s), [&](uint32_t k, const Run& r) {
+                                     RunRange& range =
+                                         impl.detour_ranges[first_range + k * in.detour_levels + l];
+                                     AppendToRange(impl.detour_runs, r, range.begin, range.end);
+                                   }));
+  }
+  if (s.compress)
+    in.root_slots = impl.layouts.at(levels.back().first->from).slot_offset.at(levels.back().first->id);
+  return Status::Ok();
 }
 
 }  // namespace
@@ -217,18 +250,7 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
         InChunk& c = impl->in_chunks[in.first_chunk + k];
         AppendToRange(impl->in_converts, span, c.convert_begin, c.convert_end);
       }));
-    if (s.after >= 0) {
-      if (auto d = DetourStep(*plan, s)) {
-        in.can_detour = true;
-        const PlanStep& root = plan->steps[s.root];
-        if (s.compress) in.root_slots = impl->layouts.at(root.from).slot_offset.at(root.id);
-        WP_RETURN_IF_ERROR(CompileRuns(*plan, impl->layouts, *d, SenderBase(impl->layouts, root),
-                                       ReceiverBase(impl->layouts, s), [&](uint32_t k, const Run& r) {
-                                         InChunk& c = impl->in_chunks[in.first_chunk + k];
-                                         AppendToRange(impl->detour_runs, r, c.detour_begin, c.detour_end);
-                                       }));
-      }
-    }
+    if (s.after >= 0) WP_RETURN_IF_ERROR(CompileDetours(*plan, *impl, s, in));
     impl->in_steps.push_back(in);
   }
   // Mirrors of the root sources' hash areas; expected hashes are read there.
@@ -278,6 +300,7 @@ std::vector<Endpoint> PlanRank::peers_needed() const {
   std::vector<Endpoint> out;
   for (const InStep& s : impl_->in_steps) out.push_back(s.sender);
   for (const RootSource& r : impl_->roots) out.push_back(r.endpoint);
+  for (const DetourLevel& l : impl_->detour_levels) out.push_back(l.from);  // to route around a relay
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;

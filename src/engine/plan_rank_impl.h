@@ -90,10 +90,22 @@ struct InStep {
   bool compressed = false;       // chunks with a compressed length travel as frames, slot to slot
   uint64_t sender_slots = 0;     // within a copy of the sender's arena
   uint64_t my_slots = 0;         // within a copy of mine
-  // A relayed step whose relay is lost is fetched from its root source: the root step's sender end
-  // (InChunk::detour_*), its compressed slots at the root source.
-  bool can_detour = false;
-  uint64_t root_slots = 0;  // within copy 0 of the root source's arena
+  // A relayed step whose relay is lost is fetched from the nearest rank upstream that is not: the
+  // ranks that relay the piece before it, nearest first, then its root source (DetourLevel). A
+  // compressed step goes straight to the root source, from its compressed slots there.
+  uint32_t detour_first = 0;   // into detour_levels
+  uint32_t detour_levels = 0;  // 0: the step cannot be routed around its relay
+  uint64_t root_slots = 0;     // within copy 0 of the root source's arena
+};
+
+// One place a relayed step can be read from instead of its relay.
+struct DetourLevel {
+  Endpoint from;
+  int64_t counter = -1;  // offset of `from`'s counter to poll for verified chunks; -1: a source, ready
+};
+
+struct RunRange {
+  uint32_t begin = 0, end = 0;
 };
 
 struct InChunk {
@@ -102,7 +114,7 @@ struct InChunk {
   uint32_t run_begin = 0, run_end = 0;
   uint64_t bytes = 0;
   uint32_t convert_begin = 0, convert_end = 0;  // into in_converts: landing area -> shard, once verified
-  uint32_t detour_begin = 0, detour_end = 0;    // into detour_runs: the chunk read from the root source
+  uint32_t detour_ranges = 0;  // into detour_ranges: per detour level, the chunk's runs in detour_runs
 };
 
 // A source whose hash area this destination mirrors.
@@ -135,7 +147,9 @@ struct PlanRank::Impl {
   std::vector<plan_rank_internal::InStep> in_steps;
   std::vector<plan_rank_internal::ConvertSpan> in_converts;
   std::vector<plan_rank_internal::RootSource> roots;
-  std::vector<plan_rank_internal::Run> detour_runs;  // relayed steps' chunks, from their root sources
+  std::vector<plan_rank_internal::DetourLevel> detour_levels;
+  std::vector<plan_rank_internal::RunRange> detour_ranges;
+  std::vector<plan_rank_internal::Run> detour_runs;  // relayed steps' chunks, from upstream of their relay
 
   std::map<Endpoint, std::shared_ptr<Connection>> connections;  // used on the loop thread only
   std::map<Endpoint, RemoteKey> keys;

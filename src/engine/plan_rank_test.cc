@@ -529,24 +529,61 @@ TEST(PlanRank, DeadRelayIsRoutedAround) {
   }
 }
 
+// A relay lost deep in a chain: its downstream reads the nearest live relay upstream of it, not the
+// source; with that one dead too, the next one up (or the source). Every byte still arrives.
+TEST(PlanRank, ALostRelayIsRoutedToTheNearestLiveRankUpstream) {
+  const Plan plan = MustPlan(TensorParallel(Model(), 2), ReplicasOfTp(4, 2), 1);
+  // A step at depth 2 or more: its sender relays what another relay sent it.
+  const PlanStep* deep = nullptr;
+  for (const PlanStep& s : plan.steps)
+    if (s.after >= 0 && plan.steps[s.after].after >= 0) deep = &s;
+  ASSERT_NE(deep, nullptr) << "the chain has no step two relays deep";
+  const int reader = deep->to_rank, relay = deep->from.rank, upstream = plan.steps[deep->after].from.rank;
+  for (const bool upstream_dead_too : {false, true}) {
+    SCOPED_TRACE(upstream_dead_too ? "the relay upstream is dead too" : "one relay dead");
+    Group g(plan);
+    g.Update(1);
+    g.faults->KillPeer(Endpoint{PlanSide::kDestination, relay}.ToString());
+    if (upstream_dead_too) g.faults->KillPeer(Endpoint{PlanSide::kDestination, upstream}.ToString());
+    g.Publish(2);
+    for (auto& [rank, result] : g.Receive(2)) {
+      if (rank == relay || (upstream_dead_too && rank == upstream)) continue;
+      ASSERT_TRUE(result.ok()) << "dst rank " << rank << ": " << result.status().ToString();
+      ExpectRankHolds(g, rank, 2);
+      if (rank != reader) continue;
+      EXPECT_GT(result->rerouted_steps, 0u);
+      // It went to a relay upstream first (the nearest one, which is the dead upstream in the
+      // second case, then further up).
+      EXPECT_GT(result->rerouted_via_relay, 0u);
+      EXPECT_EQ(result->errors_retried, 0u) << "a chunk from a dead rank is routed, not retried";
+    }
+  }
+}
+
 // A relay that hangs (never receives: a stopped process) holds its downstream until the coordinator
 // declares it lost; then the downstream completes from the sources.
 TEST(PlanRank, RelayDeclaredLostIsRoutedAround) {
   Group g(MustPlan(TensorParallel(Model(), 2), ReplicasOfTp(3, 2), 1));
   g.Update(1);
   const int hung = *RelayRanks(*g.plan).begin();
-  g.Publish(2);
+  // Every rank but the hung one receives `version` at once, each on a thread of its own.
   std::map<int, Result<ReceiveStats>> results;
   std::vector<std::thread> threads;
   std::mutex mu;
-  for (const RankBuffer& b : g.plan->destinations) {
-    if (b.endpoint.rank == hung) continue;
-    threads.emplace_back([&, ep = b.endpoint] {
-      auto r = g.ranks.at(ep)->Receive(2);
-      std::lock_guard<std::mutex> lock(mu);
-      results.emplace(ep.rank, std::move(r));
-    });
-  }
+  auto receive_all = [&](uint64_t version) {
+    results.clear();
+    threads.clear();
+    for (const RankBuffer& b : g.plan->destinations) {
+      if (b.endpoint.rank == hung) continue;
+      threads.emplace_back([&, version, ep = b.endpoint] {
+        auto r = g.ranks.at(ep)->Receive(version);
+        std::lock_guard<std::mutex> lock(mu);
+        results.emplace(ep.rank, std::move(r));
+      });
+    }
+  };
+  g.Publish(2);
+  receive_all(2);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -555,21 +592,26 @@ TEST(PlanRank, RelayDeclaredLostIsRoutedAround) {
   for (auto& [ep, r] : g.ranks)
     if (ep.side == PlanSide::kDestination) r->PeerLost(Endpoint{PlanSide::kDestination, hung});
   for (auto& t : threads) t.join();
-  uint64_t rerouted = 0;
+  uint64_t rerouted = 0, via_relay = 0;
   for (auto& [rank, result] : results) {
     ASSERT_TRUE(result.ok()) << "dst rank " << rank << ": " << result.status().ToString();
     rerouted += result->rerouted_steps;
+    via_relay += result->rerouted_via_relay;
     ExpectRankHolds(g, rank, 2);
   }
   EXPECT_GT(rerouted, 0u);
-  // The next version goes to the sources at once: no rank waits for the lost relay again.
+  // In this chain a replicated tensor passes several relays before the hung one: its downstream
+  // reads the nearest of them, not the source.
+  EXPECT_GT(via_relay, 0u);
+  // The next version goes around the lost relay at once: no rank waits for it again.
   g.Publish(3);
-  for (const RankBuffer& b : g.plan->destinations) {
-    if (b.endpoint.rank == hung) continue;
-    auto r = g.ranks.at(b.endpoint)->Receive(3);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    ExpectRankHolds(g, b.endpoint.rank, 3);
+  receive_all(3);
+  for (auto& t : threads) t.join();
+  for (auto& [rank, result] : results) {
+    ASSERT_TRUE(result.ok()) << "dst rank " << rank << ": " << result.status().ToString();
+    ExpectRankHolds(g, rank, 3);
   }
+  EXPECT_EQ(results.size(), threads.size());
 }
 
 // A relay whose own receive fails (not dead: corrupt beyond repair) marks its counters failed; the

@@ -65,8 +65,10 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     sender_copy_.assign(r.in_steps.size(), 0);
     poll_backoff_.assign(r.in_steps.size(), r.options.backoff_initial);
     mirror_attempts_.assign(r.roots.size(), 0);
-    detoured_.assign(r.in_steps.size(), 0);
-    via_root_.assign(r.in_chunks.size(), 0);
+    level_.assign(r.in_steps.size(), 0);
+    level_ready_.assign(r.in_steps.size(), 1);
+    parked_.resize(r.in_steps.size());
+    via_.assign(r.in_chunks.size(), 0);
     // What the staging copy holds before this receive starts writing it.
     if (r.copy_version[staging_] != 0) staging_had_ = std::move(r.copy_hashes[staging_]);
     r.copy_version[staging_] = 0;
@@ -159,34 +161,62 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     Issue();
   }
 
-  // Routes step st around its relay: every chunk not yet verified is read from the root source.
-  // False when the step cannot be (its chain has another shape).
+  // Where step st is read from now: its sender (level 0), or detour level l (1-based).
+  Endpoint CurrentFrom(size_t st) const { return LevelFrom(st, level_[st]); }
+  Endpoint LevelFrom(size_t st, uint32_t level) const {
+    const InStep& s = r_.in_steps[st];
+    return level == 0 ? s.sender : r_.detour_levels[s.detour_first + level - 1].from;
+  }
+
+  // Routes step st around the rank it reads from now: to the nearest rank upstream that is not lost
+  // (its verified chunks, as its counter shows them), else the root source (every chunk at once).
+  // Chunks already released stay released: a rank verified a chunk only after the ranks upstream
+  // of it did. False when no level is left (or the step's chain has another shape).
   bool Detour(size_t st) {
     const InStep& step = r_.in_steps[st];
-    if (!step.can_detour) return false;
-    if (detoured_[st]) return true;
-    detoured_[st] = 1;
-    ++stats_.rerouted_steps;
-    Release(st, step.chunks);
+    uint32_t next = level_[st] + 1;
+    while (next < step.detour_levels && r_.lost_peers.count(LevelFrom(st, next))) ++next;  // never the source
+    if (next > step.detour_levels) return false;
+    if (level_[st] == 0) ++stats_.rerouted_steps;
+    level_[st] = next;
+    const DetourLevel& level = r_.detour_levels[step.detour_first + next - 1];
+    if (level.counter < 0) {
+      level_ready_[st] = 1;
+      Unpark(st);
+      Release(st, step.chunks);
+      return true;
+    }
+    // A relay upstream: its copy of this version is known from its counter; until then the
+    // released chunks wait.
+    ++stats_.rerouted_via_relay;
+    level_ready_[st] = 0;
+    Poll(st);
     return true;
   }
 
-  // The relay of step st is gone: around it if the step allows, else the receive fails with `why`.
+  void Unpark(size_t st) {
+    for (size_t c : parked_[st]) ready_.push({0, 0, false, c});
+    parked_[st].clear();
+  }
+
+  // The rank step st reads from failed or is gone: around it if the step allows, else the receive
+  // fails with `why`.
   void DetourOrFail(size_t st, Status why) {
     if (!Detour(st)) return Fail(std::move(why));
     Issue();
     MaybeFinish();
   }
 
-  // The coordinator lost `peer`: the steps it relays to this rank go to their root source. Before
-  // the mirrors are in, nothing is released yet; the loop over the steps then sees it in lost_peers.
+  // The coordinator lost `peer`: the steps that read it go upstream of it. Before the mirrors are
+  // in, nothing is released yet; the loop over the steps then sees it in lost_peers.
   void OnPeerLost(Endpoint peer) {
     if (failed_ || mirrors_left_ > 0) return;
     for (size_t st = 0; st < r_.in_steps.size(); ++st) {
       const InStep& step = r_.in_steps[st];
-      if (step.after < 0 || step.sender != peer || Detour(st)) continue;
-      return Fail(Unavailable(r_.StepName(step.step) + ": its relay " + peer.ToString() +
-                              " is lost and the step cannot be fetched from its source"));
+      if (step.after < 0 || CurrentFrom(st) != peer || Detour(st)) continue;
+      return Fail(
+          Unavailable(r_.StepName(step.step) + ": " + peer.ToString() +
+                      ", which it reads from, is lost and the step cannot be fetched from its source"));
     }
     Issue();
     MaybeFinish();
@@ -200,44 +230,55 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     released_[st] = std::max(released_[st], upto);
   }
 
+  // Reads the counter of the rank step st reads from now (its relay, or a relay upstream of it).
   void Poll(size_t st) {
     const InStep& s = r_.in_steps[st];
+    const uint32_t level = level_[st];
+    const Endpoint from = CurrentFrom(st);
+    const uint64_t counter =
+        level == 0 ? s.sender_counter
+                   : static_cast<uint64_t>(r_.detour_levels[s.detour_first + level - 1].counter);
     ++in_flight_;
     ++stats_.polls;
     auto self = shared_from_this();
-    Conn(s.sender).Get(*r_.arena, s.poll_scratch, r_.keys.at(s.sender), s.sender_counter, kCounterBytes,
-                       [self, st](const Status& status) { self->OnPoll(st, status); });
+    Conn(from).Get(*r_.arena, s.poll_scratch, r_.keys.at(from), counter, kCounterBytes,
+                   [self, st, level](const Status& status) { self->OnPoll(st, level, status); });
   }
 
-  void OnPoll(size_t st, const Status& s) {
+  void OnPoll(size_t st, uint32_t level, const Status& s) {
     --in_flight_;
-    if (failed_ || detoured_[st]) return MaybeFinish();
+    // A poll of a rank the step no longer reads from is no news.
+    if (failed_ || level != level_[st]) return MaybeFinish();
     const InStep& step = r_.in_steps[st];
-    if (!s.ok() && Fatal(s, Conn(step.sender)))
-      return DetourOrFail(st,
-                          s.WithContext(r_.StepName(step.step) + ": progress of " + step.sender.ToString()));
+    const Endpoint from = CurrentFrom(st);
+    if (!s.ok() && Fatal(s, Conn(from)))
+      return DetourOrFail(st, s.WithContext(r_.StepName(step.step) + ": progress of " + from.ToString()));
     bool progressed = false;
     // A torn or corrupt read of the counter fails its check and is no news.
     const std::optional<uint64_t> counter = s.ok() ? LoadCounter(r_.at(step.poll_scratch)) : std::nullopt;
     if (counter) {
       const uint64_t word = *counter;
       if (CounterVersion(word) == v_ && CounterPrefix(word) == kRelayFailed)
-        return DetourOrFail(st, Unavailable(r_.StepName(step.step) + ": its relay " + step.sender.ToString() +
-                                            " failed version " + std::to_string(v_)));
-      if (CounterVersion(word) == v_ && CounterPrefix(word) > released_[st]) {
+        return DetourOrFail(st, Unavailable(r_.StepName(step.step) + ": " + from.ToString() +
+                                            ", which it reads from, failed version " + std::to_string(v_)));
+      if (CounterVersion(word) == v_ && (CounterPrefix(word) > released_[st] || !level_ready_[st])) {
         sender_copy_[st] = CounterCopy(word);
+        if (!level_ready_[st]) {
+          level_ready_[st] = 1;
+          Unpark(st);
+        }
         Release(st, CounterPrefix(word));
         progressed = true;
       }
     }
-    if (released_[st] < step.chunks) {
+    if (released_[st] < step.chunks || !level_ready_[st]) {
       // Poll again: at once while the relay makes progress, with growing pauses while it does not.
       auto& backoff = poll_backoff_[st];
       backoff = progressed ? r_.options.backoff_initial : std::min(r_.options.relay_poll_max, backoff * 2);
       auto self = shared_from_this();
-      r_.loop->PostAfter(progressed ? std::chrono::milliseconds(0) : backoff, [self, st](Transport&) {
+      r_.loop->PostAfter(progressed ? std::chrono::milliseconds(0) : backoff, [self, st, level](Transport&) {
         // Once reported (every chunk verified, some of them kept) nothing more is read.
-        if (!self->failed_ && !self->reported_ && !self->detoured_[st]) self->Poll(st);
+        if (!self->failed_ && !self->reported_ && self->level_[st] == level) self->Poll(st);
         self->MaybeFinish();
       });
     }
@@ -250,21 +291,24 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
       const size_t c = std::get<3>(ready_.top());
       ready_.pop();
       if (keeping_[c] || verified_[c]) continue;  // kept from the live copy, or being kept
+      const size_t st = r_.in_chunks[c].in_step;
+      if (!level_ready_[st]) {  // its step waits for the first poll of the rank it now reads from
+        parked_[st].push_back(c);
+        continue;
+      }
       FetchChunk(c);
     }
   }
 
-  // Where chunk c is read from: its step's sender, or the root source once the step is detoured.
-  Endpoint From(size_t c) const {
-    const InStep& s = r_.in_steps[r_.in_chunks[c].in_step];
-    return via_root_[c] ? s.root_source : s.sender;
-  }
+  // Where chunk c is read from: the rank its step read from when the chunk was fetched.
+  Endpoint From(size_t c) const { return LevelFrom(r_.in_chunks[c].in_step, via_[c]); }
 
   void FetchChunk(size_t c) {
     const InChunk& chunk = r_.in_chunks[c];
     const InStep& s = r_.in_steps[chunk.in_step];
-    const bool direct = detoured_[chunk.in_step] != 0;
-    via_root_[c] = direct;
+    const uint32_t level = level_[chunk.in_step];
+    const bool detoured = level != 0;
+    via_[c] = level;
     const Endpoint from = From(c);
     const uint64_t remote_base =
         r_.layouts.at(from).CopyOffset(from.side == PlanSide::kSource ? 0 : sender_copy_[chunk.in_step]);
@@ -280,13 +324,14 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
       ++in_flight_;
       const uint64_t slot = chunk.k * r_.slot_bytes;
       conn.Get(*r_.arena, local_base + s.my_slots + slot, key,
-               remote_base + (direct ? s.root_slots : s.sender_slots) + slot, frame,
+               remote_base + (detoured ? s.root_slots : s.sender_slots) + slot, frame,
                [self, c](const Status& status) { self->OnRun(c, status); });
       return;
     }
-    const std::vector<Run>& runs = direct ? r_.detour_runs : r_.in_runs;
-    const uint32_t begin = direct ? chunk.detour_begin : chunk.run_begin;
-    const uint32_t end = direct ? chunk.detour_end : chunk.run_end;
+    const std::vector<Run>& runs = detoured ? r_.detour_runs : r_.in_runs;
+    const RunRange range = detoured ? r_.detour_ranges[chunk.detour_ranges + level - 1]
+                                    : RunRange{chunk.run_begin, chunk.run_end};
+    const uint32_t begin = range.begin, end = range.end;
     pending_runs_[c] = end - begin;
     for (uint32_t i = begin; i < end; ++i) {
       const Run& run = runs[i];
@@ -308,8 +353,9 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
         r_.StepName(step.step) + " chunk " + std::to_string(chunk.k) + " from " + From(c).ToString();
     if (!run_error_[c].ok()) {
       if (Fatal(run_error_[c], Conn(From(c)))) {
-        // A relay lost mid-chunk: the chunk and the rest of its step come from the root source.
-        if (!via_root_[c] && Detour(chunk.in_step)) {
+        // The rank read from lost mid-chunk: the chunk and the rest of its step come from upstream
+        // of it (unless the step went there already).
+        if (via_[c] < level_[chunk.in_step] || Detour(chunk.in_step)) {
           --attempts_[c];
           ready_.push({0, 0, false, c});
           Issue();
@@ -528,8 +574,10 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   std::vector<int> sender_copy_;
   std::vector<std::chrono::milliseconds> poll_backoff_;
   std::vector<int> mirror_attempts_;
-  std::vector<uint8_t> detoured_;  // per step: its relay is lost, its chunks come from the root source
-  std::vector<uint8_t> via_root_;  // per chunk: its last fetch went to the root source
+  std::vector<uint32_t> level_;              // per step: 0 its sender, l its detour level l (1-based)
+  std::vector<uint8_t> level_ready_;         // per step: the copy of the rank read from now is known
+  std::vector<std::vector<size_t>> parked_;  // per step: released chunks waiting for level_ready_
+  std::vector<uint32_t> via_;                // per chunk: the level it was last fetched from
   // Chunks that may be fetched, least first: (0 a retry | 1, index within its step, nobody relays
   // from its step, chunk). By index, not by release order: a direct step releases all its chunks at
   // once, and in FIFO order they filled the window ahead of the relayed steps' chunks, so the ranks

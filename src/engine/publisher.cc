@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <sys/mman.h>
 #include <future>
 #include <map>
 #include <mutex>
@@ -185,8 +186,13 @@ Result<std::unique_ptr<Grant>> Publisher::Impl::PrepareGrant() {
   WP_ASSIGN_OR_RETURN(grant->region, grant->loop->Call([size](Transport& t) {
     return AllocateArena(t, size, "publisher version grant");
   }));
-  // Touch every page now, so the copy at Publish runs at memory speed instead of faulting them in.
-  std::memset(grant->region->data(), 0, size);
+  // Enter every page now, so the copy at Publish runs at memory speed instead of faulting them in:
+  // one madvise(MADV_POPULATE_WRITE) (Linux 5.14), or touching each page where that is refused.
+  constexpr int kMadvPopulateWrite = 23;  // not in every libc's headers
+  std::byte* data = grant->region->data();
+  const uintptr_t at = reinterpret_cast<uintptr_t>(data), begin = at & ~uintptr_t{4095};
+  if (madvise(reinterpret_cast<void*>(begin), at + size - begin, kMadvPopulateWrite) != 0)
+    for (uint64_t i = 0; i < size; i += 4096) data[i] = std::byte{0};
   return grant;
 }
 

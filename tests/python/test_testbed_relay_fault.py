@@ -55,7 +55,9 @@ def test_a_relay_killed_mid_update_is_routed_around(tmp_path, procs, testbed):
         assert report["ok"] and report["committed"] == 3, report
         versions = {v["version"]: v for v in report["versions"]}
         assert all(versions[v]["verified"] for v in (1, 2, 3)), report
-        print(f"dst {r}:", json.dumps([{k: v[k] for k in ("version", "bytes", "seconds", "rerouted_steps")}
+        print(f"dst {r}:", json.dumps([{k: v[k] for k in ("version", "bytes", "seconds", "rerouted_steps",
+                                                           "rerouted_via_relay")}
                                        for v in report["versions"]]))
-        if r == 2:  # dst 1 fed it: from version 2 on it reads the source
-            assert versions[2]["rerouted_steps"] > 0 and versions[3]["rerouted_steps"] > 0, report
+        if r == 2:  # dst 1 fed it: from version 2 on it reads dst 0, the relay upstream of dst 1
+            for v in (2, 3):
+                assert versions[v]["rerouted_steps"] > 0 and versions[v]["rerouted_via_relay"] > 0, report

@@ -76,9 +76,10 @@ struct ReceiveStats {
   uint64_t polls = 0;              // relay counters and hash headers read
   uint64_t kept_chunks = 0;        // delta: unchanged chunks copied from the live copy, not fetched
   uint64_t kept_bytes = 0;
-  uint64_t frames = 0;          // chunks fetched as zstd frames (PlanStep::compress)
-  uint64_t frame_bytes = 0;     // their compressed size: what crossed the link for them
-  uint64_t rerouted_steps = 0;  // relayed steps fetched from their root source: the relay was lost
+  uint64_t frames = 0;              // chunks fetched as zstd frames (PlanStep::compress)
+  uint64_t frame_bytes = 0;         // their compressed size: what crossed the link for them
+  uint64_t rerouted_steps = 0;      // relayed steps fetched from upstream of their relay: it was lost
+  uint64_t rerouted_via_relay = 0;  // times such a step went to a relay upstream, not the source
   std::chrono::nanoseconds elapsed{0};
 };
 
