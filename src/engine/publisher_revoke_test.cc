@@ -114,6 +114,18 @@ class Spy {
   Grant current_;
 };
 
+PublisherOptions Options(Cluster& c, TransportFactory factory, bool rotate) {
+  PublisherOptions po;
+  po.make_transport = std::move(factory);
+  po.chunk_size = 16 << 10;
+  po.coordinator_options = c.CoordOpts();
+  po.timing.connect_timeout = kWait;
+  po.update_timeout = milliseconds(20'000);
+  po.rotate_keys = rotate;
+  po.log = c.log.Sink();
+  return po;
+}
+
 struct Param {
   std::string transport;
   bool rotate;
@@ -126,15 +138,7 @@ TEST_P(KeyRevocation, KeysOfADecidedVersionStopWorkingOnlyWhenKeysRotate) {
   auto factory = UcxTransportFactory(GetParam().transport);
   ASSERT_TRUE(factory.ok()) << factory.status().ToString();
   Cluster c;
-  PublisherOptions po;
-  po.make_transport = *factory;
-  po.chunk_size = 16 << 10;
-  po.coordinator_options = c.CoordOpts();
-  po.timing.connect_timeout = kWait;
-  po.update_timeout = milliseconds(20'000);
-  po.rotate_keys = rotate;
-  po.log = c.log.Sink();
-  auto pub = Publisher::Create(SmallModel(), c.secret, po);
+  auto pub = Publisher::Create(SmallModel(), c.secret, Options(c, *factory, rotate));
   ASSERT_TRUE(pub.ok()) << pub.status().ToString();
   SubscriberOptions so = c.SubscriberOpts(**pub, "sub");
   so.make_transport = *factory;
@@ -188,15 +192,7 @@ TEST_P(KeyRevocation, KeysOfADecidedVersionStopWorkingOnlyWhenKeysRotate) {
 // both publish modes, bit-exact, and a delta still fetches only the changed chunks from the new grant.
 TEST(KeyRotation, SubscribersGetEveryVersionInBothModesAndDeltasStaySmall) {
   Cluster c;
-  PublisherOptions po;
-  po.make_transport = c.Factory();
-  po.chunk_size = 16 << 10;
-  po.coordinator_options = c.CoordOpts();
-  po.timing.connect_timeout = kWait;
-  po.update_timeout = milliseconds(20'000);
-  po.rotate_keys = true;
-  po.log = c.log.Sink();
-  auto pub = Publisher::Create(SmallModel(), c.secret, po);
+  auto pub = Publisher::Create(SmallModel(), c.secret, Options(c, c.Factory(), /*rotate=*/true));
   ASSERT_TRUE(pub.ok()) << pub.status().ToString();
   auto sub = c.MakeSubscriber(**pub, "sub");
   ASSERT_TRUE(sub);
