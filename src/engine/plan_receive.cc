@@ -107,7 +107,8 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     for (size_t i = 0; i < r_.in_steps.size(); ++i)
       if (released_[i] < r_.in_steps[i].chunks)
         return why + r_.StepName(r_.in_steps[i].step) + " waits for chunk " + std::to_string(released_[i]) +
-               " at its relay " + r_.in_steps[i].sender.ToString();
+               (level_[i] == 0 ? " at its relay " : " at ") + CurrentFrom(i).ToString() +
+               (level_[i] == 0 ? "" : ", upstream of its lost relay " + r_.in_steps[i].sender.ToString());
     return why + std::to_string(verified_count_) + " of " + std::to_string(r_.in_chunks.size()) +
            " chunks verified";
   }
