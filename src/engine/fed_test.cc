@@ -189,6 +189,18 @@ std::vector<double> Reference(const FedRun& run, const std::vector<double>& samp
   return g;
 }
 
+// The global model the server ended with is the reference FedAvg of what was sent.
+void ExpectReference(const FedRun& run, const std::vector<double>& samples) {
+  const std::vector<double> want = Reference(run, samples);
+  for (size_t k = 0; k < want.size(); ++k) ASSERT_NEAR(run.global[k], want[k], 1e-5) << "element " << k;
+}
+
+bool Logged(const FedRun& run, std::string_view needle) {
+  for (const auto& l : run.log)
+    if (l.find(needle) != std::string::npos) return true;
+  return false;
+}
+
 // Client "c" sends garbage in round 1: it is excluded, named, and each round's aggregate is the
 // weighted mean of what the others sent (f32, bf16 and fp8 with error feedback).
 TEST(FedServer, RoundsFoldTheWeightedMeanAndExcludeGarbageByName) {
@@ -202,12 +214,9 @@ TEST(FedServer, RoundsFoldTheWeightedMeanAndExcludeGarbageByName) {
   EXPECT_TRUE(Named(first, "a").folded && Named(first, "b").folded);
   EXPECT_FALSE(Named(first, "c").folded);
   EXPECT_NE(Named(first, "c").excluded.find("not finite"), std::string::npos) << Named(first, "c").excluded;
-  bool named = false;
-  for (const auto& l : run.log) named |= l.find("c excluded") != std::string::npos;
-  EXPECT_TRUE(named);
+  EXPECT_TRUE(Logged(run, "c excluded"));
   for (const auto& c : run.reports[1].clients) EXPECT_TRUE(c.folded) << c.name << ": " << c.excluded;
-  const std::vector<double> want = Reference(run, samples);
-  for (size_t k = 0; k < want.size(); ++k) ASSERT_NEAR(run.global[k], want[k], 1e-5) << "element " << k;
+  ExpectReference(run, samples);
 }
 
 // Updates that touch only the first chunk change only that chunk of the global model, and the next
@@ -231,8 +240,7 @@ TEST(FedServer, TheNextRoundSendsOnlyTheChunksThatChanged) {
     EXPECT_EQ(run.rounds[i][2].chunks_received, 1u);
   }
   EXPECT_LT(run.reports[2].bytes_down * 2, run.reports[0].bytes_down);
-  const std::vector<double> want = Reference(run, samples);
-  for (size_t k = 0; k < want.size(); ++k) ASSERT_NEAR(run.global[k], want[k], 1e-5) << "element " << k;
+  ExpectReference(run, samples);
 }
 
 // Garbage in the last chunk of an update whose first two chunks were valid and folded: the client
@@ -247,11 +255,8 @@ TEST(FedServer, AnExcludedClientsFoldedChunksAreTakenBackOut) {
   const FedClientReport& c = Named(run.reports[0], "c");
   EXPECT_FALSE(c.folded);
   EXPECT_NE(c.excluded.find("chunk 2"), std::string::npos) << c.excluded;
-  bool taken = false;
-  for (const auto& l : run.log) taken |= l.find("2 folded chunk(s) taken back out") != std::string::npos;
-  EXPECT_TRUE(taken);
-  const std::vector<double> want = Reference(run, samples);
-  for (size_t k = 0; k < want.size(); ++k) ASSERT_NEAR(run.global[k], want[k], 1e-5) << "element " << k;
+  EXPECT_TRUE(Logged(run, "2 folded chunk(s) taken back out"));
+  ExpectReference(run, samples);
 }
 
 // A client that misses round 1's deadline is excluded from it as late; under kFold its chunks,

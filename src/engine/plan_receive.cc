@@ -165,8 +165,10 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   // Where step st is read from now: its sender (level 0), or detour level l (1-based).
   Endpoint CurrentFrom(size_t st) const { return LevelFrom(st, level_[st]); }
   Endpoint LevelFrom(size_t st, uint32_t level) const {
-    const InStep& s = r_.in_steps[st];
-    return level == 0 ? s.sender : r_.detour_levels[s.detour_first + level - 1].from;
+    return level == 0 ? r_.in_steps[st].sender : DetourAt(st, level).from;
+  }
+  const DetourLevel& DetourAt(size_t st, uint32_t level) const {
+    return r_.detour_levels[r_.in_steps[st].detour_first + level - 1];
   }
 
   // Routes step st around the rank it reads from now: to the nearest rank upstream that is not lost
@@ -180,8 +182,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     if (next > step.detour_levels) return false;
     if (level_[st] == 0) ++stats_.rerouted_steps;
     level_[st] = next;
-    const DetourLevel& level = r_.detour_levels[step.detour_first + next - 1];
-    if (level.counter < 0) {
+    if (DetourAt(st, next).counter < 0) {
       level_ready_[st] = 1;
       Unpark(st);
       Release(st, step.chunks);
@@ -237,8 +238,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     const uint32_t level = level_[st];
     const Endpoint from = CurrentFrom(st);
     const uint64_t counter =
-        level == 0 ? s.sender_counter
-                   : static_cast<uint64_t>(r_.detour_levels[s.detour_first + level - 1].counter);
+        level == 0 ? s.sender_counter : static_cast<uint64_t>(DetourAt(st, level).counter);
     ++in_flight_;
     ++stats_.polls;
     auto self = shared_from_this();

@@ -2,10 +2,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/mman.h>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <sys/mman.h>
 #include <future>
 #include <map>
 #include <mutex>
@@ -64,7 +64,7 @@ struct Publisher::Impl {
   std::unique_ptr<ProgressLoop> loop;
   std::unique_ptr<MemoryRegion> live, snapshot;
   std::unique_ptr<std::byte, FreeDeleter> plain_live;  // rotate_keys: the live weights, never registered
-  std::byte* live_data = nullptr;                      // live's or plain_live's bytes
+  std::byte* live_bytes() const { return live ? live->data() : plain_live.get(); }
   std::unique_ptr<ControlChannel> channel;
   std::thread reader, background;
   std::atomic<bool> closing{false};
@@ -86,7 +86,11 @@ struct Publisher::Impl {
       });
   }
   void ReadLoop();
-  Status SendRegionKeys();
+  // Tells the coordinator where peers read: `via`'s transport address and each region's key (null
+  // regions left out).
+  using KeyedRegion = std::pair<uint64_t, const MemoryRegion*>;
+  Status SendKeys(ProgressLoop& via, const std::vector<KeyedRegion>& regions);
+  Status SendRegionKeys();  // the live and snapshot regions
   // rotate_keys. A grant is prepared ahead (transport, region, pages touched) while the previous
   // version is decided or the trainer works; Publish takes it, copies the weights in and gives the
   // coordinator its keys; once decided it is retired and the next one is prepared.
@@ -130,7 +134,6 @@ Result<std::unique_ptr<Publisher>> Publisher::Create(std::vector<TensorMeta> ten
     impl->plain_live.reset(static_cast<std::byte*>(std::calloc(size, 1)));
     if (!impl->plain_live)
       return ResourceExhausted("publisher: cannot allocate " + std::to_string(size) + " bytes of weights");
-    impl->live_data = impl->plain_live.get();
   } else {
     WP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport,
                         impl->options.make_transport(impl->options.name));
@@ -138,7 +141,6 @@ Result<std::unique_ptr<Publisher>> Publisher::Create(std::vector<TensorMeta> ten
     WP_ASSIGN_OR_RETURN(impl->live, impl->loop->Call([size](Transport& t) {
       return AllocateArena(t, size, "publisher live weights");
     }));
-    impl->live_data = impl->live->data();
   }
   WP_ASSIGN_OR_RETURN(impl->channel, ControlChannel::Connect(impl->coordinator_address, impl->options.name,
                                                              PeerRole::kPublisher, secret,
@@ -157,7 +159,7 @@ Result<std::unique_ptr<Publisher>> Publisher::Create(std::vector<TensorMeta> ten
 Publisher::Publisher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Publisher::~Publisher() { Close(); }
 
-std::span<std::byte> Publisher::weights() { return {impl_->live_data, impl_->bytes}; }
+std::span<std::byte> Publisher::weights() { return {impl_->live_bytes(), impl_->bytes}; }
 
 std::span<std::byte> Publisher::TensorData(std::string_view name) {
   for (size_t i = 0; i < impl_->tensors.size(); ++i)
@@ -170,12 +172,16 @@ uint64_t Publisher::model_bytes() const { return impl_->bytes; }
 Coordinator* Publisher::coordinator() { return impl_->coordinator.get(); }
 const std::string& Publisher::coordinator_address() const { return impl_->coordinator_address; }
 
-Status Publisher::Impl::SendRegionKeys() {
+Status Publisher::Impl::SendKeys(ProgressLoop& via, const std::vector<KeyedRegion>& regions) {
   RegionKeysMsg keys;
-  keys.transport_address = loop->Call([](Transport& t) { return t.address(); });
-  keys.regions.push_back({kLiveRegion, live->remote_key().Serialize()});
-  if (snapshot) keys.regions.push_back({kSnapshotRegion, snapshot->remote_key().Serialize()});
+  keys.transport_address = via.Call([](Transport& t) { return t.address(); });
+  for (const auto& [id, region] : regions)
+    if (region != nullptr) keys.regions.push_back({id, region->remote_key().Serialize()});
   return channel->Send(keys);
+}
+
+Status Publisher::Impl::SendRegionKeys() {
+  return SendKeys(*loop, {{kLiveRegion, live.get()}, {kSnapshotRegion, snapshot.get()}});
 }
 
 Result<std::unique_ptr<Grant>> Publisher::Impl::PrepareGrant() {
@@ -202,12 +208,9 @@ Result<std::unique_ptr<Grant>> Publisher::Impl::TakeGrant(PublishReport& report)
   report.grant = Clock::now() - t0;
   if (!grant.ok()) return grant.status().WithContext("publisher '" + options.name + "': a version's grant");
   const auto c0 = Clock::now();
-  std::memcpy((*grant)->region->data(), live_data, bytes);
+  std::memcpy((*grant)->region->data(), live_bytes(), bytes);
   report.snapshot_copy = Clock::now() - c0;
-  RegionKeysMsg keys;
-  keys.transport_address = (*grant)->loop->Call([](Transport& t) { return t.address(); });
-  keys.regions.push_back({kLiveRegion, (*grant)->region->remote_key().Serialize()});
-  WP_RETURN_IF_ERROR(channel->Send(keys));
+  WP_RETURN_IF_ERROR(SendKeys(*(*grant)->loop, {{kLiveRegion, (*grant)->region.get()}}));
   return grant;
 }
 
@@ -306,46 +309,42 @@ Result<PublishReport> Publisher::Publish(uint64_t version, PublishMode mode) {
     d.last_version = version;
   }
   PublishReport report{.version = version, .bytes = d.bytes};
+  // Where subscribers read this version: its grant, the live weights, or the snapshot copy of them.
+  std::shared_ptr<Grant> grant;
+  const MemoryRegion* region = d.live.get();
+  uint64_t region_id = kLiveRegion;
   if (d.options.rotate_keys) {
-    WP_ASSIGN_OR_RETURN(std::shared_ptr<Grant> grant, d.TakeGrant(report));
-    if (mode == PublishMode::kLive) {
-      d.RunUpdate(version, *grant->region, kLiveRegion, report);
-      d.RetireGrant(grant);
-      report.hold = Clock::now() - t0;
-      std::lock_guard<std::mutex> lock(d.mu);
-      d.reports[version] = report;
-      return report;
+    WP_ASSIGN_OR_RETURN(grant, d.TakeGrant(report));
+    region = grant->region.get();
+  } else if (mode == PublishMode::kSnapshot) {
+    if (!d.snapshot) {
+      const uint64_t size = d.bytes;
+      WP_ASSIGN_OR_RETURN(d.snapshot, d.loop->Call([size](Transport& t) {
+        return AllocateArena(t, size, "publisher snapshot");
+      }));
+      WP_RETURN_IF_ERROR(d.SendRegionKeys());
     }
-    report.hold = Clock::now() - t0;
-    d.background = std::thread([&d, report, grant = std::move(grant)]() mutable {
-      d.RunUpdate(report.version, *grant->region, kLiveRegion, report);
-      d.RetireGrant(grant);
-      std::lock_guard<std::mutex> lock(d.mu);
-      d.reports[report.version] = report;
-      d.cv.notify_all();
-    });
-    return report;
+    const auto c0 = Clock::now();
+    std::memcpy(d.snapshot->data(), d.live_bytes(), d.bytes);
+    report.snapshot_copy = Clock::now() - c0;
+    region = d.snapshot.get();
+    region_id = kSnapshotRegion;
   }
+  // Runs the update and records its report; a grant is retired once the version is decided.
+  auto run = [&d, region, region_id](PublishReport& r, std::shared_ptr<Grant>& g) {
+    d.RunUpdate(r.version, *region, region_id, r);
+    if (g) d.RetireGrant(g);
+  };
   if (mode == PublishMode::kLive) {
-    d.RunUpdate(version, *d.live, kLiveRegion, report);
+    run(report, grant);
     report.hold = Clock::now() - t0;
     std::lock_guard<std::mutex> lock(d.mu);
     d.reports[version] = report;
     return report;
   }
-  if (!d.snapshot) {
-    const uint64_t size = d.bytes;
-    WP_ASSIGN_OR_RETURN(d.snapshot, d.loop->Call([size](Transport& t) {
-      return AllocateArena(t, size, "publisher snapshot");
-    }));
-    WP_RETURN_IF_ERROR(d.SendRegionKeys());
-  }
-  const auto c0 = Clock::now();
-  std::memcpy(d.snapshot->data(), d.live_data, d.bytes);
-  report.snapshot_copy = Clock::now() - c0;
   report.hold = Clock::now() - t0;
-  d.background = std::thread([&d, report]() mutable {
-    d.RunUpdate(report.version, *d.snapshot, kSnapshotRegion, report);
+  d.background = std::thread([&d, run, report, grant = std::move(grant)]() mutable {
+    run(report, grant);
     std::lock_guard<std::mutex> lock(d.mu);
     d.reports[report.version] = report;
     d.cv.notify_all();

@@ -18,76 +18,67 @@ namespace {
 using lanes::u16;
 using lanes::u32;
 
+// The loops, written once and inlined into each compiled variant below (with n a constant 128 the
+// row kernels unroll without a remainder).
+inline uint32_t FiniteAbsBits(uint32_t u) {  // |x| as bits when finite, else 0
+  const uint32_t abs = u & 0x7fffffffu;
+  return lanes::Select(abs <= 0x7f7fffffu, abs, 0u);
+}
+inline uint8_t QuantizeOne(uint32_t f32_bits, float scale) {
+  return lanes::F32ToE4m3(std::bit_cast<uint32_t>(std::bit_cast<float>(f32_bits) / scale));
+}
 // Largest finite |x| of a row segment, as bits (for non-negative floats, bit order is value order).
-WP_VECTOR_CLONES uint32_t AmaxBitsF32(const u32* in, size_t n, uint32_t m) {
+inline uint32_t AmaxLoop(const u32* in, size_t n, uint32_t m) {
   for (size_t i = 0; i < n; ++i) {
-    const uint32_t a = lanes::Select((in[i] & 0x7fffffffu) <= 0x7f7fffffu, in[i] & 0x7fffffffu, 0u);
+    const uint32_t a = FiniteAbsBits(in[i]);
     m = m > a ? m : a;
   }
   return m;
 }
-WP_VECTOR_CLONES uint32_t AmaxBitsBf16(const u16* in, size_t n, uint32_t m) {
+inline uint32_t AmaxLoop(const u16* in, size_t n, uint32_t m) {
   for (size_t i = 0; i < n; ++i) {
-    const uint32_t abs = lanes::Bf16ToF32(in[i]) & 0x7fffffffu;
-    const uint32_t a = lanes::Select(abs <= 0x7f7fffffu, abs, 0u);
+    const uint32_t a = FiniteAbsBits(lanes::Bf16ToF32(in[i]));
     m = m > a ? m : a;
   }
   return m;
 }
-WP_VECTOR_CLONES void QuantizeF32(const u32* in, size_t n, float scale, uint8_t* out) {
-  for (size_t i = 0; i < n; ++i) {
-    const uint32_t u = in[i];  // a copy: bit_cast takes a reference, in[i] may be unaligned
-    out[i] = lanes::F32ToE4m3(std::bit_cast<uint32_t>(std::bit_cast<float>(u) / scale));
-  }
+inline void QuantizeLoop(const u32* in, size_t n, float scale, uint8_t* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = QuantizeOne(in[i], scale);
 }
-WP_VECTOR_CLONES void QuantizeBf16(const u16* in, size_t n, float scale, uint8_t* out) {
-  for (size_t i = 0; i < n; ++i)
-    out[i] = lanes::F32ToE4m3(std::bit_cast<uint32_t>(std::bit_cast<float>(lanes::Bf16ToF32(in[i])) / scale));
+inline void QuantizeLoop(const u16* in, size_t n, float scale, uint8_t* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = QuantizeOne(lanes::Bf16ToF32(in[i]), scale);
 }
 
-// One row of a strip in 128x128 block mode: every full block of the row in one call, each block a
-// loop of a fixed 128 elements that the compiler unrolls without a remainder (per-block calls of
-// 128 elements spent much of their time entering and leaving the vector loop). The row's last,
-// partial block is left to the caller.
-WP_VECTOR_CLONES void AmaxRowF32(const u32* in, int64_t blocks, uint32_t* amax) {
-  for (int64_t bc = 0; bc < blocks; ++bc) {
-    uint32_t m = amax[bc];
-    for (int64_t i = 0; i < kFp8Block; ++i) {
-      const uint32_t abs = in[bc * kFp8Block + i] & 0x7fffffffu;
-      const uint32_t a = lanes::Select(abs <= 0x7f7fffffu, abs, 0u);
-      m = m > a ? m : a;
-    }
-    amax[bc] = m;
-  }
+// One segment of a row (a partial block, or a per-tensor row).
+WP_VECTOR_CLONES uint32_t AmaxBitsF32(const u32* in, size_t n, uint32_t m) { return AmaxLoop(in, n, m); }
+WP_VECTOR_CLONES uint32_t AmaxBitsBf16(const u16* in, size_t n, uint32_t m) { return AmaxLoop(in, n, m); }
+WP_VECTOR_CLONES void QuantizeF32(const u32* in, size_t n, float scale, uint8_t* out) {
+  QuantizeLoop(in, n, scale, out);
 }
-WP_VECTOR_CLONES void AmaxRowBf16(const u16* in, int64_t blocks, uint32_t* amax) {
-  for (int64_t bc = 0; bc < blocks; ++bc) {
-    uint32_t m = amax[bc];
-    for (int64_t i = 0; i < kFp8Block; ++i) {
-      const uint32_t abs = lanes::Bf16ToF32(in[bc * kFp8Block + i]) & 0x7fffffffu;
-      const uint32_t a = lanes::Select(abs <= 0x7f7fffffu, abs, 0u);
-      m = m > a ? m : a;
-    }
-    amax[bc] = m;
-  }
+WP_VECTOR_CLONES void QuantizeBf16(const u16* in, size_t n, float scale, uint8_t* out) {
+  QuantizeLoop(in, n, scale, out);
 }
-WP_VECTOR_CLONES void QuantizeRowF32(const u32* in, int64_t blocks, const float* scales, uint8_t* out) {
-  for (int64_t bc = 0; bc < blocks; ++bc) {
-    const float scale = scales[bc];
-    for (int64_t i = 0; i < kFp8Block; ++i) {
-      const uint32_t u = in[bc * kFp8Block + i];
-      out[bc * kFp8Block + i] = lanes::F32ToE4m3(std::bit_cast<uint32_t>(std::bit_cast<float>(u) / scale));
-    }
-  }
+
+// One row of a strip in 128x128 block mode: every full block of the row in one call (per-block
+// calls of 128 elements spent much of their time entering and leaving the vector loop). The row's
+// last, partial block is left to the caller. Same signatures as the avx512:: kernels.
+using AmaxRow = void (*)(const void* in, int64_t blocks, uint32_t* amax);
+using QuantizeRow = void (*)(const void* in, int64_t blocks, const float* scales, uint8_t* out);
+WP_VECTOR_CLONES void AmaxRowF32(const void* in, int64_t blocks, uint32_t* amax) {
+  for (int64_t bc = 0; bc < blocks; ++bc)
+    amax[bc] = AmaxLoop(static_cast<const u32*>(in) + bc * kFp8Block, kFp8Block, amax[bc]);
 }
-WP_VECTOR_CLONES void QuantizeRowBf16(const u16* in, int64_t blocks, const float* scales, uint8_t* out) {
-  for (int64_t bc = 0; bc < blocks; ++bc) {
-    const float scale = scales[bc];
-    for (int64_t i = 0; i < kFp8Block; ++i) {
-      const float f = std::bit_cast<float>(lanes::Bf16ToF32(in[bc * kFp8Block + i]));
-      out[bc * kFp8Block + i] = lanes::F32ToE4m3(std::bit_cast<uint32_t>(f / scale));
-    }
-  }
+WP_VECTOR_CLONES void AmaxRowBf16(const void* in, int64_t blocks, uint32_t* amax) {
+  for (int64_t bc = 0; bc < blocks; ++bc)
+    amax[bc] = AmaxLoop(static_cast<const u16*>(in) + bc * kFp8Block, kFp8Block, amax[bc]);
+}
+WP_VECTOR_CLONES void QuantizeRowF32(const void* in, int64_t blocks, const float* scales, uint8_t* out) {
+  for (int64_t bc = 0; bc < blocks; ++bc)
+    QuantizeLoop(static_cast<const u32*>(in) + bc * kFp8Block, kFp8Block, scales[bc], out + bc * kFp8Block);
+}
+WP_VECTOR_CLONES void QuantizeRowBf16(const void* in, int64_t blocks, const float* scales, uint8_t* out) {
+  for (int64_t bc = 0; bc < blocks; ++bc)
+    QuantizeLoop(static_cast<const u16*>(in) + bc * kFp8Block, kFp8Block, scales[bc], out + bc * kFp8Block);
 }
 
 const std::array<float, 256>& E4m3Table() {
@@ -149,18 +140,22 @@ Status QuantizeE4m3(DType from, const void* src, int64_t rows, int64_t cols, Fp8
   std::vector<uint32_t> amax(b.count_cols());
   // Block mode: the row's full 128-element blocks go through the row kernels.
   const int64_t full = b.block_cols == kFp8Block ? cols / kFp8Block : 0;
-  const bool avx512 = avx512::Available();
+  const bool f32 = from == DType::kF32;
+  const AmaxRow amax_row = f32 ? AmaxRowF32 : AmaxRowBf16;
+  const QuantizeRow quantize_row = avx512::Available()
+                                       ? (f32 ? avx512::QuantizeRowF32 : avx512::QuantizeRowBf16)
+                                       : (f32 ? QuantizeRowF32 : QuantizeRowBf16);
+  const size_t element = f32 ? 4 : 2;
+  auto row = [&](int64_t r) { return static_cast<const std::byte*>(src) + r * cols * element; };
   for (int64_t br = 0; br < b.count_rows(); ++br) {
     const int64_t r0 = br * b.block_rows, r1 = std::min(rows, r0 + b.block_rows);
     // One pass for the strip's block maxima, one to quantise it.
     std::fill(amax.begin(), amax.end(), 0u);
     for (int64_t r = r0; r < r1; ++r) {
-      if (full > 0 && from == DType::kF32) AmaxRowF32(in32 + r * cols, full, amax.data());
-      if (full > 0 && from == DType::kBF16) AmaxRowBf16(in16 + r * cols, full, amax.data());
+      if (full > 0) amax_row(row(r), full, amax.data());
       for (int64_t bc = full; bc < b.count_cols(); ++bc) {
         const auto [at, n] = b.Segment(r, bc);
-        amax[bc] =
-            from == DType::kF32 ? AmaxBitsF32(in32 + at, n, amax[bc]) : AmaxBitsBf16(in16 + at, n, amax[bc]);
+        amax[bc] = f32 ? AmaxBitsF32(in32 + at, n, amax[bc]) : AmaxBitsBf16(in16 + at, n, amax[bc]);
       }
     }
     for (int64_t bc = 0; bc < b.count_cols(); ++bc) {
@@ -171,21 +166,13 @@ Status QuantizeE4m3(DType from, const void* src, int64_t rows, int64_t cols, Fp8
     }
     const float* strip_scales = scales + br * b.count_cols();
     for (int64_t r = r0; r < r1; ++r) {
-      if (full > 0 && avx512 && from == DType::kF32)
-        avx512::QuantizeRowF32(in32 + r * cols, full, strip_scales, dst + r * cols);
-      else if (full > 0 && avx512)
-        avx512::QuantizeRowBf16(in16 + r * cols, full, strip_scales, dst + r * cols);
-      else if (full > 0 && from == DType::kF32)
-        QuantizeRowF32(in32 + r * cols, full, strip_scales, dst + r * cols);
-      else if (full > 0)
-        QuantizeRowBf16(in16 + r * cols, full, strip_scales, dst + r * cols);
+      if (full > 0) quantize_row(row(r), full, strip_scales, dst + r * cols);
       for (int64_t bc = full; bc < b.count_cols(); ++bc) {
         const auto [at, n] = b.Segment(r, bc);
-        const float scale = strip_scales[bc];
-        if (from == DType::kF32)
-          QuantizeF32(in32 + at, n, scale, dst + at);
+        if (f32)
+          QuantizeF32(in32 + at, n, strip_scales[bc], dst + at);
         else
-          QuantizeBf16(in16 + at, n, scale, dst + at);
+          QuantizeBf16(in16 + at, n, strip_scales[bc], dst + at);
       }
     }
   }

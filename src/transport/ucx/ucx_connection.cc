@@ -121,19 +121,19 @@ void UcxConnection::PopulateMapped(uint64_t region_id, ucp_rkey_h rkey, const Re
   Mapping& m = it->second;
   if (fresh) {
     void* base = nullptr;
-    m.mapped = ucp_rkey_ptr(rkey, key.address, &base) == UCS_OK && base != nullptr;
-    if (m.mapped) m.populated.resize((key.length + kPopulateBlock - 1) / kPopulateBlock);
+    if (ucp_rkey_ptr(rkey, key.address, &base) != UCS_OK) base = nullptr;
+    m.base = static_cast<std::byte*>(base);
+    if (m.base != nullptr) m.populated.resize((key.length + kPopulateBlock - 1) / kPopulateBlock);
   }
-  if (!m.mapped) return;
+  if (m.base == nullptr) return;
   const uint64_t first = offset / kPopulateBlock, last = (offset + length - 1) / kPopulateBlock;
   bool done = true;
   for (uint64_t b = first; b <= last; ++b) done = done && m.populated[b];
+  if (done) return;
+  for (uint64_t b = first; b <= last; ++b) m.populated[b] = true;
   // The whole blocks the read touches, so that a block marked populated is populated throughout.
   const uint64_t from = first * kPopulateBlock, to = std::min(key.length, (last + 1) * kPopulateBlock);
-  void* at = nullptr;
-  if (done || ucp_rkey_ptr(rkey, key.address + from, &at) != UCS_OK) return;
-  for (uint64_t b = first; b <= last; ++b) m.populated[b] = true;
-  const uintptr_t p = reinterpret_cast<uintptr_t>(at), begin = p & ~uintptr_t{4095};
+  const uintptr_t p = reinterpret_cast<uintptr_t>(m.base + from), begin = p & ~uintptr_t{4095};
   // Advice only: a kernel without MADV_POPULATE_READ (before 5.14) refuses it and the copy faults.
   madvise(reinterpret_cast<void*>(begin), p + (to - from) - begin, kMadvPopulateRead);
 }

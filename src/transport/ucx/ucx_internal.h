@@ -158,7 +158,7 @@ class UcxConnection final : public Connection {
   uint64_t* liveness_ = nullptr;                    // the peer's liveness word, mapped (same-host shm only)
   std::unordered_map<uint64_t, ucp_rkey_h> rkeys_;  // by the peer's region id
   struct Mapping {
-    bool mapped = false;          // UCX mapped the peer's region into this process
+    std::byte* base = nullptr;    // where UCX mapped the peer's region here; null: not mapped
     std::vector<bool> populated;  // per kPopulateBlock: its pages were populated
   };
   std::unordered_map<uint64_t, Mapping> mappings_;  // by the peer's region id, from its first Get
