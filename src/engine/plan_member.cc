@@ -11,6 +11,17 @@ void JoinedRank::Reset() {
   loop.reset();
 }
 
+Status JoinedRank::Rekey(const TransportFactory& make_transport) {
+  const Endpoint me = rank->endpoint();
+  auto transport = make_transport(ReshardName(me));
+  if (!transport.ok()) return transport.status().WithContext(me.ToString() + ": a fresh transport");
+  auto fresh = std::make_unique<ProgressLoop>(std::move(*transport));
+  WP_RETURN_IF_ERROR(rank->Rekey(*fresh));
+  loop->Stop();
+  loop = std::move(fresh);  // the old transport is closed here
+  return member->SendKeys(*rank);
+}
+
 Result<std::unique_ptr<JoinedRank>> JoinPlan(const Secret& secret, const PlanMemberOptions& options) {
   if (!options.make_transport) return InvalidArgument("PlanMemberOptions.make_transport is required");
   const Endpoint me = options.offer.endpoint;

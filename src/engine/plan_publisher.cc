@@ -26,7 +26,20 @@ struct PlanPublisher::Impl {
     while (!closing.load()) {
       auto e = joined->member->Next(std::chrono::milliseconds(200));
       if (!e.ok() && e.status().code() == StatusCode::kTimeout) continue;
+      Status moved;
+      if (e.ok() && (e->kind == ReshardMember::Event::kRekey || e->kind == ReshardMember::Event::kPeers)) {
+        // Memory stays where it is: the trainer may write the next version meanwhile.
+        moved = e->kind == ReshardMember::Event::kRekey ? joined->Rekey(options.make_transport)
+                                                        : joined->rank->Connect(e->peers);
+        if (moved.ok()) continue;
+      }
       std::lock_guard<std::mutex> lock(mu);
+      if (!moved.ok()) {
+        ended = true;
+        end_status = moved;
+        cv.notify_all();
+        return;
+      }
       if (!e.ok() || e->kind == ReshardMember::Event::kBye) {
         ended = true;
         end_status = e.ok() ? Status::Ok() : e.status().WithContext(me.ToString() + ": the coordinator");

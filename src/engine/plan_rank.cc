@@ -270,17 +270,22 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
         // UCX-allocated memory where the transport is UCX (same-host peers map it: a Get is one memcpy).
         // Elsewhere our own mapping registered as is: the region's own type is what the transport
         // accepts as the local side of a Get (AllocateArena's wrapper is for remote access only).
-        auto ucx = UcxAllocate(t, size);
-        if (ucx.ok() || ucx.status().code() != StatusCode::kInvalidArgument) return ucx;
+        // A rank that rotates its keys keeps its memory in a mapping of its own, which each fresh
+        // transport registers again (Rekey): the shards never move.
+        if (!raw->options.rotate_keys) {
+          auto ucx = UcxAllocate(t, size);
+          if (ucx.ok() || ucx.status().code() != StatusCode::kInvalidArgument) return ucx;
+        }
         void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (data == MAP_FAILED)
           return ResourceExhausted("plan arena: mmap of " + std::to_string(size) + " bytes failed");
         raw->own_memory = std::shared_ptr<void>(data, [size](void* p) { munmap(p, size); });
         return RegisterArena(t, data, size, "plan arena");
       }));
+  raw->base = raw->arena->data();
   // Fault every page in now, once, so that no version pays first-touch faults (both copies of a
   // destination would otherwise be faulted by the first two versions).
-  std::memset(raw->arena->data(), 0, raw->arena->size());
+  std::memset(raw->base, 0, raw->arena->size());
   if (!impl->is_source()) {
     for (const auto& [step, slot] : mine.counter_slot) StoreCounter(raw->at(mine.CounterOffset(step)), 0);
     if (options.delta && !impl->in_chunks.empty()) impl->keepers = std::make_unique<WorkerPool>(1);
@@ -308,6 +313,7 @@ std::vector<Endpoint> PlanRank::peers_needed() const {
 
 Status PlanRank::Connect(const std::map<Endpoint, PlanPeer>& peers) {
   Impl* impl = impl_.get();
+  impl->loop->Call([impl](Transport&) { impl->CloseConnections(); });
   for (const Endpoint& ep : peers_needed()) {
     auto it = peers.find(ep);
     if (it == peers.end()) return NotFound(impl->me.ToString() + ": no address for " + ep.ToString());
@@ -323,6 +329,36 @@ Status PlanRank::Connect(const std::map<Endpoint, PlanPeer>& peers) {
     impl->connections[ep] = std::move(*conn);
     impl->keys[ep] = peer.key;
   }
+  return Status::Ok();
+}
+
+void PlanRank::Impl::CloseConnections() {
+  for (auto& [ep, c] : connections) c->Close();
+  connections.clear();
+  keys.clear();
+}
+
+Status PlanRank::Rekey(ProgressLoop& fresh) {
+  Impl* impl = impl_.get();
+  if (!impl->own_memory)
+    return FailedPrecondition(impl->me.ToString() +
+                              ": its arena belongs to its transport; a rank that moves to another one "
+                              "is created with rotate_keys");
+  const size_t size = impl->arena->size();
+  WP_ASSIGN_OR_RETURN(std::unique_ptr<MemoryRegion> region, fresh.Call([impl, size](Transport& t) {
+    return RegisterArena(t, impl->base, size, "plan arena");
+  }));
+  // The old transport's connections and registration are released on its own loop thread; the
+  // caller then closes that transport, and with it every key peers hold for it.
+  std::set<Endpoint> lost;
+  impl->loop->Call([impl, &lost](Transport&) {
+    impl->CloseConnections();
+    impl->arena.reset();
+    lost = std::move(impl->lost_peers);
+  });
+  impl->arena = std::move(region);
+  impl->loop = &fresh;
+  fresh.Call([impl, &lost](Transport&) { impl->lost_peers = std::move(lost); });
   return Status::Ok();
 }
 

@@ -137,6 +137,7 @@ struct PlanRank::Impl {
   const RankBuffer* buffer = nullptr;
   std::shared_ptr<void> own_memory;     // the arena's memory when the transport did not allocate it
   std::unique_ptr<MemoryRegion> arena;  // declared after own_memory: deregistered before unmapping
+  std::byte* base = nullptr;            // the arena's memory: stays where it is across Rekey
 
   std::vector<plan_rank_internal::Run> out_runs;
   std::vector<plan_rank_internal::OutChunk> out_chunks;
@@ -174,8 +175,9 @@ struct PlanRank::Impl {
   uint64_t slot_bytes = 0;              // of one compressed chunk (plan_layout::SlotBytes)
 
   bool is_source() const { return me.side == PlanSide::kSource; }
-  std::byte* at(uint64_t offset) const { return arena->data() + offset; }
+  std::byte* at(uint64_t offset) const { return base + offset; }
   std::string StepName(uint32_t step) const;  // "tensor 'w' step 4"
+  void CloseConnections();                    // on the loop thread
 };
 
 // Runs one Receive on the loop thread; calls `done` there exactly once, after nothing it started

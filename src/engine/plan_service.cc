@@ -49,6 +49,8 @@ struct PlanService::Impl {
     co.ranks = PlanRanks(**planned);
     co.join_timeout = options.join_timeout;
     co.update_timeout = options.update_timeout;
+    co.quorum = options.quorum;
+    co.rotate_keys = options.rotate_keys;
     co.log = options.log;
     co.should_stop = [this] { return stopping.load(); };
     ReshardCoordinator coordinator(std::move(listener), co);
@@ -64,8 +66,8 @@ struct PlanService::Impl {
       }
       last = *next;
       std::lock_guard<std::mutex> lock(mu);
-      outcomes.push_back(
-          {report->version, report->committed, report->reason, report->bytes, report->seconds});
+      outcomes.push_back({report->version, report->committed, report->reason, report->bytes, report->seconds,
+                          report->rekey_seconds, report->dropped});
       cv.notify_all();
     }
     coordinator.Finish();

@@ -76,12 +76,14 @@ struct Group {
   std::vector<std::unique_ptr<PlanPublisher>> pubs;
   std::vector<std::unique_ptr<PlanSubscriber>> subs;
   std::vector<Status> errors;
+  bool rotate_keys = false;  // every rank moves to a fresh transport after each version
 
   // Starts the service and joins every offer concurrently (each Join waits for all the others).
   Status Start(std::vector<LayoutOffer> offers, milliseconds pin_timeout = milliseconds(10'000)) {
     PlanServiceOptions so;
     so.rendezvous.timeout = so.join_timeout = so.update_timeout = milliseconds(10'000);
     so.rendezvous.plan.chunk_bytes = 1024;
+    so.rotate_keys = rotate_keys;
     WP_ASSIGN_OR_RETURN(service, PlanService::Start(TestSecret(), so));
     std::vector<std::thread> threads;
     std::mutex mu;
@@ -94,6 +96,7 @@ struct Group {
         o.connect_timeout = o.update_timeout = milliseconds(10'000);
         o.pin_timeout = pin_timeout;
         o.rank.timeout = milliseconds(10'000);
+        o.rank.rotate_keys = rotate_keys;
         if (offer.endpoint.side == PlanSide::kSource) {
           auto p = PlanPublisher::Join(TestSecret(), o);
           std::lock_guard<std::mutex> l(mu);
@@ -175,10 +178,9 @@ TEST(PlanRendezvous, DisagreementsAreNamed) {
   EXPECT_NE(merged.status().message().find("src rank 0 offered shards for rank 1"), std::string::npos);
 }
 
-TEST(PlanSession, VersionsReachEverySubscriberBitExact) {
-  Group g;
-  ASSERT_TRUE(g.Start(TwoByTwo()).ok()) << g.errors.front().ToString();
-  for (uint64_t v = 1; v <= 3; ++v) {
+// Publishes versions 1..n and checks every subscriber pins each one bit-exact.
+void PublishAndCheck(Group& g, uint64_t n) {
+  for (uint64_t v = 1; v <= n; ++v) {
     ASSERT_TRUE(g.PublishAll(v).ok());
     ASSERT_TRUE(g.WaitAll(v).ok()) << g.WaitAll(v).ToString();
     for (auto& s : g.subs) {
@@ -189,6 +191,26 @@ TEST(PlanSession, VersionsReachEverySubscriberBitExact) {
       EXPECT_TRUE(Check(*s, *pin).ok()) << Check(*s, *pin).ToString();
     }
   }
+}
+
+TEST(PlanSession, RotatingKeysEveryRankMovesAfterEachVersionAndVersionsStayBitExact) {
+  Group g;
+  g.rotate_keys = true;
+  ASSERT_TRUE(g.Start(TwoByTwo()).ok()) << g.errors.front().ToString();
+  ASSERT_NO_FATAL_FAILURE(PublishAndCheck(g, 3));
+  ASSERT_TRUE(g.service->WaitForOutcome(3, milliseconds(10'000)).ok());
+  for (const auto& o : g.service->outcomes()) {
+    EXPECT_TRUE(o.committed) << o.reason;
+    EXPECT_GT(o.rekey_seconds, 0) << "version " << o.version << " was not followed by a rekey";
+  }
+  g.service->Stop();
+  for (auto& s : g.subs) EXPECT_TRUE(s->session_status().ok()) << s->session_status().ToString();
+}
+
+TEST(PlanSession, VersionsReachEverySubscriberBitExact) {
+  Group g;
+  ASSERT_TRUE(g.Start(TwoByTwo()).ok()) << g.errors.front().ToString();
+  ASSERT_NO_FATAL_FAILURE(PublishAndCheck(g, 3));
   ASSERT_TRUE(g.service->WaitForOutcome(3, milliseconds(10'000)).ok());
   auto outcomes = g.service->outcomes();
   ASSERT_EQ(outcomes.size(), 3u);

@@ -32,6 +32,11 @@ struct ReshardCoordinator::Impl {
   // coordinator still collects Committed(v).
   std::map<Endpoint, uint64_t> ready;
 
+  // One version, decided (RunVersion); then, with rotate_keys, every rank's move to a fresh
+  // transport and the new peer table to the ranks still in the session.
+  ReshardVersionReport Run(uint64_t version);
+  void Rekey(uint64_t version, ReshardVersionReport& report);
+
   void NoteReady(const Endpoint& from, const ControlMessage& msg) {
     if (msg.type != MessageType::kPlanReady) return;
     if (auto r = PlanReadyMsg::Decode(msg.payload); r.ok()) ready[from] = std::max(ready[from], r->version);
@@ -196,7 +201,65 @@ Result<uint64_t> ReshardCoordinator::NextReadyVersion(uint64_t after, millisecon
 }
 
 Result<ReshardVersionReport> ReshardCoordinator::RunVersion(uint64_t version) {
-  Impl& m = *impl_;
+  ReshardVersionReport report = impl_->Run(version);
+  if (impl_->options.rotate_keys) impl_->Rekey(version, report);
+  return report;
+}
+
+void ReshardCoordinator::Impl::Rekey(uint64_t version, ReshardVersionReport& report) {
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + options.update_timeout;
+  SendAll(MessageType::kRekey, RekeyMsg{version}.Encode(), true, true);
+  std::map<Endpoint, PlanJoinMsg> keys;
+  auto waiting = [&] {
+    std::vector<Endpoint> out;
+    for (const auto& [ep, ch] : channels)
+      if (!lost.count(ep) && !keys.count(ep)) out.push_back(ep);
+    return out;
+  };
+  while (!waiting().empty()) {
+    auto e = Next(deadline);
+    if (!e) {
+      // Not given the new table: such a rank is out of the session, and told so by its closed channel.
+      for (const Endpoint& ep : waiting()) {
+        Log("reshard: " + ep.ToString() + " sent no new keys within " +
+            std::to_string(options.update_timeout.count()) + " ms after version " + std::to_string(version) +
+            "; it leaves the session");
+        Lose(ep);
+        channels.at(ep)->Close();
+      }
+      break;
+    }
+    if (!e->message.ok()) {
+      Lose(e->from);
+      keys.erase(e->from);
+      continue;
+    }
+    NoteReady(e->from, *e->message);
+    if (e->message->type != MessageType::kPlanJoin) continue;
+    auto join = PlanJoinMsg::Decode(e->message->payload);
+    const bool same = join.ok() && join->side == (e->from.side == PlanSide::kSource ? 0 : 1) &&
+                      static_cast<int>(join->rank) == e->from.rank &&
+                      join->plan_digest == options.plan_digest;
+    if (!same) {
+      Log("reshard: " + e->from.ToString() +
+          " answered the rekey with keys not its own; it leaves the session");
+      Lose(e->from);
+      channels.at(e->from)->Close();
+      continue;
+    }
+    keys[e->from] = std::move(*join);
+  }
+  PlanPeersMsg table;
+  for (const auto& [ep, j] : keys)
+    if (!lost.count(ep)) table.peers.push_back({j.side, j.rank, j.transport_address, j.remote_key});
+  SendAll(MessageType::kPlanPeers, table.Encode(), true, true);
+  report.rekeyed = table.peers.size();
+  report.rekey_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+ReshardVersionReport ReshardCoordinator::Impl::Run(uint64_t version) {
+  Impl& m = *this;
   ReshardVersionReport report;
   report.version = version;
   const auto deadline = Clock::now() + m.options.update_timeout;

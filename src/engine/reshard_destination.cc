@@ -66,6 +66,18 @@ Status FollowAsDestination(PlanRank& rank, ReshardMember& member, std::chrono::m
       case ReshardMember::Event::kPeerLost:
         rank.PeerLost(e->peer);
         break;
+      case ReshardMember::Event::kRekey: {
+        join();
+        if (!hooks.rekey)
+          return FailedPrecondition(rank.endpoint().ToString() +
+                                    ": the coordinator rotates keys and this rank cannot move");
+        WP_RETURN_IF_ERROR(hooks.rekey(v));
+        WP_RETURN_IF_ERROR(member.SendKeys(rank));
+        break;
+      }
+      case ReshardMember::Event::kPeers:
+        WP_RETURN_IF_ERROR(rank.Connect(e->peers));
+        break;
       case ReshardMember::Event::kBye:
         join();
         return problem;

@@ -3,6 +3,28 @@
 #include "weightport/engine/reshard.h"
 
 namespace weightport {
+namespace {
+
+Result<std::map<Endpoint, PlanPeer>> DecodePeerTable(ByteView payload) {
+  WP_ASSIGN_OR_RETURN(PlanPeersMsg peers, PlanPeersMsg::Decode(payload));
+  std::map<Endpoint, PlanPeer> table;
+  for (const auto& p : peers.peers) {
+    const Endpoint ep{p.side == 0 ? PlanSide::kSource : PlanSide::kDestination, static_cast<int>(p.rank)};
+    WP_ASSIGN_OR_RETURN(RemoteKey key, RemoteKey::Deserialize(p.remote_key, ep.ToString()));
+    table[ep] = PlanPeer{p.transport_address, std::move(key)};
+  }
+  return table;
+}
+
+PlanJoinMsg JoinOf(const PlanRank& rank) {
+  const Endpoint me = rank.endpoint();
+  const PlanPeer info = rank.peer_info();
+  return PlanJoinMsg{static_cast<uint8_t>(me.side == PlanSide::kSource ? 0 : 1),
+                     static_cast<uint32_t>(me.rank), rank.plan().Digest(), info.address,
+                     info.key.Serialize()};
+}
+
+}  // namespace
 
 Result<std::unique_ptr<ReshardMember>> ReshardMember::Join(const std::string& coordinator,
                                                            const Secret& secret, PlanRank& rank,
@@ -11,10 +33,7 @@ Result<std::unique_ptr<ReshardMember>> ReshardMember::Join(const std::string& co
   const PeerRole role = me.side == PlanSide::kSource ? PeerRole::kPublisher : PeerRole::kSubscriber;
   WP_ASSIGN_OR_RETURN(auto channel,
                       ControlChannel::Connect(coordinator, ReshardName(me), role, secret, timeout));
-  const PlanPeer info = rank.peer_info();
-  PlanJoinMsg join{static_cast<uint8_t>(me.side == PlanSide::kSource ? 0 : 1), static_cast<uint32_t>(me.rank),
-                   rank.plan().Digest(), info.address, info.key.Serialize()};
-  WP_RETURN_IF_ERROR(channel->Send(join));
+  WP_RETURN_IF_ERROR(channel->Send(JoinOf(rank)));
   WP_ASSIGN_OR_RETURN(ControlMessage reply, channel->Receive(timeout));
   if (reply.type == MessageType::kRefused) {
     auto r = RefusedMsg::Decode(reply.payload);
@@ -23,13 +42,7 @@ Result<std::unique_ptr<ReshardMember>> ReshardMember::Join(const std::string& co
   if (reply.type != MessageType::kPlanPeers)
     return InvalidArgument("coordinator sent " + std::string(MessageTypeName(reply.type)) +
                            ", not PlanPeers");
-  WP_ASSIGN_OR_RETURN(PlanPeersMsg peers, PlanPeersMsg::Decode(reply.payload));
-  std::map<Endpoint, PlanPeer> table;
-  for (const auto& p : peers.peers) {
-    const Endpoint ep{p.side == 0 ? PlanSide::kSource : PlanSide::kDestination, static_cast<int>(p.rank)};
-    WP_ASSIGN_OR_RETURN(RemoteKey key, RemoteKey::Deserialize(p.remote_key, ep.ToString()));
-    table[ep] = PlanPeer{p.transport_address, std::move(key)};
-  }
+  WP_ASSIGN_OR_RETURN(auto table, DecodePeerTable(reply.payload));
   WP_RETURN_IF_ERROR(rank.Connect(table));
   return std::unique_ptr<ReshardMember>(new ReshardMember(std::move(channel)));
 }
@@ -67,6 +80,15 @@ Result<ReshardMember::Event> ReshardMember::Next(std::chrono::milliseconds timeo
                             static_cast<int>(l.rank)};
         return Event{Event::kPeerLost, 0, "", peer};
       }
+      case MessageType::kRekey: {
+        WP_ASSIGN_OR_RETURN(auto r, RekeyMsg::Decode(m.payload));
+        return Event{Event::kRekey, r.version, ""};
+      }
+      case MessageType::kPlanPeers: {
+        Event e{Event::kPeers, 0, ""};
+        WP_ASSIGN_OR_RETURN(e.peers, DecodePeerTable(m.payload));
+        return e;
+      }
       default:
         break;  // heartbeats and the like
     }
@@ -83,5 +105,6 @@ Status ReshardMember::Failed(uint64_t version, const std::string& why) {
   return channel_->Send(UpdateFailedMsg{version, why.substr(0, kMaxReasonSize)});
 }
 Status ReshardMember::Committed(uint64_t version) { return channel_->Send(CommittedMsg{version, 0}); }
+Status ReshardMember::SendKeys(const PlanRank& rank) { return channel_->Send(JoinOf(rank)); }
 
 }  // namespace weightport

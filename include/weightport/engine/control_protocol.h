@@ -57,8 +57,9 @@ enum class MessageType : uint8_t {
   kPlanAssign = 21,
   kPeerLost = 22,
   kFed = 23,
+  kRekey = 24,
 };
-inline constexpr uint8_t kMaxMessageType = 23;
+inline constexpr uint8_t kMaxMessageType = 24;
 std::string_view MessageTypeName(MessageType type);  // "Hello"; "Unknown" outside the enum
 
 enum class PeerRole : uint8_t { kPublisher = 1, kSubscriber = 2, kObserver = 3 };
@@ -323,6 +324,17 @@ struct PeerLostMsg {
   Bytes Encode() const;
   static Result<PeerLostMsg> Decode(ByteView payload);
   friend bool operator==(const PeerLostMsg&, const PeerLostMsg&) = default;
+};
+
+// Keys per version (ReshardCoordinatorOptions::rotate_keys): `version` was decided; every rank
+// moves to a fresh transport, answers with a PlanJoin carrying its new address and key, and gets
+// the new peer table (PlanPeers) before the next version begins.
+struct RekeyMsg {
+  static constexpr MessageType kType = MessageType::kRekey;
+  uint64_t version = 0;
+  Bytes Encode() const;
+  static Result<RekeyMsg> Decode(ByteView payload);
+  friend bool operator==(const RekeyMsg&, const RekeyMsg&) = default;
 };
 
 // Federated rounds (fed.h): one message type, its kind in the first byte. Every field travels in

@@ -59,6 +59,10 @@ struct PlanRankOptions {
   // Delta: a chunk whose hash equals its hash in the version the live copy holds is copied from the
   // live copy and hashed again (one that no longer matches is fetched after all) instead of fetched.
   bool delta = true;
+  // The arena lives in memory of the rank's own rather than memory its transport allocated, so
+  // that Rekey can move the rank to a fresh transport without moving the shards. Same-host peers
+  // then read it through CMA instead of a shared mapping.
+  bool rotate_keys = false;
 };
 
 // What a peer needs to reach a rank: its transport address and its arena's key.
@@ -99,8 +103,15 @@ class PlanRank {
   PlanPeer peer_info() const;
   // The ranks this one reads from (the senders of its steps and their roots' sources).
   std::vector<Endpoint> peers_needed() const;
-  // Connects to every rank in peers_needed(); each must be in `peers`. Once.
+  // Connects to every rank in peers_needed(); each must be in `peers`. Again after Rekey (the
+  // connections made before are closed first).
   Status Connect(const std::map<Endpoint, PlanPeer>& peers);
+  // Moves the rank to `fresh`'s transport (created with rotate_keys): registers the same arena
+  // there and releases its connections and registration on the old transport, which the caller
+  // then closes; that revokes every key peers hold for it. peer_info() then names the new
+  // transport; Connect again before the next Receive. Not while a Receive runs; from the thread
+  // that calls PeerLost and Cancel.
+  Status Rekey(ProgressLoop& fresh);
 
   // The bytes of shard i of this rank (RankBuffer order): a source's, written by the trainer; a
   // destination's live committed copy.

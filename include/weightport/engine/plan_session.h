@@ -36,6 +36,12 @@ struct PlanServiceOptions {
   RendezvousOptions rendezvous;
   std::chrono::milliseconds join_timeout{60'000};
   std::chrono::milliseconds update_timeout{120'000};
+  // ReshardCoordinatorOptions::quorum: 0, every destination verifies each version; N > 0, a lost or
+  // failing destination is dropped and the others commit while at least N verified.
+  size_t quorum = 0;
+  // Keys per version (ReshardCoordinatorOptions::rotate_keys); the ranks join with
+  // PlanRankOptions::rotate_keys.
+  bool rotate_keys = false;
   std::function<void(std::string)> log;
 };
 
@@ -46,6 +52,8 @@ struct PlanVersionOutcome {
   std::string reason;  // why it was aborted
   uint64_t bytes = 0;
   double seconds = 0;
+  double rekey_seconds = 0;          // rotate_keys: the move of every rank to fresh transports after it
+  std::vector<std::string> dropped;  // quorum: the destinations left out, with why
 };
 
 class PlanService {

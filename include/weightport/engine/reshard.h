@@ -12,6 +12,9 @@
 //             destinations -> ChunksVerified(v, chunks, bytes, time, retries) or UpdateFailed(v, why);
 //             coordinator -> every rank Commit(v) when all verified, Abort(v, why naming the rank)
 //             otherwise; destinations -> Committed(v) after their flip.
+//   rekey     with rotate_keys, once v is decided: coordinator -> every rank Rekey(v); each moves
+//             to a fresh transport and answers PlanJoin (new address and key); coordinator ->
+//             every rank still in the session PlanPeers (the new table), before the next version.
 //   end       coordinator -> every rank Bye.
 // A rank whose control connection is lost fails the version in flight, named; or, with a quorum
 // (ReshardCoordinatorOptions::quorum), a lost or failing destination is dropped from the version,
@@ -48,6 +51,11 @@ struct ReshardCoordinatorOptions {
   std::function<void(std::string)> log;
   // Polled while waiting for joins: true ends the wait with Cancelled.
   std::function<bool()> should_stop;
+  // Keys per version: once a version is decided, every rank moves to a fresh transport (RekeyMsg)
+  // and the ranks still in the session get the new peer table; the keys that version was read with
+  // stop working, and a rank lost by then never learns the new ones. The ranks are created with
+  // PlanRankOptions::rotate_keys.
+  bool rotate_keys = false;
 };
 
 struct ReshardRankReport {
@@ -70,6 +78,10 @@ struct ReshardVersionReport {
   // Quorum policy: the destinations left out of this version, with why ("dst rank 2: control
   // connection lost: ..."); they keep their old version (a lost one is gone).
   std::vector<std::string> dropped;
+  // rotate_keys: the ranks that moved to fresh transports after this version, and how long the
+  // round took (from the Rekey sent to the new table sent).
+  size_t rekeyed = 0;
+  double rekey_seconds = 0;
 };
 
 class ReshardCoordinator {
@@ -108,10 +120,13 @@ class ReshardMember {
   ~ReshardMember();
 
   struct Event {
-    enum Kind { kBegin, kCommit, kAbort, kBye, kPeerLost } kind = kBye;
+    // kRekey: move to a fresh transport (PlanRank::Rekey), then SendKeys; kPeers: the new peer
+    // table that follows, to Connect to.
+    enum Kind { kBegin, kCommit, kAbort, kBye, kPeerLost, kRekey, kPeers } kind = kBye;
     uint64_t version = 0;
-    std::string reason;  // for kAbort
-    Endpoint peer;       // for kPeerLost
+    std::string reason;                  // for kAbort
+    Endpoint peer;                       // for kPeerLost
+    std::map<Endpoint, PlanPeer> peers;  // for kPeers
   };
   // The next instruction from the coordinator; Timeout when none came within `timeout`.
   Result<Event> Next(std::chrono::milliseconds timeout);
@@ -120,6 +135,8 @@ class ReshardMember {
   Status Verified(const ReceiveStats& stats);
   Status Failed(uint64_t version, const std::string& why);
   Status Committed(uint64_t version);
+  // After a Rekey: the rank's new transport address and key (peer_info).
+  Status SendKeys(const PlanRank& rank);
 
  private:
   explicit ReshardMember(std::unique_ptr<ControlChannel> channel) : channel_(std::move(channel)) {}
@@ -135,6 +152,9 @@ struct DestinationHooks {
   // After the flip to `version`; an error is returned at the end (the run goes on).
   std::function<Status(uint64_t version)> committed;
   std::function<void(uint64_t version, const std::string& why)> aborted;
+  // On the coordinator's Rekey after `version`: moves the rank to a fresh transport
+  // (PlanRank::Rekey); the keys are then sent. Without it a Rekey ends the run with an error.
+  std::function<Status(uint64_t version)> rekey;
   // With this hook, a wait for an instruction that times out is not an error: the wait goes on
   // until this returns true (then FollowAsDestination returns Cancelled). Without it, it is.
   std::function<bool()> should_stop;

@@ -416,6 +416,19 @@ Result<PlanReadyMsg> PlanReadyMsg::Decode(ByteView payload) {
   return m;
 }
 
+Bytes RekeyMsg::Encode() const {
+  Writer w;
+  w.U64(version);
+  return w.Take();
+}
+Result<RekeyMsg> RekeyMsg::Decode(ByteView payload) {
+  Reader r(payload, "Rekey");
+  RekeyMsg m;
+  WP_ASSIGN_OR_RETURN(m.version, r.U64("version"));
+  WP_RETURN_IF_ERROR(r.Done());
+  return m;
+}
+
 Bytes LayoutOfferMsg::Encode() const {
   Writer w;
   w.U8(side);
@@ -567,6 +580,8 @@ Status ValidatePayload(MessageType type, ByteView payload) {
       return check(PeerLostMsg::Decode(payload));
     case MessageType::kFed:
       return check(FedMsg::Decode(payload));
+    case MessageType::kRekey:
+      return check(RekeyMsg::Decode(payload));
   }
   return InvalidArgument("unknown message type " + std::to_string(static_cast<int>(type)));
 }

@@ -43,6 +43,7 @@ void AllPayloadDecoders(ByteView payload) {
   RoundTrip<PlanAssignMsg>(payload);
   RoundTrip<PeerLostMsg>(payload);
   RoundTrip<FedMsg>(payload);
+  RoundTrip<RekeyMsg>(payload);
 }
 
 }  // namespace

@@ -52,6 +52,7 @@ TEST(ControlCodecTest, EveryMessageRoundTripsStrictly) {
                                       {1, 7, Bytes(1, std::byte{4}), Bytes(2, std::byte{5})}}});
   ExpectStrictRoundTrip(PlanReadyMsg{9});
   ExpectStrictRoundTrip(PeerLostMsg{1, 7});
+  ExpectStrictRoundTrip(RekeyMsg{12});
   FedMsg fed;
   fed.kind = FedKind::kUpdateChunk;
   fed.round = 3;
