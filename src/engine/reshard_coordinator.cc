@@ -37,6 +37,14 @@ struct ReshardCoordinator::Impl {
   ReshardVersionReport Run(uint64_t version);
   void Rekey(uint64_t version, ReshardVersionReport& report);
 
+  // The PlanPeers payload of the joins (first or after a rekey) of the ranks not lost.
+  Bytes PeerTable(const std::map<Endpoint, PlanJoinMsg>& joins) const {
+    PlanPeersMsg table;
+    for (const auto& [ep, j] : joins)
+      if (!lost.count(ep)) table.peers.push_back({j.side, j.rank, j.transport_address, j.remote_key});
+    return table.Encode();
+  }
+
   void NoteReady(const Endpoint& from, const ControlMessage& msg) {
     if (msg.type != MessageType::kPlanReady) return;
     if (auto r = PlanReadyMsg::Decode(msg.payload); r.ok()) ready[from] = std::max(ready[from], r->version);
@@ -168,10 +176,7 @@ Status ReshardCoordinator::WaitForJoins() {
     joins[ep] = std::move(join);
     m.channels[ep] = std::move(*ch);
   }
-  PlanPeersMsg peers;
-  for (const auto& [ep, j] : joins)
-    peers.peers.push_back({j.side, j.rank, j.transport_address, j.remote_key});
-  const Bytes payload = peers.Encode();
+  const Bytes payload = m.PeerTable(joins);
   for (auto& [ep, ch] : m.channels) {
     Status s = ch->Send(PlanPeersMsg::kType, payload);
     if (!s.ok()) return s.WithContext("sending the peer table to " + ep.ToString());
@@ -250,11 +255,7 @@ void ReshardCoordinator::Impl::Rekey(uint64_t version, ReshardVersionReport& rep
     }
     keys[e->from] = std::move(*join);
   }
-  PlanPeersMsg table;
-  for (const auto& [ep, j] : keys)
-    if (!lost.count(ep)) table.peers.push_back({j.side, j.rank, j.transport_address, j.remote_key});
-  SendAll(MessageType::kPlanPeers, table.Encode(), true, true);
-  report.rekeyed = table.peers.size();
+  SendAll(MessageType::kPlanPeers, PeerTable(keys), true, true);
   report.rekey_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
 }
 

@@ -78,9 +78,8 @@ struct ReshardVersionReport {
   // Quorum policy: the destinations left out of this version, with why ("dst rank 2: control
   // connection lost: ..."); they keep their old version (a lost one is gone).
   std::vector<std::string> dropped;
-  // rotate_keys: the ranks that moved to fresh transports after this version, and how long the
-  // round took (from the Rekey sent to the new table sent).
-  size_t rekeyed = 0;
+  // rotate_keys: how long the move of every rank to a fresh transport after this version took
+  // (from the Rekey sent to the new table sent).
   double rekey_seconds = 0;
 };
 
