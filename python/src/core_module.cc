@@ -70,6 +70,7 @@ struct MemberArgs {
   double timeout_s = 60;
   double pin_timeout_s = 30;
   bool delta = true;
+  bool rotate_keys = false;  // PlanRankOptions::rotate_keys: the session's coordinator rotates keys
 };
 
 // Offers the layout and joins as a source (Member = PlanPublisher) or a destination (PlanSubscriber);
@@ -83,6 +84,7 @@ std::unique_ptr<Member> JoinAs(nb::bytes secret, const MemberArgs& a, bool sourc
   o.connect_timeout = o.update_timeout = o.rank.timeout = Millis(a.timeout_s);
   o.pin_timeout = Millis(a.pin_timeout_s);
   o.rank.delta = a.delta;
+  o.rank.rotate_keys = a.rotate_keys;
   Secret s = MakeSecret(secret);
   nb::gil_scoped_release release;
   return Take(Member::Join(s, std::move(o)));
@@ -96,8 +98,10 @@ size_t CheckShard(size_t i, size_t shards) {
 class PyService {
  public:
   PyService(nb::bytes secret, const std::string& host, int port, uint64_t chunk_bytes, int relay_fanout,
-            double timeout_s) {
+            double timeout_s, size_t quorum, bool rotate_keys) {
     PlanServiceOptions o;
+    o.quorum = quorum;
+    o.rotate_keys = rotate_keys;
     o.listen_host = host;
     o.listen_port = static_cast<uint16_t>(port);
     if (chunk_bytes) o.rendezvous.plan.chunk_bytes = chunk_bytes;
@@ -120,6 +124,10 @@ class PyService {
     d["reason"] = o.reason;
     d["bytes"] = o.bytes;
     d["seconds"] = o.seconds;
+    d["rekey_seconds"] = o.rekey_seconds;
+    nb::list dropped;
+    for (const std::string& why : o.dropped) dropped.append(why);
+    d["dropped"] = dropped;
     return d;
   }
   std::string PlanJson() const {
@@ -261,11 +269,12 @@ NB_MODULE(_core, m) {
       .def_rw("transport", &MemberArgs::transport)
       .def_rw("timeout_s", &MemberArgs::timeout_s)
       .def_rw("pin_timeout_s", &MemberArgs::pin_timeout_s)
-      .def_rw("delta", &MemberArgs::delta);
+      .def_rw("delta", &MemberArgs::delta)
+      .def_rw("rotate_keys", &MemberArgs::rotate_keys);
 
   nb::class_<PyService>(m, "Service")
-      .def(nb::init<nb::bytes, const std::string&, int, uint64_t, int, double>(), "secret"_a, "host"_a,
-           "port"_a, "chunk_bytes"_a, "relay_fanout"_a, "timeout_s"_a)
+      .def(nb::init<nb::bytes, const std::string&, int, uint64_t, int, double, size_t, bool>(), "secret"_a,
+           "host"_a, "port"_a, "chunk_bytes"_a, "relay_fanout"_a, "timeout_s"_a, "quorum"_a, "rotate_keys"_a)
       .def_prop_ro("address", &PyService::address)
       .def("wait_outcome", &PyService::WaitOutcome, "version"_a, "timeout_s"_a)
       .def("plan_json", &PyService::PlanJson)

@@ -18,6 +18,12 @@ class Publisher(Member):
     see :attr:`coordinator`), unless ``serve=False``. Every publisher rank and every subscriber rank
     connects to it with the same ``secret`` (bytes, or a path to a file holding them).
 
+    On the rank that runs the coordinator, ``quorum`` N > 0 commits each version once every
+    subscriber still there has it and at least N do (a lost one is dropped; 0: every subscriber or
+    none), and ``rotate_keys=True`` gives every rank new transport keys after each version, so a
+    subscriber that dropped out cannot read or write later versions: then every publisher and
+    subscriber rank is created with ``rotate_keys=True``.
+
     Usage::
 
         pub = weightport.Publisher("10.0.0.1:29600", rank=r, world_size=n, secret=path)
@@ -33,7 +39,7 @@ class Publisher(Member):
     def __init__(self, coordinator: str = "127.0.0.1:0", *, secret: bytes | str | os.PathLike,
                  rank: int = 0, world_size: int = 1, serve: bool | None = None, host: str | None = None,
                  transport: str = "auto", chunk_bytes: int = 0, relay_fanout: int = 1,
-                 timeout: float = 60.0):
+                 timeout: float = 60.0, quorum: int = 0, rotate_keys: bool = False):
         secret = load_secret(secret)
         self._service = None
         if serve is None:
@@ -41,10 +47,11 @@ class Publisher(Member):
         if serve:
             host_part, _, port = coordinator.rpartition(":")
             self._service = _core.Service(secret, host_part or "127.0.0.1", int(port or 0), int(chunk_bytes),
-                                          int(relay_fanout), float(timeout))
+                                          int(relay_fanout), float(timeout), int(quorum), bool(rotate_keys))
             coordinator = self._service.address
         self._coordinator = coordinator
         super().__init__(coordinator, secret, rank, world_size, host, transport, timeout)
+        self._args.rotate_keys = bool(rotate_keys)
 
     @property
     def coordinator(self) -> str:
@@ -74,9 +81,11 @@ class Publisher(Member):
             self.wait(version)
 
     def wait(self, version: int, timeout: float | None = None) -> dict | None:
-        """Waits until `version` is committed by every subscriber; raises ``weightport.Unavailable``
-        with the reason when it was aborted. On the rank that runs the coordinator, returns its
-        report (bytes moved, seconds)."""
+        """Waits until `version` is committed by every subscriber (with a quorum: every one still
+        there); raises ``weightport.Unavailable`` with the reason when it was aborted. On the rank
+        that runs the coordinator, returns its report: bytes moved, seconds, ``rekey_seconds`` (the
+        move to new keys after it, with ``rotate_keys``) and ``dropped`` (the subscribers left out,
+        with why)."""
         self._need_core().wait(int(version), self._seconds(timeout))
         if self._service is not None:
             return self._service.wait_outcome(int(version), self._seconds(timeout))

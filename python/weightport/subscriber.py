@@ -28,7 +28,8 @@ class Subscriber(Member):
 
     Versions arrive in the background into memory weightport owns, each one checked chunk by chunk
     and committed only when every subscriber has all of it. The bound model keeps the version it
-    has until :meth:`swap`.
+    has until :meth:`swap`. ``rotate_keys=True`` when the publishers' coordinator rotates keys
+    (see :class:`Publisher`): the received weights stay where they are, only the keys change.
 
     Usage::
 
@@ -44,10 +45,12 @@ class Subscriber(Member):
 
     def __init__(self, coordinator: str, *, secret: bytes | str | os.PathLike, rank: int = 0,
                  world_size: int = 1, host: str | None = None, transport: str = "auto",
-                 timeout: float = 60.0, pin_timeout: float = 30.0, delta: bool = True):
+                 timeout: float = 60.0, pin_timeout: float = 30.0, delta: bool = True,
+                 rotate_keys: bool = False):
         super().__init__(coordinator, secret, rank, world_size, host, transport, timeout)
         self._args.pin_timeout_s = float(pin_timeout)
         self._args.delta = bool(delta)
+        self._args.rotate_keys = bool(rotate_keys)
         self._mode = "zero-copy"
         self._model_pin = None
         self._model_version = 0

@@ -81,6 +81,9 @@ Command AddReshardCommand(CLI::App& app) {
                   "least N did; a lost or failing destination is dropped from the version (a lost relay is "
                   "routed around: its downstream reads the sources). 0: all or nothing")
       ->check(CLI::NonNegativeNumber);
+  sub->add_flag("--rotate-keys", o->rotate_keys,
+                "Every process: new transport keys after each version; a rank dropped from the run cannot "
+                "read or write the versions after it (give it to the coordinator and every rank)");
   sub->add_flag("--json", o->json, "Print a machine-readable summary");
   return {sub, [o] { return RunReshard(*o); }};
 }

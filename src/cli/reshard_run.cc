@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <iostream>
 #include <mutex>
+#include <optional>
 
 #include "cli_common.h"
 #include "weightport/engine/control_channel.h"
@@ -22,9 +23,41 @@ Result<std::shared_ptr<const Plan>> PlanOf(const ReshardOptions& o) {
   return BuildReshardPlan(in, o.source);
 }
 
+// --rotate-keys: the coordinator's Rekey moves the rank to a fresh transport (the old keys stop
+// working); the new keys are sent by the caller.
+using MoveRank = std::function<Status()>;
+
+// The coordinator's next instruction to a source: a verdict or Bye. With --rotate-keys a verdict
+// is returned only after the Rekey that follows it has moved the rank: the next version must not
+// be written while a dropped peer's old key still reaches the arena.
+Result<ReshardMember::Event> NextForSource(PlanRank& rank, ReshardMember& member, milliseconds wait,
+                                           const MoveRank& move, bool rotate) {
+  std::optional<ReshardMember::Event> verdict;
+  while (true) {
+    WP_ASSIGN_OR_RETURN(ReshardMember::Event e, member.Next(wait));
+    switch (e.kind) {
+      case ReshardMember::Event::kRekey:
+        WP_RETURN_IF_ERROR(move());
+        WP_RETURN_IF_ERROR(member.SendKeys(rank));
+        if (verdict) return *verdict;
+        break;
+      case ReshardMember::Event::kPeers:
+        WP_RETURN_IF_ERROR(rank.Connect(e.peers));
+        break;
+      case ReshardMember::Event::kCommit:
+      case ReshardMember::Event::kAbort:
+        if (!rotate) return e;
+        verdict = e;
+        break;
+      default:
+        return e;
+    }
+  }
+}
+
 // A source: writes and publishes each version, then waits for the coordinator's verdict.
 Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, ReshardMember& member,
-                 nlohmann::ordered_json& report) {
+                 const MoveRank& move, nlohmann::ordered_json& report) {
   const RankBuffer& buffer = *plan.Buffer(rank.endpoint());
   WP_ASSIGN_OR_RETURN(ModelBytes model, LoadModelFor(o.source, plan));
   const milliseconds wait(o.timeout_s * 1000LL);
@@ -37,14 +70,14 @@ Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, Resh
     // Publish converts, hashes and compresses what the plan asks of this source.
     const double publish_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     WP_RETURN_IF_ERROR(member.Ready(v));
-    WP_ASSIGN_OR_RETURN(ReshardMember::Event e, member.Next(wait));
+    WP_ASSIGN_OR_RETURN(ReshardMember::Event e, NextForSource(rank, member, wait, move, o.rotate_keys));
     if (e.kind == ReshardMember::Event::kBye) return Cancelled("the coordinator ended the run early");
     const bool ok = e.kind == ReshardMember::Event::kCommit;
     committed += ok;
     report["versions"].push_back(
         {{"version", v}, {"publish_s", publish_s}, {"committed", ok}, {"reason", e.reason}});
   }
-  WP_ASSIGN_OR_RETURN(ReshardMember::Event bye, member.Next(wait));
+  WP_ASSIGN_OR_RETURN(ReshardMember::Event bye, NextForSource(rank, member, wait, move, o.rotate_keys));
   (void)bye;
   if (committed != o.versions)
     return Unavailable(std::to_string(o.versions - committed) + " version(s) aborted");
@@ -54,7 +87,7 @@ Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, Resh
 // A destination: receives each version it is told to, commits or aborts as told
 // (FollowAsDestination), checks each committed version with --verify, writes --out at the end.
 Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank, ReshardMember& member,
-                      nlohmann::ordered_json& report) {
+                      const MoveRank& move, nlohmann::ordered_json& report) {
   const RankBuffer& buffer = *plan.Buffer(rank.endpoint());
   ModelBytes model;
   if (o.verify) {
@@ -97,6 +130,7 @@ Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank,
     std::lock_guard<std::mutex> lock(mu);
     if (aborted.ok()) aborted = Unavailable("version " + std::to_string(v) + " aborted: " + why);
   };
+  if (o.rotate_keys) hooks.rekey = [&](uint64_t) { return move(); };
   Status s = FollowAsDestination(rank, member, milliseconds(o.timeout_s * 1000LL), hooks);
   report["committed"] = committed;
   if (!o.out.empty())
@@ -114,11 +148,12 @@ Status RunReshardRank(const ReshardOptions& o) {
   const Endpoint me{o.role == "src" ? PlanSide::kSource : PlanSide::kDestination, o.rank};
   WP_ASSIGN_OR_RETURN(TransportFactory factory, MakeTransportFactory(o.transport));
   WP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, factory(ReshardName(me)));
-  ProgressLoop loop(std::move(transport));
+  auto loop = std::make_unique<ProgressLoop>(std::move(transport));
   PlanRankOptions ro;
   ro.timeout = milliseconds(o.timeout_s * 1000LL);
   ro.delta = !o.no_delta;
-  WP_ASSIGN_OR_RETURN(std::unique_ptr<PlanRank> rank, PlanRank::Create(plan, me, loop, ro));
+  ro.rotate_keys = o.rotate_keys;
+  WP_ASSIGN_OR_RETURN(std::unique_ptr<PlanRank> rank, PlanRank::Create(plan, me, *loop, ro));
   WP_ASSIGN_OR_RETURN(Secret secret, LoadSecret(o.secret_file, false));
   // The coordinator may not listen yet: retry a refused or failed connection until the timeout; a
   // refusal by the coordinator itself (wrong secret, different plan) is final.
@@ -128,8 +163,9 @@ Status RunReshardRank(const ReshardOptions& o) {
   });
   if (!member.ok()) return member.status();
   nlohmann::ordered_json report = {{"role", o.role}, {"rank", o.rank}, {"versions", nlohmann::json::array()}};
-  Status s = me.side == PlanSide::kSource ? RunSource(o, *plan, *rank, **member, report)
-                                          : RunDestination(o, *plan, *rank, **member, report);
+  const MoveRank move = [&] { return MoveToFreshTransport(*rank, loop, factory); };
+  Status s = me.side == PlanSide::kSource ? RunSource(o, *plan, *rank, **member, move, report)
+                                          : RunDestination(o, *plan, *rank, **member, move, report);
   report["ok"] = s.ok();
   if (!s.ok()) report["error"] = s.message();
   if (o.json) {
@@ -139,7 +175,7 @@ Status RunReshardRank(const ReshardOptions& o) {
   }
   member = Status(Cancelled("done"));  // closes the control connection before the rank goes
   rank.reset();
-  loop.Stop();
+  loop->Stop();
   return s;
 }
 
@@ -157,6 +193,7 @@ Result<nlohmann::ordered_json> CoordinateVersions(ReshardCoordinator& coordinato
                                 {"seconds", r.seconds},
                                 {"gbps", Gbps(r.bytes, r.seconds)}};
     if (!r.committed) j["reason"] = r.reason;
+    j["rekey_s"] = r.rekey_seconds;
     j["dropped"] = r.dropped;
     uint64_t retries = 0;
     nlohmann::ordered_json dsts = nlohmann::json::array();
@@ -178,6 +215,10 @@ Result<nlohmann::ordered_json> CoordinateVersions(ReshardCoordinator& coordinato
                   HumanBytes(r.bytes).c_str(), r.seconds, Gbps(r.bytes, r.seconds), r.destinations.size(),
                   static_cast<unsigned long long>(retries));
     std::string text = std::string(line) + (r.committed ? "" : ": " + r.reason);
+    if (r.rekey_seconds > 0) {
+      std::snprintf(line, sizeof line, "; keys rotated in %.1f ms", r.rekey_seconds * 1e3);
+      text += line;
+    }
     for (const std::string& d : r.dropped) text += "; dropped " + d;
     say(text);
     out.push_back(std::move(j));
@@ -197,6 +238,7 @@ Status RunReshardCoordinator(const ReshardOptions& o) {
   co.ranks = PlanRanks(*plan);
   co.join_timeout = co.update_timeout = milliseconds(o.timeout_s * 1000LL);
   co.quorum = o.quorum;
+  co.rotate_keys = o.rotate_keys;
   co.log = [&](std::string line) {
     if (!o.json) std::cerr << line << std::endl;
   };

@@ -26,7 +26,8 @@ struct ReshardOptions {
   bool verify = false;
   bool no_delta = false;
   int timeout_s = 120;
-  size_t quorum = 0;  // ReshardCoordinatorOptions::quorum
+  size_t quorum = 0;         // ReshardCoordinatorOptions::quorum
+  bool rotate_keys = false;  // ReshardCoordinatorOptions::rotate_keys, PlanRankOptions::rotate_keys
   bool json = false;
 };
 

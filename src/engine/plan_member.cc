@@ -12,13 +12,7 @@ void JoinedRank::Reset() {
 }
 
 Status JoinedRank::Rekey(const TransportFactory& make_transport) {
-  const Endpoint me = rank->endpoint();
-  auto transport = make_transport(ReshardName(me));
-  if (!transport.ok()) return transport.status().WithContext(me.ToString() + ": a fresh transport");
-  auto fresh = std::make_unique<ProgressLoop>(std::move(*transport));
-  WP_RETURN_IF_ERROR(rank->Rekey(*fresh));
-  loop->Stop();
-  loop = std::move(fresh);  // the old transport is closed here
+  WP_RETURN_IF_ERROR(MoveToFreshTransport(*rank, loop, make_transport));
   return member->SendKeys(*rank);
 }
 

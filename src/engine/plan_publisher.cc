@@ -22,16 +22,21 @@ struct PlanPublisher::Impl {
   bool ended = false;                   // guarded by mu: Bye or a lost connection
   Status end_status;                    // guarded by mu
 
+  // With rotate_keys the coordinator follows every decided version with a Rekey. The verdict is
+  // released to the caller only once this rank has moved: until then a dropped peer's old key
+  // still reaches the arena, and the caller's next version must not be written there before.
+  std::map<uint64_t, Status> held;  // guarded by mu: verdicts waiting for their Rekey
+
   void ReadVerdicts() {
     while (!closing.load()) {
       auto e = joined->member->Next(std::chrono::milliseconds(200));
       if (!e.ok() && e.status().code() == StatusCode::kTimeout) continue;
       Status moved;
       if (e.ok() && (e->kind == ReshardMember::Event::kRekey || e->kind == ReshardMember::Event::kPeers)) {
-        // Memory stays where it is: the trainer may write the next version meanwhile.
+        // Memory stays where it is.
         moved = e->kind == ReshardMember::Event::kRekey ? joined->Rekey(options.make_transport)
                                                         : joined->rank->Connect(e->peers);
-        if (moved.ok()) continue;
+        if (moved.ok() && e->kind == ReshardMember::Event::kPeers) continue;
       }
       std::lock_guard<std::mutex> lock(mu);
       if (!moved.ok()) {
@@ -46,10 +51,16 @@ struct PlanPublisher::Impl {
         cv.notify_all();
         return;
       }
-      if (e->kind == ReshardMember::Event::kCommit) verdicts[e->version] = Status::Ok();
+      std::map<uint64_t, Status>& into = options.rank.rotate_keys ? held : verdicts;
+      if (e->kind == ReshardMember::Event::kCommit) into[e->version] = Status::Ok();
       if (e->kind == ReshardMember::Event::kAbort)
-        verdicts[e->version] =
-            Unavailable("version " + std::to_string(e->version) + " aborted: " + e->reason);
+        into[e->version] = Unavailable("version " + std::to_string(e->version) + " aborted: " + e->reason);
+      if (e->kind == ReshardMember::Event::kRekey) {
+        if (auto it = held.find(e->version); it != held.end()) {
+          verdicts[e->version] = it->second;
+          held.erase(it);
+        }
+      }
       if (verdicts.count(in_flight)) in_flight = 0;
       cv.notify_all();
     }
@@ -109,9 +120,15 @@ Status PlanPublisher::Publish(uint64_t version) {
 Status PlanPublisher::Wait(uint64_t version, std::chrono::milliseconds timeout) {
   Impl& m = *impl_;
   std::unique_lock<std::mutex> lock(m.mu);
-  if (!m.cv.wait_for(lock, timeout, [&] { return m.verdicts.count(version) || m.ended; }))
+  if (!m.cv.wait_for(lock, timeout, [&] { return m.verdicts.count(version) || m.ended; })) {
+    if (m.held.count(version))
+      return Timeout(m.me.ToString() + ": version " + std::to_string(version) +
+                     " was decided, but the coordinator sent no Rekey after it within " +
+                     std::to_string(timeout.count()) +
+                     " ms (this rank rotates keys: does the coordinator, PlanServiceOptions::rotate_keys?)");
     return Timeout(m.me.ToString() + ": no verdict on version " + std::to_string(version) + " within " +
                    std::to_string(timeout.count()) + " ms");
+  }
   if (auto it = m.verdicts.find(version); it != m.verdicts.end()) return it->second;
   return m.end_status.ok()
              ? Cancelled(m.me.ToString() + ": the coordinator ended the session before version " +

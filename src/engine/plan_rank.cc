@@ -313,9 +313,15 @@ std::vector<Endpoint> PlanRank::peers_needed() const {
 
 Status PlanRank::Connect(const std::map<Endpoint, PlanPeer>& peers) {
   Impl* impl = impl_.get();
-  impl->loop->Call([impl](Transport&) { impl->CloseConnections(); });
+  // A peer the coordinator lost (PeerLost) is left out of the tables it sends after a rekey: it is
+  // routed around, so it needs no connection.
+  const std::set<Endpoint> lost = impl->loop->Call([impl](Transport&) {
+    impl->CloseConnections();
+    return impl->lost_peers;
+  });
   for (const Endpoint& ep : peers_needed()) {
     auto it = peers.find(ep);
+    if (it == peers.end() && lost.count(ep)) continue;
     if (it == peers.end()) return NotFound(impl->me.ToString() + ": no address for " + ep.ToString());
     const PlanLayout& l = impl->layouts.at(ep);
     if (it->second.key.length < l.public_bytes)

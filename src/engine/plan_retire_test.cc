@@ -7,57 +7,18 @@
 
 #include <atomic>
 #include <cstring>
-#include <future>
 #include <thread>
 
-#include "weightport/core/placement_builders.h"
+#include "raw_ops_test_util.h"
 #include "weightport/engine/plan_rank.h"
 #include "weightport/engine/session.h"
-#include "weightport/plan/planner.h"
 #include "weightport/transport/ucx_transport.h"
 
 namespace weightport {
 namespace {
 
+using namespace engine_test;
 using std::chrono::milliseconds;
-
-std::shared_ptr<const Plan> OneToOnePlan() {
-  std::vector<TensorMeta> t = {*TensorMeta::Make("w", DType::kBF16, {256, 64})};
-  const std::vector<int> rank0 = {0};
-  auto whole = Replicated(t, rank0);
-  EXPECT_TRUE(whole.ok()) << whole.status().ToString();
-  auto plan = MakePlan(*whole, *whole, Topology(), PlanOptions{});
-  EXPECT_TRUE(plan.ok()) << plan.status().ToString();
-  return std::make_shared<const Plan>(std::move(*plan));
-}
-
-// One raw operation from `loop`'s transport to `peer` with `key`: the status it completed with.
-Status RawOp(ProgressLoop& loop, MemoryRegion& local, const std::shared_ptr<Connection>& conn,
-             const RemoteKey& key, bool put) {
-  std::promise<Status> done;
-  loop.Post([&](Transport&) {
-    auto cb = [&done](const Status& s) { done.set_value(s); };
-    if (put)
-      conn->Put(local, 0, key, 0, 64, cb);
-    else
-      conn->Get(local, 0, key, 0, 64, cb);
-  });
-  auto f = done.get_future();
-  if (f.wait_for(std::chrono::seconds(30)) != std::future_status::ready)
-    return Timeout("no completion in 30 s");
-  return f.get();
-}
-
-// The peer's connection and landing region belong to its loop's transport: released there.
-void ReleaseOnLoop(ProgressLoop& loop, Result<std::unique_ptr<MemoryRegion>>& local,
-                   Result<std::shared_ptr<Connection>>& conn) {
-  loop.Call([&](Transport&) {
-    if (conn.ok()) (*conn)->Close();
-    conn = Status(Cancelled("released"));
-    local = Status(Cancelled("released"));
-  });
-  loop.Stop();
-}
 
 class PlanRetire : public ::testing::TestWithParam<std::string> {};
 
@@ -74,33 +35,25 @@ TEST_P(PlanRetire, KeysOfARetiredPlanStopWorking) {
   std::memset((*owner)->shard_bytes(0).data(), 0x5a, 64);
   const PlanPeer granted = (*owner)->peer_info();
 
-  // The peer: its own transport, a connection to the owner and a landing buffer.
-  auto peer_transport = (*factory)("peer");
-  ASSERT_TRUE(peer_transport.ok());
-  ProgressLoop peer(std::move(*peer_transport));
-  std::vector<std::byte> landing(4096);
-  auto local = peer.Call([&](Transport& t) { return t.Register(landing.data(), landing.size()); });
-  ASSERT_TRUE(local.ok()) << local.status().ToString();
-  auto conn = peer.Call([&](Transport& t) { return t.Connect(granted.address, "src rank 0"); });
+  RawPeer peer(*factory, "peer");
+  auto conn = peer.Connect(granted.address, "src rank 0");
   ASSERT_TRUE(conn.ok()) << conn.status().ToString();
 
   // While the plan lives, the key reads the arena.
-  ASSERT_TRUE(RawOp(peer, **local, *conn, granted.key, false).ok());
-  EXPECT_EQ(landing[0], std::byte{0x5a});
+  ASSERT_TRUE(peer.Op(*conn, granted.key, false).ok());
+  EXPECT_EQ(peer.landing()[0], std::byte{0x5a});
 
   // Retire the plan: its rank (arena) first, then its transport.
   owner->reset();
   owner_loop->Stop();
   owner_loop.reset();
 
-  std::memset(landing.data(), 0, landing.size());
-  Status get = RawOp(peer, **local, *conn, granted.key, false);
-  Status put = RawOp(peer, **local, *conn, granted.key, true);
+  Status get = peer.Op(*conn, granted.key, false);
+  EXPECT_TRUE(peer.LandedNothing()) << "bytes arrived from a retired plan";
+  Status put = peer.Op(*conn, granted.key, true);
   EXPECT_FALSE(get.ok()) << "a Get with the retired plan's key succeeded";
   EXPECT_FALSE(put.ok()) << "a Put with the retired plan's key succeeded";
   EXPECT_NE(get.message().find("src rank 0"), std::string::npos) << get.ToString();
-  EXPECT_EQ(landing[0], std::byte{0}) << "bytes arrived from a retired plan";
-  ReleaseOnLoop(peer, local, conn);
 }
 
 // The owner releases a region while a peer's Gets of it are on their way (a publisher closing
@@ -121,18 +74,14 @@ TEST_P(PlanRetire, ReleasingARegionWhileAPeerReadsItDoesNotCrashTheOwner) {
     const RemoteKey key = (*region)->remote_key();
     const Bytes address = owner->Call([](Transport& t) { return t.address(); });
 
-    auto peer_transport = (*factory)("peer");
-    ASSERT_TRUE(peer_transport.ok());
-    ProgressLoop peer(std::move(*peer_transport));
-    std::vector<std::byte> landing(kBytes);
-    auto local = peer.Call([&](Transport& t) { return t.Register(landing.data(), landing.size()); });
-    ASSERT_TRUE(local.ok());
-    auto conn = peer.Call([&](Transport& t) { return t.Connect(address, "owner"); });
+    RawPeer peer(*factory, "peer", kBytes);
+    auto conn = peer.Connect(address, "owner");
     ASSERT_TRUE(conn.ok());
+    std::vector<std::byte>& landing = peer.landing();
     std::atomic<int> done{0}, failed{0};
-    peer.Post([&](Transport&) {
+    peer.loop().Post([&](Transport&) {
       for (size_t i = 0; i < kGets; ++i)
-        (*conn)->Get(**local, i * kEach, key, i * kEach, kEach, [&](const Status& s) {
+        (*conn)->Get(peer.local(), i * kEach, key, i * kEach, kEach, [&](const Status& s) {
           failed += !s.ok();
           ++done;
         });
@@ -147,7 +96,6 @@ TEST_P(PlanRetire, ReleasingARegionWhileAPeerReadsItDoesNotCrashTheOwner) {
       if (landing[i] != std::byte{0} && landing[i] != std::byte{0x33}) FAIL() << "foreign bytes at " << i;
     owner->Stop();
     owner.reset();
-    ReleaseOnLoop(peer, local, conn);
   }
 }
 

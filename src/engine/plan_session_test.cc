@@ -77,6 +77,7 @@ struct Group {
   std::vector<std::unique_ptr<PlanSubscriber>> subs;
   std::vector<Status> errors;
   bool rotate_keys = false;  // every rank moves to a fresh transport after each version
+  size_t quorum = 0;         // PlanServiceOptions::quorum
 
   // Starts the service and joins every offer concurrently (each Join waits for all the others).
   Status Start(std::vector<LayoutOffer> offers, milliseconds pin_timeout = milliseconds(10'000)) {
@@ -84,6 +85,7 @@ struct Group {
     so.rendezvous.timeout = so.join_timeout = so.update_timeout = milliseconds(10'000);
     so.rendezvous.plan.chunk_bytes = 1024;
     so.rotate_keys = rotate_keys;
+    so.quorum = quorum;
     WP_ASSIGN_OR_RETURN(service, PlanService::Start(TestSecret(), so));
     std::vector<std::thread> threads;
     std::mutex mu;
@@ -205,6 +207,50 @@ TEST(PlanSession, RotatingKeysEveryRankMovesAfterEachVersionAndVersionsStayBitEx
   }
   g.service->Stop();
   for (auto& s : g.subs) EXPECT_TRUE(s->session_status().ok()) << s->session_status().ToString();
+}
+
+// A relay that leaves: the coordinator loses it (quorum), and the rekey round's table no longer
+// names it. The rank it relayed for connects to the others, routes around it and gets every later
+// version from the sources, bit-exact.
+TEST(PlanSession, RotatingKeysARelayThatLeavesIsRoutedAroundUnderAQuorum) {
+  Group g;
+  g.rotate_keys = true;
+  g.quorum = 1;
+  ASSERT_TRUE(g.Start(TwoByTwo()).ok()) << g.errors.front().ToString();
+  ASSERT_NO_FATAL_FAILURE(PublishAndCheck(g, 1));
+  int relay = -1;
+  for (const PlanStep& step : g.service->plan()->steps)
+    if (step.from.side == PlanSide::kDestination) relay = step.from.rank;
+  ASSERT_GE(relay, 0) << "the plan has no relay";
+  // The relay's shards (the whole of "w" and "b") are its own alone here.
+  auto is_relay = [&](const std::unique_ptr<PlanSubscriber>& s) {
+    const RankBuffer& b = *g.service->plan()->Buffer({PlanSide::kDestination, relay});
+    if (s->num_shards() != b.shards.size()) return false;
+    for (size_t i = 0; i < b.shards.size(); ++i)
+      if (!(s->shard_info(i).slice == b.shards[i].slice)) return false;
+    return true;
+  };
+  std::erase_if(g.subs, [&](auto& s) {
+    if (!is_relay(s)) return false;
+    s->Close();
+    return true;
+  });
+  ASSERT_EQ(g.subs.size(), 1u);
+  for (uint64_t v = 2; v <= 3; ++v) {
+    ASSERT_TRUE(g.PublishAll(v).ok());
+    ASSERT_TRUE(g.WaitAll(v).ok()) << g.WaitAll(v).ToString();
+    ASSERT_TRUE(g.subs[0]->WaitForVersion(v, milliseconds(10'000)).ok());
+    auto pin = g.subs[0]->Acquire();
+    ASSERT_TRUE(pin.ok());
+    EXPECT_EQ(pin->version(), v);
+    EXPECT_TRUE(Check(*g.subs[0], *pin).ok()) << Check(*g.subs[0], *pin).ToString();
+  }
+  auto third = g.service->WaitForOutcome(3, milliseconds(10'000));
+  ASSERT_TRUE(third.ok()) << third.status().ToString();
+  EXPECT_TRUE(third->committed) << third->reason;
+  EXPECT_EQ(third->dropped, (std::vector<std::string>{"dst rank " + std::to_string(relay) + " is lost"}));
+  g.service->Stop();
+  EXPECT_TRUE(g.subs[0]->session_status().ok()) << g.subs[0]->session_status().ToString();
 }
 
 TEST(PlanSession, VersionsReachEverySubscriberBitExact) {

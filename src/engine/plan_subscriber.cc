@@ -58,7 +58,10 @@ struct PlanSubscriber::Impl {
     hooks.aborted = [this](uint64_t v, const std::string& why) {
       if (options.log) options.log(me.ToString() + ": version " + std::to_string(v) + " aborted: " + why);
     };
-    hooks.rekey = [this](uint64_t) { return joined->Rekey(options.make_transport); };
+    // FollowAsDestination sends the new keys itself.
+    hooks.rekey = [this](uint64_t) {
+      return MoveToFreshTransport(*joined->rank, joined->loop, options.make_transport);
+    };
     hooks.should_stop = [this] { return closing.load(); };
     Status s = FollowAsDestination(*joined->rank, *joined->member, std::chrono::milliseconds(200), hooks);
     std::lock_guard<std::mutex> lock(mu);

@@ -10,6 +10,7 @@ Status FollowAsDestination(PlanRank& rank, ReshardMember& member, std::chrono::m
   uint64_t receiving = 0;  // the version the receiver thread works on, 0 when none
   Status send_error;       // written by the receiver thread, read after joining it
   Status problem;
+  std::map<Endpoint, PlanPeer> unconnected;  // the last peer table, while Connect to it failed
   auto join = [&] {
     if (receiver.joinable()) receiver.join();
     receiving = 0;
@@ -29,16 +30,18 @@ Status FollowAsDestination(PlanRank& rank, ReshardMember& member, std::chrono::m
     switch (e->kind) {
       case ReshardMember::Event::kBegin: {
         join();
-        if (hooks.before_receive) {
-          if (Status s = hooks.before_receive(v); !s.ok()) {
-            // Fail the version at the rank too: its relay counters say so, and the ranks relaying
-            // from it go to the sources instead of waiting for it.
-            rank.Cancel(v, s.message());
-            rank.Receive(v).status().IgnoreError();
-            Status sent = member.Failed(v, s.message());
-            if (!sent.ok()) return sent;
-            continue;
-          }
+        // Peers the last table named that could not be reached then are tried again now.
+        Status ready = unconnected.empty() ? Status::Ok() : rank.Connect(unconnected);
+        if (ready.ok()) unconnected.clear();
+        if (ready.ok() && hooks.before_receive) ready = hooks.before_receive(v);
+        if (!ready.ok()) {
+          // Fail the version at the rank too: its relay counters say so, and the ranks relaying
+          // from it go to the sources instead of waiting for it.
+          rank.Cancel(v, ready.message());
+          rank.Receive(v).status().IgnoreError();
+          Status sent = member.Failed(v, ready.message());
+          if (!sent.ok()) return sent;
+          continue;
         }
         receiving = v;
         receiver = std::thread([&rank, &member, &hooks, &send_error, v] {
@@ -76,7 +79,9 @@ Status FollowAsDestination(PlanRank& rank, ReshardMember& member, std::chrono::m
         break;
       }
       case ReshardMember::Event::kPeers:
-        WP_RETURN_IF_ERROR(rank.Connect(e->peers));
+        // A peer that has already ended (the coordinator's Bye may follow at once, and a rank that
+        // got it first may be gone) is no error until a version needs it: tried again at UpdateBegin.
+        if (Status s = rank.Connect(e->peers); !s.ok()) unconnected = std::move(e->peers);
         break;
       case ReshardMember::Event::kBye:
         join();

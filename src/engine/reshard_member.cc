@@ -107,4 +107,16 @@ Status ReshardMember::Failed(uint64_t version, const std::string& why) {
 Status ReshardMember::Committed(uint64_t version) { return channel_->Send(CommittedMsg{version, 0}); }
 Status ReshardMember::SendKeys(const PlanRank& rank) { return channel_->Send(JoinOf(rank)); }
 
+Status MoveToFreshTransport(PlanRank& rank, std::unique_ptr<ProgressLoop>& loop,
+                            const TransportFactory& make_transport) {
+  const Endpoint me = rank.endpoint();
+  auto transport = make_transport(ReshardName(me));
+  if (!transport.ok()) return transport.status().WithContext(me.ToString() + ": a fresh transport");
+  auto fresh = std::make_unique<ProgressLoop>(std::move(*transport));
+  WP_RETURN_IF_ERROR(rank.Rekey(*fresh));
+  loop->Stop();
+  loop = std::move(fresh);  // the old transport is closed here
+  return Status::Ok();
+}
+
 }  // namespace weightport

@@ -129,6 +129,33 @@ def test_tensor_parallel_sources_reshard_into_a_whole_model(secret):
     sub.close()
 
 
+def test_rotating_keys_with_a_quorum_outlives_a_subscriber_that_leaves(secret):
+    """rotate_keys: every version is followed by a move of every rank to new keys, and the models stay
+    bit-exact; with quorum=1 the versions after one subscriber leaves commit to the other."""
+    trainer, stays, leaves = make_model(0), make_model(1), make_model(2)
+    pub = weightport.Publisher(secret=secret, transport="tcp", timeout=TIMEOUT, quorum=1, rotate_keys=True)
+    subs = [weightport.Subscriber(pub.coordinator, secret=secret, rank=r, world_size=2, transport="tcp",
+                                  timeout=TIMEOUT, rotate_keys=True) for r in range(2)]
+    assert join_all(lambda: pub.register(trainer), lambda: subs[0].bind(stays),
+                    lambda: subs[1].bind(leaves)) == [None, None, None]
+    for v in range(1, 4):
+        step(trainer, 0.01)
+        pub.publish(v)
+        report = pub.wait(v)
+        assert report["committed"] and report["rekey_seconds"] > 0, report
+        live = subs if v == 1 else subs[:1]
+        for s, m in zip(live, (stays, leaves)):
+            s.wait(v)
+            assert s.swap() == v
+            for (name, a), b in zip(trainer.state_dict().items(), m.state_dict().values()):
+                assert torch.equal(a, b), f"version {v}: {name}"
+        if v == 1:
+            subs[1].close()
+    assert report["dropped"] == ["dst rank 1 is lost"], report
+    subs[0].close()
+    pub.close()
+
+
 def test_numpy_arrays_publish_and_a_pinned_version_stays_still(secret):
     w = np.arange(64, dtype=np.float32).reshape(8, 8)
     b = np.ones(8, dtype=np.float32)

@@ -168,6 +168,23 @@ def test_delta_through_relays_fetches_only_changed_blocks(tmp_path, procs, model
     assert full["versions"][1]["bytes"] == full["versions"][0]["bytes"]
 
 
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_rotating_keys_moves_every_rank_after_each_version_every_byte(tmp_path, procs, model, transport):
+    """--rotate-keys: after each version every rank moves to a fresh transport (new address and key)
+    and the relay chain is rebuilt from the new peer table; every byte still arrives, and a delta
+    still copies unchanged blocks from the live copy, which never moved."""
+    model_dir, source = model
+    dst = columns_replicated(source, 2, 2)
+    _, summary = run_plan(tmp_path, procs, model_dir, flat_placement(source, 3), dst, transport, fanout=1,
+                          versions=3, extra=("--rotate-keys", "--perturb", "0.1"))
+    assert all(v["rekey_s"] > 0 for v in summary["versions"]), summary["versions"]
+    dst_reports = [r for r in summary["rank_reports"] if r["role"] == "dst"]
+    assert len(dst_reports) == 4
+    for r in dst_reports:  # --verify: every byte of every version against the model
+        assert [v["verified"] for v in r["versions"]] == [True] * 3, r
+        assert r["versions"][-1]["kept_bytes"] > 0, r
+
+
 def test_layout_specs_fsdp_to_replicated_tp(tmp_path, procs, model):
     """The layout specs of examples/plans: FSDP1 over 4 source ranks -> 2 replicas x TP 2."""
     model_dir, source = model

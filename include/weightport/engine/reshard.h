@@ -36,6 +36,7 @@
 #include "weightport/core/status.h"
 #include "weightport/engine/control_channel.h"
 #include "weightport/engine/plan_rank.h"
+#include "weightport/engine/session.h"
 
 namespace weightport {
 
@@ -172,5 +173,12 @@ std::vector<Endpoint> PlanRanks(const Plan& plan);
 
 // "src-3", "dst-0": a rank's name on the control plane.
 std::string ReshardName(Endpoint endpoint);
+
+// The coordinator's Rekey, on the rank's side: moves `rank` (created with rotate_keys) to a fresh
+// transport from `make_transport` (PlanRank::Rekey), then stops the old transport's loop, held in
+// `loop`, which then holds the new one. The keys peers hold for the rank stop working there. The
+// caller then sends the new keys (ReshardMember::SendKeys).
+Status MoveToFreshTransport(PlanRank& rank, std::unique_ptr<ProgressLoop>& loop,
+                            const TransportFactory& make_transport);
 
 }  // namespace weightport
