@@ -27,6 +27,11 @@ Result<std::shared_ptr<const Plan>> PlanOf(const ReshardOptions& o) {
 // working); the new keys are sent by the caller.
 using MoveRank = std::function<Status()>;
 
+Status NoRekeyAfter(const ReshardMember::Event& verdict) {
+  return FailedPrecondition("the coordinator sent no Rekey after version " + std::to_string(verdict.version) +
+                            ": with --rotate-keys, give --rotate-keys to the coordinator too");
+}
+
 // The coordinator's next instruction to a source: a verdict or Bye. With --rotate-keys a verdict
 // is returned only after the Rekey that follows it has moved the rank: the next version must not
 // be written while a dropped peer's old key still reaches the arena.
@@ -47,9 +52,11 @@ Result<ReshardMember::Event> NextForSource(PlanRank& rank, ReshardMember& member
       case ReshardMember::Event::kCommit:
       case ReshardMember::Event::kAbort:
         if (!rotate) return e;
+        if (verdict) return NoRekeyAfter(*verdict);
         verdict = e;
         break;
       default:
+        if (verdict && e.kind == ReshardMember::Event::kBye) return NoRekeyAfter(*verdict);
         return e;
     }
   }

@@ -130,6 +130,10 @@ Status PlanPublisher::Wait(uint64_t version, std::chrono::milliseconds timeout) 
                    std::to_string(timeout.count()) + " ms");
   }
   if (auto it = m.verdicts.find(version); it != m.verdicts.end()) return it->second;
+  if (m.held.count(version))
+    return FailedPrecondition(m.me.ToString() + ": version " + std::to_string(version) +
+                              " was decided, but the session ended with no Rekey after it (this rank "
+                              "rotates keys: does the coordinator, PlanServiceOptions::rotate_keys?)");
   return m.end_status.ok()
              ? Cancelled(m.me.ToString() + ": the coordinator ended the session before version " +
                          std::to_string(version) + "'s verdict")

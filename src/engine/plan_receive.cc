@@ -237,6 +237,10 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     const InStep& s = r_.in_steps[st];
     const uint32_t level = level_[st];
     const Endpoint from = CurrentFrom(st);
+    // A lost rank left out of the peer table after a rekey has no connection (PlanRank::Connect).
+    if (!r_.connections.count(from))
+      return Fail(FailedPrecondition(r_.me.ToString() + ": " + r_.StepName(s.step) + " reads from " +
+                                     from.ToString() + ", which is lost, and has no way around it"));
     const uint64_t counter =
         level == 0 ? s.sender_counter : static_cast<uint64_t>(DetourAt(st, level).counter);
     ++in_flight_;

@@ -52,7 +52,9 @@ TEST_P(PlanRetire, KeysOfARetiredPlanStopWorking) {
   EXPECT_TRUE(peer.LandedNothing()) << "bytes arrived from a retired plan";
   Status put = peer.Op(*conn, granted.key, true);
   EXPECT_FALSE(get.ok()) << "a Get with the retired plan's key succeeded";
+  EXPECT_NE(get.code(), StatusCode::kTimeout) << get.ToString();
   EXPECT_FALSE(put.ok()) << "a Put with the retired plan's key succeeded";
+  EXPECT_NE(put.code(), StatusCode::kTimeout) << put.ToString();
   EXPECT_NE(get.message().find("src rank 0"), std::string::npos) << get.ToString();
 }
 

@@ -76,15 +76,16 @@ struct Group {
   std::vector<std::unique_ptr<PlanPublisher>> pubs;
   std::vector<std::unique_ptr<PlanSubscriber>> subs;
   std::vector<Status> errors;
-  bool rotate_keys = false;  // every rank moves to a fresh transport after each version
-  size_t quorum = 0;         // PlanServiceOptions::quorum
+  bool rotate_keys = false;     // every rank moves to a fresh transport after each version
+  size_t quorum = 0;            // PlanServiceOptions::quorum
+  bool service_rotates = true;  // with rotate_keys: false gives only the ranks rotate_keys
 
   // Starts the service and joins every offer concurrently (each Join waits for all the others).
   Status Start(std::vector<LayoutOffer> offers, milliseconds pin_timeout = milliseconds(10'000)) {
     PlanServiceOptions so;
     so.rendezvous.timeout = so.join_timeout = so.update_timeout = milliseconds(10'000);
     so.rendezvous.plan.chunk_bytes = 1024;
-    so.rotate_keys = rotate_keys;
+    so.rotate_keys = rotate_keys && service_rotates;
     so.quorum = quorum;
     WP_ASSIGN_OR_RETURN(service, PlanService::Start(TestSecret(), so));
     std::vector<std::thread> threads;
@@ -251,6 +252,21 @@ TEST(PlanSession, RotatingKeysARelayThatLeavesIsRoutedAroundUnderAQuorum) {
   EXPECT_EQ(third->dropped, (std::vector<std::string>{"dst rank " + std::to_string(relay) + " is lost"}));
   g.service->Stop();
   EXPECT_TRUE(g.subs[0]->session_status().ok()) << g.subs[0]->session_status().ToString();
+}
+
+// Ranks created to rotate keys under a coordinator that does not: a source holds each verdict for
+// the Rekey that never comes, and the trainer's wait says so instead of timing out unexplained.
+TEST(PlanSession, RanksThatRotateUnderACoordinatorThatDoesNotAreToldWhy) {
+  Group g;
+  g.rotate_keys = true;
+  g.service_rotates = false;
+  ASSERT_TRUE(g.Start(TwoByTwo()).ok()) << g.errors.front().ToString();
+  ASSERT_TRUE(g.PublishAll(1).ok());
+  ASSERT_TRUE(g.service->WaitForOutcome(1, milliseconds(10'000)).ok());
+  Status s = g.pubs[0]->Wait(1, milliseconds(500));
+  EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.ToString();
+  EXPECT_NE(s.message().find("sent no Rekey"), std::string::npos) << s.ToString();
+  g.service->Stop();
 }
 
 TEST(PlanSession, VersionsReachEverySubscriberBitExact) {

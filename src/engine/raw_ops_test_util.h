@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <memory>
@@ -35,10 +36,10 @@ class RawPeer {
   RawPeer(const TransportFactory& factory, const std::string& name, size_t landing_bytes = 4096)
       : landing_(landing_bytes) {
     auto t = factory(name);
-    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    if (!t.ok()) Abort("transport", t.status());
     loop_ = std::make_unique<ProgressLoop>(std::move(*t));
     auto local = loop_->Call([this](Transport& t) { return t.Register(landing_.data(), landing_.size()); });
-    EXPECT_TRUE(local.ok()) << local.status().ToString();
+    if (!local.ok()) Abort("landing buffer", local.status());
     local_ = std::move(*local);
   }
   // Connections and the landing region belong to the loop's transport: released there.
@@ -60,15 +61,15 @@ class RawPeer {
   // bytes) of 64 bytes at offset 0 of `key`: the status it completed with.
   Status Op(const std::shared_ptr<Connection>& conn, const RemoteKey& key, bool put) {
     std::memset(landing_.data(), 0, 64);
-    std::promise<Status> done;
-    loop_->Post([&](Transport&) {
-      auto cb = [&done](const Status& s) { done.set_value(s); };
+    auto done = std::make_shared<std::promise<Status>>();  // a late completion still finds it
+    auto f = done->get_future();
+    loop_->Post([this, done, conn, key, put](Transport&) {
+      auto cb = [done](const Status& s) { done->set_value(s); };
       if (put)
         conn->Put(*local_, 0, key, 0, 64, cb);
       else
         conn->Get(*local_, 0, key, 0, 64, cb);
     });
-    auto f = done.get_future();
     if (f.wait_for(std::chrono::seconds(30)) != std::future_status::ready)
       return Timeout("no completion in 30 s");
     return f.get();
@@ -84,6 +85,12 @@ class RawPeer {
   std::vector<std::byte>& landing() { return landing_; }
 
  private:
+  // Setup failed: nothing of the test can run.
+  [[noreturn]] static void Abort(const char* what, const Status& s) {
+    ADD_FAILURE() << "RawPeer: " << what << ": " << s.ToString();
+    std::abort();
+  }
+
   std::vector<std::byte> landing_;
   std::unique_ptr<ProgressLoop> loop_;
   std::unique_ptr<MemoryRegion> local_;

@@ -10,7 +10,7 @@ Status FollowAsDestination(PlanRank& rank, ReshardMember& member, std::chrono::m
   uint64_t receiving = 0;  // the version the receiver thread works on, 0 when none
   Status send_error;       // written by the receiver thread, read after joining it
   Status problem;
-  std::map<Endpoint, PlanPeer> unconnected;  // the last peer table, while Connect to it failed
+  std::map<Endpoint, PlanPeer> table;  // the newest peer table after a rekey, until connected to
   auto join = [&] {
     if (receiver.joinable()) receiver.join();
     receiving = 0;
@@ -30,9 +30,13 @@ Status FollowAsDestination(PlanRank& rank, ReshardMember& member, std::chrono::m
     switch (e->kind) {
       case ReshardMember::Event::kBegin: {
         join();
-        // Peers the last table named that could not be reached then are tried again now.
-        Status ready = unconnected.empty() ? Status::Ok() : rank.Connect(unconnected);
-        if (ready.ok()) unconnected.clear();
+        // A rekey's table is dialled when a version needs it: after the last version nothing
+        // dials ranks that are ending (UCX does not survive a worker closed mid wire-up). A peer
+        // still unreachable fails this version; the table is dialled again at the next one.
+        Status ready = table.empty() ? Status::Ok() : rank.Connect(table);
+        if (ready.ok()) table.clear();
+        if (!ready.ok() && ready.code() != StatusCode::kUnavailable && ready.code() != StatusCode::kIoError)
+          return ready;  // a table that does not fit the plan
         if (ready.ok() && hooks.before_receive) ready = hooks.before_receive(v);
         if (!ready.ok()) {
           // Fail the version at the rank too: its relay counters say so, and the ranks relaying
@@ -68,6 +72,7 @@ Status FollowAsDestination(PlanRank& rank, ReshardMember& member, std::chrono::m
         break;
       case ReshardMember::Event::kPeerLost:
         rank.PeerLost(e->peer);
+        table.erase(e->peer);  // routed around, not dialled
         break;
       case ReshardMember::Event::kRekey: {
         join();
@@ -79,9 +84,7 @@ Status FollowAsDestination(PlanRank& rank, ReshardMember& member, std::chrono::m
         break;
       }
       case ReshardMember::Event::kPeers:
-        // A peer that has already ended (the coordinator's Bye may follow at once, and a rank that
-        // got it first may be gone) is no error until a version needs it: tried again at UpdateBegin.
-        if (Status s = rank.Connect(e->peers); !s.ok()) unconnected = std::move(e->peers);
+        table = std::move(e->peers);
         break;
       case ReshardMember::Event::kBye:
         join();
