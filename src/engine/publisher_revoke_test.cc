@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "engine_test_util.h"
+#include "raw_ops_test_util.h"
 #include "weightport/engine/control_channel.h"
 #include "weightport/engine/control_protocol.h"
 #include "weightport/engine/session.h"
@@ -25,24 +26,11 @@ using std::chrono::milliseconds;
 // A peer of the coordinator that records what it is granted and verifies every version unread.
 class Spy {
  public:
-  Spy(TransportFactory factory, const std::string& coordinator, const Secret& secret) {
-    auto t = factory("spy");
-    EXPECT_TRUE(t.ok()) << t.status().ToString();
-    loop_ = std::make_unique<ProgressLoop>(std::move(*t));
-    auto local = loop_->Call([this](Transport& t) { return t.Register(landing_.data(), landing_.size()); });
-    EXPECT_TRUE(local.ok()) << local.status().ToString();
-    local_ = std::move(*local);
+  Spy(TransportFactory factory, const std::string& coordinator, const Secret& secret)
+      : peer_(factory, "spy") {
     auto channel = ControlChannel::Connect(coordinator, "spy", PeerRole::kSubscriber, secret, kWait);
     EXPECT_TRUE(channel.ok()) << channel.status().ToString();
     channel_ = std::move(*channel);
-  }
-  ~Spy() {
-    loop_->Call([this](Transport&) {
-      for (auto& c : connections_) c->Close();
-      connections_.clear();
-      local_.reset();
-    });
-    loop_->Stop();
   }
 
   struct Grant {
@@ -64,9 +52,7 @@ class Spy {
         WP_ASSIGN_OR_RETURN(current_.key, RemoteKey::Deserialize(keys.regions[0].remote_key, "spy"));
         if (keys.transport_address != current_.address || connections_.empty()) {
           current_.address = keys.transport_address;
-          Bytes address = keys.transport_address;
-          WP_ASSIGN_OR_RETURN(
-              auto conn, loop_->Call([address](Transport& t) { return t.Connect(address, "publisher"); }));
+          WP_ASSIGN_OR_RETURN(auto conn, peer_.Connect(keys.transport_address, "publisher"));
           connections_.push_back(std::move(conn));
         }
         current_.connection = connections_.size() - 1;
@@ -80,36 +66,15 @@ class Spy {
 
   Status Verify(uint64_t version) { return channel_->Send(ChunksVerifiedMsg{.version = version}); }
 
-  // One raw Get (or Put of zeros) of the first 64 bytes the grant's key names; the status it
-  // completed with. A Get lands at the start of landing_.
-  Status Raw(const Grant& g, bool put) {
-    std::memset(landing_.data(), 0, landing_.size());
-    std::promise<Status> done;
-    loop_->Post([&](Transport&) {
-      auto cb = [&done](const Status& s) { done.set_value(s); };
-      Connection& c = *connections_[g.connection];
-      if (put)
-        c.Put(*local_, 0, g.key, 0, 64, cb);
-      else
-        c.Get(*local_, 0, g.key, 0, 64, cb);
-    });
-    auto f = done.get_future();
-    if (f.wait_for(std::chrono::seconds(30)) != std::future_status::ready) return Timeout("no completion");
-    return f.get();
-  }
+  // One raw Get (or Put) of the first 64 bytes the grant's key names; the status it completed with.
+  Status Raw(const Grant& g, bool put) { return peer_.Op(connections_[g.connection], g.key, put); }
   // The version the 64 bytes last read say they belong to (FillVersion's words).
-  uint64_t ReadVersion() const { return VersionOf(std::span(landing_.data(), 64)); }
-  bool LandingIsZero() const {
-    for (size_t i = 0; i < 64; ++i)
-      if (landing_[i] != std::byte{0}) return false;
-    return true;
-  }
+  uint64_t ReadVersion() { return VersionOf(std::span(peer_.landing().data(), 64)); }
+  bool LandingIsZero() const { return peer_.LandedNothing(); }
 
  private:
-  std::unique_ptr<ProgressLoop> loop_;
-  std::vector<std::byte> landing_ = std::vector<std::byte>(4096);
-  std::unique_ptr<MemoryRegion> local_;
-  std::vector<std::shared_ptr<Connection>> connections_;
+  RawPeer peer_;
+  std::vector<std::shared_ptr<Connection>> connections_;  // the publisher's, by grant
   std::unique_ptr<ControlChannel> channel_;
   Grant current_;
 };

@@ -74,6 +74,19 @@ class RawPeer {
       return Timeout("no completion in 30 s");
     return f.get();
   }
+  // A Get and a Put with `key` both fail by refusal, not by timing out, the Get naming `peer` and
+  // landing nothing. `why`: what the key is (in the failure messages).
+  void ExpectRefused(const std::shared_ptr<Connection>& conn, const RemoteKey& key, const std::string& peer,
+                     const std::string& why) {
+    Status get = Op(conn, key, false);
+    EXPECT_TRUE(LandedNothing()) << "bytes arrived with " << why;
+    Status put = Op(conn, key, true);
+    EXPECT_FALSE(get.ok()) << "a Get with " << why << " succeeded";
+    EXPECT_NE(get.code(), StatusCode::kTimeout) << get.ToString();
+    EXPECT_FALSE(put.ok()) << "a Put with " << why << " succeeded";
+    EXPECT_NE(put.code(), StatusCode::kTimeout) << put.ToString();
+    EXPECT_NE(get.message().find(peer), std::string::npos) << get.ToString();
+  }
   bool LandedNothing() const {
     for (size_t i = 0; i < 64; ++i)
       if (landing_[i] != std::byte{0}) return false;
