@@ -8,19 +8,23 @@ from typing import Any, Iterator
 
 from . import _core
 from ._session import Bound, Member
-from ._tensors import is_torch, view_as
+from ._tensors import is_torch, shard_views
 from .layouts import Layout
 
 
 class PinnedVersion:
-    """A version held still for reading: ``version`` and ``tensors`` (name -> tensor, this rank's
-    local part in the bound layout). Valid only inside its ``with`` block."""
+    """A version held still for reading: ``version``, ``tensors`` (name -> tensor, this rank's local
+    part in the bound layout) and ``scales`` (name -> the block scales of each tensor quantised to
+    f8e4m3 in flight). Valid only inside its ``with`` block."""
 
     def __init__(self, pin: Any, bound: list[Bound]):
         self.version: int = pin.version
-        self.tensors: dict[str, Any] = {
-            b.name: view_as(pin.shard_array(b.shard), b.dtype, b.local_shape, b.tensor) for b in bound if b.shard >= 0
-        }
+        self.tensors: dict[str, Any] = {}
+        self.scales: dict[str, Any] = {}
+        for b in (b for b in bound if b.shard >= 0):
+            self.tensors[b.name], scales = shard_views(pin.shard_array(b.shard), b.dtype, b.local_shape, b.tensor)
+            if scales is not None:
+                self.scales[b.name] = scales
 
 
 class Subscriber(Member):
@@ -39,6 +43,11 @@ class Subscriber(Member):
         sub.swap()                 # the model now computes with it
         with sub.pinned() as v:    # or read a version without touching the model
             v.tensors["lm_head.weight"]
+
+    A tensor bound as ``torch.float8_e4m3fn`` that the publishers hold in f32 or bf16 is quantised
+    by them as they publish, in 128x128 blocks (DeepSeek-V3's FP8 layout): about half the bytes of
+    bf16 travel. Its block scales (``weight_scale_inv``: values * scale ~ the weights) are in
+    :attr:`scales` after :meth:`swap`, and in ``pinned().scales``.
     """
 
     _JOIN = "bind()"
@@ -54,6 +63,7 @@ class Subscriber(Member):
         self._mode = "zero-copy"
         self._model_pin = None
         self._model_version = 0
+        self._scales: dict[str, Any] = {}
 
     def bind(self, model: Any, layout: Layout | None = None, mode: str = "zero-copy") -> "Subscriber":
         """Declares what this rank receives -- the tensors of `model` (a module, a state dict or
@@ -93,8 +103,11 @@ class Subscriber(Member):
             pin.release()
             return self._model_version
         zero_copy = False  # some tensor now points at the pin's memory: the pin stays with the model
+        scales = {}
         for b in (b for b in self._bound if b.shard >= 0):
-            view = view_as(pin.shard_array(b.shard), b.dtype, b.local_shape, b.tensor)
+            view, block_scales = shard_views(pin.shard_array(b.shard), b.dtype, b.local_shape, b.tensor)
+            if block_scales is not None:  # kept as copies: small, and valid after the pin goes
+                scales[b.name] = block_scales.clone() if is_torch(block_scales) else block_scales.copy()
             if not is_torch(b.tensor):  # NumPy arrays: always copied in place
                 b.tensor[...] = view
             elif self._mode == "zero-copy" and b.tensor.device.type == "cpu":
@@ -108,7 +121,15 @@ class Subscriber(Member):
         if not zero_copy:
             pin.release()
         self._model_version = pin.version
+        self._scales = scales
         return self._model_version
+
+    @property
+    def scales(self) -> dict[str, Any]:
+        """The block scales of the model version's tensors quantised to f8e4m3 in flight: name ->
+        f32 [ceil(rows/128), ceil(cols/128)] (``[ceil(n/128)]`` for a vector), this rank's blocks;
+        values * scale ~ the publisher's weights. Empty before the first :meth:`swap`."""
+        return dict(self._scales)
 
     @contextlib.contextmanager
     def pinned(self) -> Iterator[PinnedVersion]:

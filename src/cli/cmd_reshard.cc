@@ -50,7 +50,9 @@ Command AddReshardCommand(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--convert", o->plan.convert,
                   "GLOB=DTYPE (repeatable): destinations store the matching tensors as DTYPE (f32, bf16,\n"
-                  "f16), converted in flight; every process must be given the same rules");
+                  "f16, or f8e4m3: quantised by the sources in 128x128 blocks, the scales written\n"
+                  "beside each shard as <tensor>_scale_inv), converted in flight; every process\n"
+                  "must be given the same rules");
   sub->add_option("--compressor-gbps", o->plan.compressor_gbps, kCompressorHelp)
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();

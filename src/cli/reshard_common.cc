@@ -12,6 +12,7 @@
 #include "weightport/format/safetensors.h"
 #include "weightport/kernels/convert.h"
 #include "weightport/plan/planner.h"
+#include "weightport/plan/quantized.h"
 
 namespace weightport::cli {
 namespace {
@@ -121,8 +122,42 @@ void WriteShardVersion(const Plan& plan, const PlannedShard& shard, const ModelB
                      });
 }
 
+namespace {
+// A quantised shard (quantized.h): version v of its elements, quantised as the source does, against
+// its e4m3 bytes and its scales.
+Status CheckQuantizedShardVersion(const Plan& plan, const PlannedShard& shard, const ModelBytes& model,
+                                  uint64_t version, const VersionScheme& scheme,
+                                  std::span<const std::byte> bytes) {
+  const TensorMeta& t = plan.tensors[shard.tensor];
+  const std::string what = "tensor '" + t.name + "' " + shard.slice.ToString();
+  WP_ASSIGN_OR_RETURN(const QuantizedMatrix m, QuantizedMatrixOf(shard.slice, t.shape));
+  if (m.scales == 0) return Status::Ok();  // an empty shard
+  std::vector<std::byte> values(static_cast<size_t>(m.rows * m.cols) * DTypeSize(t.dtype));
+  WriteShardVersion(plan, shard, model, version, scheme, values);
+  std::vector<uint8_t> want(static_cast<size_t>(m.rows * m.cols));
+  std::vector<float> scales(static_cast<size_t>(m.scales));
+  WP_RETURN_IF_ERROR(kernels::QuantizeE4m3(t.dtype, values.data(), m.rows, m.cols,
+                                           kernels::Fp8Scaling::kBlock128, want.data(), scales.data()));
+  const uint64_t scale_at = StoredScaleOffset(m.rows * m.cols);
+  if (bytes.size() != scale_at + scales.size() * 4)
+    return DataLoss(what + ": " + std::to_string(bytes.size()) + " bytes stored, a quantised shard has " +
+                    std::to_string(scale_at + scales.size() * 4));
+  for (size_t e = 0; e < want.size(); ++e)
+    if (static_cast<uint8_t>(bytes[e]) != want[e])
+      return DataLoss(what + ": element " + std::to_string(e) + " of the shard differs from version " +
+                      std::to_string(version) + " quantised to f8e4m3");
+  for (size_t b = 0; b < scales.size(); ++b)
+    if (std::memcmp(bytes.data() + scale_at + b * 4, &scales[b], 4) != 0)
+      return DataLoss(what + ": the scale of block " + std::to_string(b) +
+                      " of the shard differs from version " + std::to_string(version) + "'s");
+  return Status::Ok();
+}
+}  // namespace
+
 Status CheckShardVersion(const Plan& plan, const PlannedShard& shard, const ModelBytes& model,
                          uint64_t version, const VersionScheme& scheme, std::span<const std::byte> bytes) {
+  if (plan.Quantized(shard.tensor))
+    return CheckQuantizedShardVersion(plan, shard, model, version, scheme, bytes);
   const TensorMeta& t = plan.tensors[shard.tensor];
   const DType to = plan.destination_dtypes[shard.tensor];
   const uint64_t from_size = DTypeSize(t.dtype), to_size = DTypeSize(to);
@@ -155,24 +190,41 @@ Status CheckShardVersion(const Plan& plan, const PlannedShard& shard, const Mode
 Status WriteShardsFile(const std::string& path, const Plan& plan, const RankBuffer& buffer,
                        const std::function<std::span<const std::byte>(size_t)>& shard_bytes) {
   std::vector<TensorMeta> metas;
+  std::vector<std::pair<size_t, uint64_t>> parts;  // per entry: the shard and its bytes' offset in it
   nlohmann::json index = nlohmann::json::array();
+  auto add = [&](const std::string& tensor, size_t shard, const Slice& slice, DType dtype,
+                 uint64_t offset) -> Status {
+    const std::string entry = tensor + ".shard" + std::to_string(shard);
+    std::vector<int64_t> shape =
+        slice.is_box() ? slice.box().length : std::vector<int64_t>{slice.flat().length};
+    WP_ASSIGN_OR_RETURN(TensorMeta m, TensorMeta::Make(entry, dtype, shape));
+    metas.push_back(std::move(m));
+    parts.emplace_back(shard, offset);
+    nlohmann::json e = {{"entry", entry}, {"tensor", tensor}};
+    json_util::PutSlice(e, slice);
+    index.push_back(std::move(e));
+    return Status::Ok();
+  };
+  const bool source = buffer.endpoint.side == PlanSide::kSource;
   for (size_t i = 0; i < buffer.shards.size(); ++i) {
     const PlannedShard& s = buffer.shards[i];
     const TensorMeta& t = plan.tensors[s.tensor];
-    const std::string entry = t.name + ".shard" + std::to_string(i);
-    std::vector<int64_t> shape =
-        s.slice.is_box() ? s.slice.box().length : std::vector<int64_t>{s.slice.flat().length};
-    const DType dtype =
-        buffer.endpoint.side == PlanSide::kSource ? t.dtype : plan.destination_dtypes[s.tensor];
-    WP_ASSIGN_OR_RETURN(TensorMeta m, TensorMeta::Make(entry, dtype, shape));
-    metas.push_back(std::move(m));
-    nlohmann::json e = {{"entry", entry}, {"tensor", t.name}};
-    json_util::PutSlice(e, s.slice);
-    index.push_back(std::move(e));
+    WP_RETURN_IF_ERROR(add(t.name, i, s.slice, source ? t.dtype : plan.destination_dtypes[s.tensor], 0));
+    if (source || !plan.Quantized(s.tensor)) continue;
+    // Its block scales, as FP8 checkpoints name them: "<tensor>_scale_inv", f32, one per 128x128 block.
+    for (const TensorMeta& other : plan.tensors)
+      if (other.name == t.name + "_scale_inv")
+        return InvalidArgument(path + ": tensor '" + t.name +
+                               "' is quantised in flight, and the model has a '" + other.name +
+                               "' of its own: its scales would take that name");
+    WP_ASSIGN_OR_RETURN(Slice blocks, ScaleGridSlice(s.slice, t.shape));
+    WP_RETURN_IF_ERROR(
+        add(t.name + "_scale_inv", i, blocks, DType::kF32, StoredScaleOffset(s.slice.num_elements())));
   }
   WP_ASSIGN_OR_RETURN(SafetensorsWriter w,
                       SafetensorsWriter::Create(path, metas, {{"weightport.shards", index.dump()}}));
-  for (size_t i = 0; i < buffer.shards.size(); ++i) WP_RETURN_IF_ERROR(w.Append(shard_bytes(i)));
+  for (size_t e = 0; e < metas.size(); ++e)
+    WP_RETURN_IF_ERROR(w.Append(shard_bytes(parts[e].first).subspan(parts[e].second, metas[e].bytes)));
   return w.Finish();
 }
 

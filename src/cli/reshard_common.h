@@ -58,7 +58,9 @@ Status CheckShardVersion(const Plan& plan, const PlannedShard& shard, const Mode
 
 // Writes one rank's shards as safetensors: entry "<tensor>.shard<i>" with the slice's packed shape
 // (a box's lengths, a flat range's length), and metadata "weightport.shards": JSON
-// [{"entry", "tensor", "start", "length"} or {"entry", "tensor", "flat": [start, length]}].
+// [{"entry", "tensor", "start", "length"} or {"entry", "tensor", "flat": [start, length]}]. A
+// destination shard quantised to f8e4m3 adds its block scales: entry "<tensor>_scale_inv.shard<i>",
+// tensor "<tensor>_scale_inv", its slice of the scale grid.
 Status WriteShardsFile(const std::string& path, const Plan& plan, const RankBuffer& buffer,
                        const std::function<std::span<const std::byte>(size_t)>& shard_bytes);
 

@@ -1,5 +1,7 @@
 #include "plan_member.h"
 
+#include "weightport/plan/quantized.h"
+
 namespace weightport {
 
 JoinedRank::~JoinedRank() { Reset(); }
@@ -48,6 +50,11 @@ PlanShardView ShardView(const Plan& plan, Endpoint me, size_t i, std::span<std::
   v.shape = t.shape;
   v.slice = s.slice;
   v.bytes = bytes;
+  if (me.side == PlanSide::kDestination && plan.Quantized(s.tensor)) {
+    v.quantized = true;
+    v.scale_offset = StoredScaleOffset(s.slice.num_elements());
+    v.scale_blocks = *ScaleGridSlice(s.slice, t.shape);  // the plan was validated
+  }
   return v;
 }
 

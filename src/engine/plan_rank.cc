@@ -16,6 +16,7 @@
 #include "weightport/engine/arena.h"
 #include "weightport/kernels/compress.h"
 #include "weightport/kernels/convert.h"
+#include "weightport/plan/quantized.h"
 #include "weightport/transport/ucx_transport.h"
 
 namespace weightport {
@@ -97,6 +98,26 @@ Status CompileConversion(const Plan& plan, const PlanLayout& mine, const PlanSte
         at_sender ? ConvertSpan{r.shard_offset, packed, r.count, from, to}
                   : ConvertSpan{packed, r.shard_offset, r.count, from, to});
   });
+}
+
+// A quantising step at its source: the runs that gather the piece from the shard, and its shape.
+Status CompileQuantize(const Plan& plan, const PlanLayout& mine, const PlanStep& s, PlanRank::Impl& impl) {
+  const TensorMeta& t = plan.tensors[s.tensor];
+  WP_ASSIGN_OR_RETURN(const QuantizedMatrix m, QuantizedMatrixOf(s.piece, t.shape));
+  QuantizeJob job{mine.area_offset.at(s.id),
+                  m.rows,
+                  m.cols,
+                  m.scales,
+                  t.dtype,
+                  static_cast<uint32_t>(impl.out_gathers.size()),
+                  0};
+  const uint64_t element = DTypeSize(t.dtype);
+  WP_RETURN_IF_ERROR(ForEachConvertRun(plan, s, [&](const ConvertRun& r) {
+    impl.out_gathers.push_back({r.shard_offset, r.piece_element * element, r.count * element});
+  }));
+  job.gather_end = static_cast<uint32_t>(impl.out_gathers.size());
+  impl.out_quantize.push_back(job);
+  return Status::Ok();
 }
 
 // Appends `item` to `list` and widens [begin, end) over it: a chunk's runs (or conversions) are
@@ -201,7 +222,9 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
             {mine.HashOffset(s.id, k), static_cast<uint32_t>(impl->out_runs.size()),
              static_cast<uint32_t>(impl->out_runs.size()),
              s.compress ? static_cast<int64_t>(mine.slot_offset.at(s.id) + k * impl->slot_bytes) : -1});
-      if (s.transform == TransformKind::kConvertAtSender)
+      if (s.transform == TransformKind::kConvertAtSender && plan->Quantized(s.tensor))
+        WP_RETURN_IF_ERROR(CompileQuantize(*plan, mine, s, *impl));
+      else if (s.transform == TransformKind::kConvertAtSender)
         WP_RETURN_IF_ERROR(CompileConversion(
             *plan, mine, s, [&](uint32_t, const ConvertSpan& c) { impl->out_converts.push_back(c); }));
       WP_RETURN_IF_ERROR(CompileStep(*plan, impl->layouts, s, [&](uint32_t k, const Run& r) {
@@ -376,6 +399,27 @@ std::span<std::byte> PlanRank::shard_bytes(size_t shard) {
 }
 uint64_t PlanRank::live_version() const { return impl_->live_version; }
 
+namespace {
+// The pieces this source quantises, into their wire areas (shapes checked when the plan was compiled).
+void QuantizePieces(PlanRank::Impl& r) {
+  std::vector<std::byte> piece;
+  std::vector<float> scales;
+  for (const QuantizeJob& q : r.out_quantize) {
+    piece.resize(static_cast<size_t>(q.rows * q.cols) * DTypeSize(q.from));
+    for (uint32_t i = q.gather_begin; i < q.gather_end; ++i) {
+      const Run& g = r.out_gathers[i];
+      std::memcpy(piece.data() + g.to, r.at(g.from), g.length);
+    }
+    scales.resize(static_cast<size_t>(q.scales));
+    std::byte* wire = r.at(q.wire);
+    kernels::QuantizeE4m3(q.from, piece.data(), q.rows, q.cols, kernels::Fp8Scaling::kBlock128,
+                          reinterpret_cast<uint8_t*>(wire), scales.data())
+        .IgnoreError();
+    std::memcpy(wire + q.rows * q.cols, scales.data(), scales.size() * sizeof(float));
+  }
+}
+}  // namespace
+
 Status PlanRank::Publish(uint64_t version) {
   Impl& r = *impl_;
   if (!r.is_source()) return FailedPrecondition(r.me.ToString() + ": Publish on a destination");
@@ -386,6 +430,7 @@ Status PlanRank::Publish(uint64_t version) {
   StoreWord(header, 0);                        // readers see "not published" while the hashes change
   for (const ConvertSpan& c : r.out_converts)  // checked when the plan was compiled
     kernels::Convert(c.from_dtype, c.to_dtype, r.at(c.from), r.at(c.to), c.count).IgnoreError();
+  QuantizePieces(r);
   std::vector<std::byte> chunk, frame;  // a compressed step's chunk, gathered, and its frame
   for (const OutChunk& c : r.out_chunks) {
     const uint64_t h = HashRuns(r.at(0), r.out_runs, c.run_begin, c.run_end, &Run::from);

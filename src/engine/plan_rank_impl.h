@@ -68,6 +68,16 @@ struct ConvertSpan {
   DType from_dtype = DType::kF32, to_dtype = DType::kF32;
 };
 
+// A piece this source quantises to e4m3 on Publish (quantized.h): gathered from its shard by
+// `gathers` [begin, end) (Run::to: the byte in the gathered piece), quantised as a rows x cols
+// matrix into the wire area at `wire`, its scales after the e4m3 bytes.
+struct QuantizeJob {
+  uint64_t wire = 0;
+  int64_t rows = 0, cols = 0, scales = 0;
+  DType from = DType::kBF16;
+  uint32_t gather_begin = 0, gather_end = 0;
+};
+
 // A chunk this source hashes on Publish.
 struct OutChunk {
   uint64_t hash_offset = 0;  // in this rank's arena: its {hash, compressed length} entry
@@ -142,6 +152,8 @@ struct PlanRank::Impl {
   std::vector<plan_rank_internal::Run> out_runs;
   std::vector<plan_rank_internal::OutChunk> out_chunks;
   std::vector<plan_rank_internal::ConvertSpan> out_converts;  // shard -> wire areas, on Publish
+  std::vector<plan_rank_internal::QuantizeJob> out_quantize;  // shard -> wire areas, on Publish
+  std::vector<plan_rank_internal::Run> out_gathers;
 
   std::vector<plan_rank_internal::Run> in_runs;
   std::vector<plan_rank_internal::InChunk> in_chunks;

@@ -10,6 +10,7 @@
 #include "weightport/core/placement_builders.h"
 #include "weightport/kernels/convert.h"
 #include "weightport/plan/planner.h"
+#include "weightport/plan/quantized.h"
 #include "weightport/transport/fake_transport.h"
 #include "weightport/transport/fault_transport.h"
 
@@ -48,6 +49,27 @@ void CopySlice(const Plan& plan, const PlannedShard& s, DType dtype, std::span<s
           EXPECT_EQ(std::memcmp(packed.data() + r.packed_offset, whole.data() + r.tensor_offset, r.length), 0)
               << t.name << " " << s.slice.ToString();
       }).ok());
+}
+
+// A quantised shard holds its slice of `whole` quantised in 128x128 blocks: e4m3 bytes, then scales.
+void ExpectQuantizedShard(const Plan& plan, const PlannedShard& s, std::span<const std::byte> whole,
+                          std::span<const std::byte> stored) {
+  const TensorMeta& t = plan.tensors[s.tensor];
+  auto m = QuantizedMatrixOf(s.slice, t.shape);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  std::vector<std::byte> values(static_cast<size_t>(s.slice.num_elements()) * DTypeSize(t.dtype));
+  CopySlice(plan, s, t.dtype, values, whole, true);
+  std::vector<uint8_t> want(static_cast<size_t>(m->rows * m->cols));
+  std::vector<float> scales(static_cast<size_t>(m->scales));
+  ASSERT_TRUE(kernels::QuantizeE4m3(t.dtype, values.data(), m->rows, m->cols, kernels::Fp8Scaling::kBlock128,
+                                    want.data(), scales.data())
+                  .ok());
+  ASSERT_EQ(stored.size(), StoredScaleOffset(s.slice.num_elements()) + scales.size() * 4);
+  EXPECT_EQ(std::memcmp(stored.data(), want.data(), want.size()), 0) << t.name << " e4m3 bytes";
+  EXPECT_EQ(std::memcmp(stored.data() + StoredScaleOffset(s.slice.num_elements()), scales.data(),
+                        scales.size() * 4),
+            0)
+      << t.name << " scales";
 }
 
 struct Group {
@@ -145,6 +167,10 @@ struct Group {
       const TensorMeta& t = plan->tensors[index];
       const DType dtype = plan->destination_dtypes[index];
       std::vector<std::byte> whole = bytes(t, index, content(index, v));
+      if (plan->Quantized(index)) {
+        ExpectQuantizedShard(*plan, b.shards[i], whole, r.shard_bytes(i));
+        continue;
+      }
       if (dtype != t.dtype) {  // what the destinations store: the source's elements converted
         std::vector<std::byte> converted(static_cast<size_t>(t.num_elements()) * DTypeSize(dtype));
         ASSERT_TRUE(kernels::Convert(t.dtype, dtype, whole.data(), converted.data(), t.num_elements()).ok());
@@ -245,6 +271,44 @@ TEST_P(PlanRankReplay, NarrowsAtTheSources) {
   for (uint64_t v = 1; v <= 2; ++v) {
     g.Update(v);
     g.ExpectLive(v);
+  }
+}
+
+// Matrices on 128-element block boundaries under TP-2 (with partial blocks at their edges) and a vector.
+std::vector<TensorMeta> BlockModel(DType dtype) {
+  return {*TensorMeta::Make("model.layers.0.self_attn.q_proj.weight", dtype, {256, 200}),
+          *TensorMeta::Make("model.layers.0.self_attn.o_proj.weight", dtype, {300, 256}),
+          *TensorMeta::Make("model.layers.0.mlp.up_proj.weight", dtype, {512, 128}),
+          *TensorMeta::Make("model.norm.weight", dtype, {200})};
+}
+
+// bf16 sources, f8e4m3 destinations with block scales: the sources quantise whole blocks as they
+// publish, about half the bytes travel, relays forward the scales, and unchanged tensors are kept.
+TEST_P(PlanRankReplay, QuantisesAtTheSourcesAndKeepsWhatDidNotChange) {
+  std::vector<MeshAxis> tp2 = {ReplicaAxis("dp", 3), TensorParallelAxis("tp", 2)};
+  std::vector<MeshAxis> tp1 = {ReplicaAxis("dp", 2)};
+  for (bool widen : {false, true}) {
+    SCOPED_TRACE(widen ? "TP-2 -> 2 whole replicas" : "one rank -> 3 replicas of TP-2");
+    const std::vector<int> one = {0};
+    auto src =
+        widen ? TensorParallel(BlockModel(DType::kBF16), 2) : Replicated(BlockModel(DType::kBF16), one);
+    auto dst = BuildMesh(BlockModel(DType::kBF16), widen ? tp1 : tp2);
+    Group g(MustPlan(src, dst, GetParam(), 1000, {{"*.weight", DType::kF8E4M3}}));
+    for (const PlanStep& s : g.plan->steps) ASSERT_TRUE(g.plan->Quantized(s.tensor));
+    EXPECT_LT(g.plan->TotalBytes() * 10, g.plan->DestinationBytes() * 11);  // e4m3 and scales travel
+    g.content = [&](uint32_t t, uint64_t v) {  // only q_proj changes after version 1
+      return g.plan->tensors[t].name.find("q_proj") != std::string::npos ? v : 1;
+    };
+    uint64_t changing = 0;
+    for (const PlanStep& s : g.plan->steps)
+      if (g.plan->tensors[s.tensor].name.find("q_proj") != std::string::npos) changing += s.bytes;
+    ReceiveStats first = g.Update(1);
+    EXPECT_EQ(first.bytes, g.plan->TotalBytes());
+    g.ExpectLive(1);
+    ReceiveStats second = g.Update(2);
+    g.ExpectLive(2);
+    EXPECT_EQ(second.bytes, changing);
+    EXPECT_EQ(second.bytes + second.kept_bytes, g.plan->TotalBytes());
   }
 }
 

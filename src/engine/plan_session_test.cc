@@ -6,6 +6,8 @@
 #include <thread>
 
 #include "engine_test_util.h"
+#include "weightport/kernels/convert.h"
+#include "weightport/plan/quantized.h"
 #include "weightport/transport/fake_transport.h"
 
 namespace weightport {
@@ -192,6 +194,46 @@ void PublishAndCheck(Group& g, uint64_t n) {
       ASSERT_TRUE(pin.ok());
       EXPECT_EQ(pin->version(), v);
       EXPECT_TRUE(Check(*s, *pin).ok()) << Check(*s, *pin).ToString();
+    }
+  }
+}
+
+// A subscriber storing the tensors as e4m3: the source quantises them; each shard's view says where
+// its block scales are, and the bytes there are the kernel's, for every version.
+TEST(PlanSession, AQuantisedShardSaysWhereItsScalesAre) {
+  Group g;
+  const Slice whole = Slice::MakeBox({0, 0}, {kRows, kCols});
+  ASSERT_TRUE(g.Start({Offer(PlanSide::kSource, 0, 1, "trainer", whole),
+                       Offer(PlanSide::kDestination, 0, 1, "server", whole, DType::kF8E4M3)})
+                  .ok())
+      << g.errors.front().ToString();
+  EXPECT_FALSE(g.pubs[0]->shard(0).quantized);
+  for (uint64_t v = 1; v <= 2; ++v) {
+    ASSERT_TRUE(g.PublishAll(v).ok());
+    ASSERT_TRUE(g.WaitAll(v).ok());
+    PlanSubscriber& sub = *g.subs[0];
+    ASSERT_TRUE(sub.WaitForVersion(v, milliseconds(10'000)).ok());
+    auto pin = sub.Acquire();
+    ASSERT_TRUE(pin.ok());
+    for (size_t i = 0; i < sub.num_shards(); ++i) {
+      const PlanShardView s = sub.shard_info(i);
+      ASSERT_TRUE(s.quantized) << s.tensor;
+      EXPECT_EQ(s.dtype, DType::kF8E4M3);
+      auto m = QuantizedMatrixOf(s.slice, s.shape);
+      ASSERT_TRUE(m.ok());
+      std::vector<float> values(static_cast<size_t>(m->rows * m->cols));
+      ForEachElement(s, [&](size_t k, int64_t flat) { values[k] = Value(s.tensor, flat, v); });
+      std::vector<uint8_t> want(values.size());
+      std::vector<float> scales(static_cast<size_t>(m->scales));
+      ASSERT_TRUE(kernels::QuantizeE4m3(DType::kF32, values.data(), m->rows, m->cols,
+                                        kernels::Fp8Scaling::kBlock128, want.data(), scales.data())
+                      .ok());
+      EXPECT_EQ(s.scale_blocks.num_elements(), m->scales);
+      EXPECT_EQ(s.scale_offset % 4, 0u);
+      const std::span<const std::byte> got = pin->shard(i);
+      ASSERT_EQ(got.size(), s.scale_offset + 4 * scales.size());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size()), 0) << s.tensor << " version " << v;
+      EXPECT_EQ(std::memcmp(got.data() + s.scale_offset, scales.data(), 4 * scales.size()), 0) << s.tensor;
     }
   }
 }

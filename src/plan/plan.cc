@@ -7,6 +7,7 @@
 #include "weightport/core/dtype.h"
 #include "weightport/core/hash.h"
 #include "weightport/kernels/convert.h"
+#include "weightport/plan/quantized.h"
 
 namespace weightport {
 namespace {
@@ -40,9 +41,9 @@ Status ValidateBuffers(const Plan& plan, const std::vector<RankBuffer>& buffers,
       const TensorMeta& t = plan.tensors[shard.tensor];
       Status valid = ValidateSlice(shard.slice, t.shape);
       if (!valid.ok()) return valid.WithContext(shard_what + " of tensor '" + t.name + "'");
-      const DType dtype = side == PlanSide::kSource ? t.dtype : plan.destination_dtypes[shard.tensor];
-      if (shard.bytes != static_cast<uint64_t>(shard.slice.num_elements()) * DTypeSize(dtype))
-        return InvalidArgument(shard_what + ": byte count does not match its slice");
+      Result<uint64_t> bytes = plan.StoredBytes(side, shard.tensor, shard.slice);
+      if (!bytes.ok()) return bytes.status().WithContext(shard_what + " of tensor '" + t.name + "'");
+      if (shard.bytes != *bytes) return InvalidArgument(shard_what + ": byte count does not match its slice");
       if (shard.offset % kPlanAlignment != 0 || shard.offset < end)
         return InvalidArgument(shard_what + ": offset " + std::to_string(shard.offset) +
                                " is unaligned or overlaps the shard before it");
@@ -67,10 +68,12 @@ Status ValidateTransform(const Plan& plan, const PlanStep& step, const std::stri
     case TransformKind::kConvertAtReceiver:
       break;
   }
-  if (src == dst || !kernels::CanConvert(src, dst))
+  if (src == dst || !(kernels::CanConvert(src, dst) || Quantizes(src, dst)))
     return InvalidArgument(what + ": cannot convert " + dtypes);
   if (step.transform == TransformKind::kConvertAtSender && relay)
     return InvalidArgument(what + ": only a source converts at the sender");
+  if (Quantizes(src, dst) && step.transform != TransformKind::kConvertAtSender)
+    return InvalidArgument(what + ": " + dtypes + " in 128x128 blocks is quantised at the source only");
   if (plan.options.chunk_bytes % DTypeSize(plan.WireDType(step)) != 0)
     return InvalidArgument(what + ": chunk_bytes " + std::to_string(plan.options.chunk_bytes) +
                            " is not a whole number of " + std::string(DTypeName(plan.WireDType(step))) +
@@ -100,6 +103,23 @@ uint64_t Plan::TotalBytes() const {
   uint64_t total = 0;
   for (const PlanStep& s : steps) total += s.bytes;
   return total;
+}
+
+bool Plan::Quantized(uint32_t tensor) const {
+  return tensor < tensors.size() && tensor < destination_dtypes.size() &&
+         Quantizes(tensors[tensor].dtype, destination_dtypes[tensor]);
+}
+
+Result<uint64_t> Plan::StoredBytes(PlanSide side, uint32_t tensor, const Slice& slice) const {
+  const TensorMeta& t = tensors.at(tensor);
+  if (side == PlanSide::kDestination && Quantized(tensor)) return StoredQuantizedBytes(slice, t.shape);
+  const DType dtype = side == PlanSide::kSource ? t.dtype : destination_dtypes.at(tensor);
+  return static_cast<uint64_t>(slice.num_elements()) * DTypeSize(dtype);
+}
+
+Result<uint64_t> Plan::WireBytes(uint32_t tensor, DType wire, const Slice& piece) const {
+  if (wire == DType::kF8E4M3 && Quantized(tensor)) return WireQuantizedBytes(piece, tensors.at(tensor).shape);
+  return static_cast<uint64_t>(piece.num_elements()) * DTypeSize(wire);
 }
 
 uint64_t Plan::DestinationBytes() const {
@@ -163,8 +183,9 @@ Status Plan::Validate() const {
       return InvalidArgument(what + ": piece " + step.piece.ToString() + " is not inside " +
                              (in_from ? "the receiver's" : "the sender's") + " shard");
     WP_RETURN_IF_ERROR(ValidateTransform(*this, step, what));
-    if (step.bytes != static_cast<uint64_t>(step.piece.num_elements()) * DTypeSize(WireDType(step)) ||
-        step.bytes == 0)
+    Result<uint64_t> bytes = WireBytes(step.tensor, WireDType(step), step.piece);
+    if (!bytes.ok()) return bytes.status().WithContext(what);
+    if (step.bytes != *bytes || step.bytes == 0)
       return InvalidArgument(what + ": byte count does not match its piece");
     if (step.chunks != (step.bytes + options.chunk_bytes - 1) / options.chunk_bytes)
       return InvalidArgument(what + ": chunk count does not match bytes / chunk_bytes");
@@ -210,20 +231,33 @@ Status ForEachStepRun(const Plan& plan, const PlanStep& step,
   const uint64_t from_base = from_packed ? 0 : fs.offset, to_base = to_packed ? 0 : ts.offset;
   const uint64_t chunk = plan.options.chunk_bytes;
   uint64_t piece_offset = 0;
-  return ForEachCopyRun(
-      step.piece, t.shape, DTypeSize(plan.WireDType(step)), from_packed ? step.piece : fs.slice,
-      to_packed ? step.piece : ts.slice, [&](const CopyRun& run) {
-        uint64_t done = 0;
-        while (done < run.length) {
-          // Cut the run where the next chunk starts, so every visited run lies in one chunk.
-          const uint64_t at = piece_offset + done;
-          const uint64_t room = chunk - at % chunk;
-          const uint64_t length = std::min(room, run.length - done);
-          visit(StepRun{from_base + run.src_offset + done, to_base + run.dst_offset + done, at, length});
-          done += length;
-        }
-        piece_offset += run.length;
-      });
+  // Cuts each run where the next chunk starts, so every visited run lies in one chunk.
+  auto cut = [&](uint64_t from, uint64_t to) {
+    return [&, from, to](const CopyRun& run) {
+      uint64_t done = 0;
+      while (done < run.length) {
+        const uint64_t at = piece_offset + done;
+        const uint64_t length = std::min(chunk - at % chunk, run.length - done);
+        visit(StepRun{from + run.src_offset + done, to + run.dst_offset + done, at, length});
+        done += length;
+      }
+      piece_offset += run.length;
+    };
+  };
+  const DType wire = plan.WireDType(step);
+  WP_RETURN_IF_ERROR(ForEachCopyRun(step.piece, t.shape, DTypeSize(wire), from_packed ? step.piece : fs.slice,
+                                    to_packed ? step.piece : ts.slice, cut(from_base, to_base)));
+  if (wire != DType::kF8E4M3 || !plan.Quantized(step.tensor)) return Status::Ok();
+  // The piece's scales follow its e4m3 bytes on the wire and sit after them in a stored shard.
+  WP_ASSIGN_OR_RETURN(const Shape grid, ScaleGridShape(t.shape));
+  WP_ASSIGN_OR_RETURN(const Slice piece_blocks, ScaleGridSlice(step.piece, t.shape));
+  WP_ASSIGN_OR_RETURN(const Slice to_blocks, ScaleGridSlice(ts.slice, t.shape));
+  const uint64_t to_scales = ts.offset + StoredScaleOffset(ts.slice.num_elements());
+  if (from_packed)
+    return ForEachCopyRun(piece_blocks, grid, 4, piece_blocks, to_blocks, cut(piece_offset, to_scales));
+  WP_ASSIGN_OR_RETURN(const Slice from_blocks, ScaleGridSlice(fs.slice, t.shape));
+  return ForEachCopyRun(piece_blocks, grid, 4, from_blocks, to_blocks,
+                        cut(fs.offset + StoredScaleOffset(fs.slice.num_elements()), to_scales));
 }
 
 Status ForEachConvertRun(const Plan& plan, const PlanStep& step,

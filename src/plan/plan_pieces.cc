@@ -1,5 +1,7 @@
 #include "plan/plan_pieces.h"
 
+#include "weightport/kernels/convert.h"
+
 #include <algorithm>
 
 #include "weightport/core/dtype.h"
@@ -206,29 +208,54 @@ class PieceFinder {
 
   // Adds a piece, split among its sources when it is large and several hold it.
   Status Add(uint32_t group, Slice slice, const std::vector<Holder>& sources) {
-    const TensorMeta& t = plan_.tensors[out_.dst_groups[group].tensor];
-    // The bytes that travel: the narrower of the two dtypes (plan.h, TransformKind).
-    const uint64_t element =
-        std::min(DTypeSize(t.dtype), DTypeSize(plan_.destination_dtypes[out_.dst_groups[group].tensor]));
-    const uint64_t bytes = static_cast<uint64_t>(slice.num_elements()) * element;
+    const uint32_t tensor = out_.dst_groups[group].tensor;
+    const TensorMeta& t = plan_.tensors[tensor];
+    // The bytes that travel: in the narrower of the two dtypes (plan.h, TransformKind).
+    const DType wire = DTypeSize(t.dtype) <= DTypeSize(plan_.destination_dtypes[tensor])
+                           ? t.dtype
+                           : plan_.destination_dtypes[tensor];
+    // A quantised tensor's pieces are whole blocks: both sides' shards are (CheckQuantizedSources).
+    WP_ASSIGN_OR_RETURN(const uint64_t bytes, plan_.WireBytes(tensor, wire, slice));
     const uint64_t split = plan_.options.split_bytes ? plan_.options.split_bytes : plan_.options.chunk_bytes;
     std::vector<Slice> parts;
     if (sources.size() > 1 && bytes > split) {
       const uint64_t want = std::min<uint64_t>(sources.size(), (bytes + split - 1) / split);
-      WP_ASSIGN_OR_RETURN(parts, SplitSlice(slice, static_cast<int>(want)));
+      WP_ASSIGN_OR_RETURN(parts, plan_.Quantized(tensor) ? SplitInBlocks(slice, static_cast<int>(want))
+                                                         : SplitSlice(slice, static_cast<int>(want)));
     } else {
       parts.push_back(std::move(slice));
     }
     for (Slice& part : parts) {
       Piece p;
-      p.tensor = out_.dst_groups[group].tensor;
-      p.bytes = static_cast<uint64_t>(part.num_elements()) * element;
+      p.tensor = tensor;
+      WP_ASSIGN_OR_RETURN(p.bytes, plan_.WireBytes(tensor, wire, part));
       p.slice = std::move(part);
       p.dst_group = group;
       p.sources = sources;
       out_.pieces.push_back(std::move(p));
     }
     return Status::Ok();
+  }
+
+  // A quantised tensor's piece split among its sources in whole blocks, along its first dimension
+  // of two blocks or more (a piece of one block is not split).
+  static Result<std::vector<Slice>> SplitInBlocks(const Slice& slice, int parts) {
+    const Box& box = slice.box();  // WireBytes checked it is a box on block boundaries
+    const int64_t block = kernels::kFp8Block;
+    size_t dim = 0;
+    while (dim < box.rank() && box.length[dim] <= block) ++dim;
+    if (dim == box.rank()) return std::vector<Slice>{slice};
+    const int64_t blocks = (box.length[dim] + block - 1) / block;
+    WP_ASSIGN_OR_RETURN(std::vector<Slice> spans, SplitSlice(Slice::MakeBox({0}, {blocks}), parts));
+    std::vector<Slice> out;
+    for (const Slice& span : spans) {
+      Box part = box;
+      part.start[dim] += span.box().start[0] * block;
+      part.length[dim] =
+          std::min(span.box().length[0] * block, box.length[dim] - span.box().start[0] * block);
+      out.push_back(Slice(std::move(part)));
+    }
+    return out;
   }
 
   const Plan& plan_;

@@ -11,6 +11,7 @@
 #include "weightport/core/dtype.h"
 #include "weightport/kernels/convert.h"
 #include "weightport/plan/plan.h"
+#include "weightport/plan/quantized.h"
 
 namespace weightport::plan_test {
 
@@ -53,6 +54,49 @@ inline void DestinationElement(const Plan& plan, uint32_t t, int64_t flat, std::
   if (!kernels::Convert(from, to, in, out, 1).ok()) std::memset(out, 0xee, DTypeSize(to));
 }
 
+// A destination shard of a quantised tensor (quantized.h): its source elements gathered, quantised
+// as one matrix: e4m3 bytes, then the scales at StoredScaleOffset.
+inline void FillQuantizedShard(const Plan& plan, const PlannedShard& s, std::byte* out) {
+  const TensorMeta& t = plan.tensors[s.tensor];
+  const uint64_t es = DTypeSize(t.dtype);
+  std::vector<std::byte> values;
+  ForEachElement(s.slice, t.shape, [&](int64_t flat) {
+    for (uint64_t b = 0; b < es; ++b) values.push_back(ElementByte(s.tensor, flat, b));
+  });
+  const Result<QuantizedMatrix> m = QuantizedMatrixOf(s.slice, t.shape);
+  std::vector<float> scales(m.ok() ? m->scales : 0);
+  if (!m.ok() ||
+      !kernels::QuantizeE4m3(t.dtype, values.data(), m->rows, m->cols, kernels::Fp8Scaling::kBlock128,
+                             reinterpret_cast<uint8_t*>(out), scales.data())
+           .ok()) {
+    std::memset(out, 0xee, s.bytes);
+    return;
+  }
+  std::memcpy(out + StoredScaleOffset(s.slice.num_elements()), scales.data(), scales.size() * 4);
+}
+
+// A quantising step's piece as its source publishes it: gathered from the source's shard (`in`),
+// quantised, the scales after the e4m3 bytes. Empty when it fails.
+inline std::vector<std::byte> QuantizedPiece(const Plan& plan, const PlanStep& step, const std::byte* in) {
+  const TensorMeta& t = plan.tensors[step.tensor];
+  const uint64_t es = DTypeSize(t.dtype);
+  const Result<QuantizedMatrix> m = QuantizedMatrixOf(step.piece, t.shape);
+  if (!m.ok()) return {};
+  std::vector<std::byte> values(static_cast<size_t>(m->rows * m->cols) * es);
+  Status st = ForEachConvertRun(plan, step, [&](const ConvertRun& r) {
+    std::memcpy(values.data() + r.piece_element * es, in + r.shard_offset, r.count * es);
+  });
+  std::vector<std::byte> out(step.bytes);
+  std::vector<float> scales(m->scales);
+  if (!st.ok() ||
+      !kernels::QuantizeE4m3(t.dtype, values.data(), m->rows, m->cols, kernels::Fp8Scaling::kBlock128,
+                             reinterpret_cast<uint8_t*>(out.data()), scales.data())
+           .ok())
+    return {};
+  std::memcpy(out.data() + m->rows * m->cols, scales.data(), scales.size() * 4);
+  return out;
+}
+
 // A buffer laid out as `buffer` says, each shard filled with its tensor's bytes as that side
 // stores them.
 inline std::vector<std::byte> FilledBuffer(const Plan& plan, const RankBuffer& buffer) {
@@ -60,6 +104,10 @@ inline std::vector<std::byte> FilledBuffer(const Plan& plan, const RankBuffer& b
   const bool source = buffer.endpoint.side == PlanSide::kSource;
   for (const PlannedShard& s : buffer.shards) {
     const TensorMeta& t = plan.tensors[s.tensor];
+    if (!source && plan.Quantized(s.tensor)) {
+      FillQuantizedShard(plan, s, out.data() + s.offset);
+      continue;
+    }
     const uint64_t es = DTypeSize(source ? t.dtype : plan.destination_dtypes[s.tensor]);
     uint64_t at = s.offset;
     ForEachElement(s.slice, t.shape, [&](int64_t flat) {
@@ -101,7 +149,11 @@ inline std::string RunPlanInMemory(const Plan& plan) {
                                            ? &src[from - plan.sources.data()]
                                            : &dst[from - plan.destinations.data()];
     std::vector<std::byte> wire_area;
-    if (step.transform == TransformKind::kConvertAtSender) {  // the source's Publish
+    if (step.transform == TransformKind::kConvertAtSender && plan.Quantized(step.tensor)) {
+      wire_area = QuantizedPiece(plan, step, in->data());
+      if (wire_area.empty()) note(step, "quantising at the sender failed");
+      in = &wire_area;
+    } else if (step.transform == TransformKind::kConvertAtSender) {  // the source's Publish
       wire_area.resize(step.bytes);
       Status st = ForEachConvertRun(plan, step, [&](const ConvertRun& r) {
         if (!kernels::Convert(src_dtype, dst_dtype, in->data() + r.shard_offset,
@@ -149,11 +201,16 @@ inline std::string RunPlanInMemory(const Plan& plan) {
   for (size_t b = 0; b < plan.destinations.size(); ++b) {
     const std::vector<std::byte> want = FilledBuffer(plan, plan.destinations[b]);
     for (const PlannedShard& s : plan.destinations[b].shards)
-      for (uint64_t i = s.offset; i < s.offset + s.bytes; ++i)
+      for (uint64_t i = s.offset; i < s.offset + s.bytes; ++i) {
+        const uint64_t elements = static_cast<uint64_t>(s.slice.num_elements());
+        if (plan.Quantized(s.tensor) && i - s.offset >= elements &&
+            i - s.offset < StoredScaleOffset(elements))
+          continue;  // the padding before the scales
         if (dst[b][i] != want[i] || writes[b][i] != 1)
           return "dst rank " + std::to_string(plan.destinations[b].endpoint.rank) + " tensor '" +
                  plan.tensors[s.tensor].name + "' byte " + std::to_string(i - s.offset) +
                  (writes[b][i] != 1 ? " written " + std::to_string(writes[b][i]) + " times" : " differs");
+      }
   }
   return "";
 }

@@ -11,6 +11,7 @@
 #include "weightport/core/dtype.h"
 #include "weightport/core/placement_builders.h"
 #include "weightport/kernels/convert.h"
+#include "weightport/plan/quantized.h"
 
 namespace weightport {
 namespace {
@@ -39,8 +40,11 @@ Result<std::vector<RankBuffer>> BuildBuffers(const Placement& placement, PlanSid
       PlannedShard ps;
       ps.tensor = static_cast<uint32_t>(t);
       ps.slice = shard.slice;
-      const DType dtype = side == PlanSide::kSource ? meta->dtype : plan.destination_dtypes[t];
-      ps.bytes = static_cast<uint64_t>(shard.slice.num_elements()) * DTypeSize(dtype);
+      Result<uint64_t> bytes = plan.StoredBytes(side, ps.tensor, shard.slice);
+      if (!bytes.ok())
+        return bytes.status().WithContext("tensor '" + shard.tensor + "' (quantised to f8e4m3) at " +
+                                          b.endpoint.ToString());
+      ps.bytes = *bytes;
       ps.offset = AlignUp(b.bytes);
       b.bytes = ps.offset + ps.bytes;
       b.shards.push_back(std::move(ps));
@@ -73,12 +77,28 @@ Result<std::vector<int>> MatchTensors(const Placement& src, const Placement& dst
         break;
       }
     const DType from = plan.tensors[t].dtype, to = plan.destination_dtypes[t];
-    if (!kernels::CanConvert(from, to))
+    if (!kernels::CanConvert(from, to) && !Quantizes(from, to))
       return InvalidArgument("tensor '" + name + "': sources hold " + std::string(DTypeName(from)) +
                              ", destinations want " + std::string(DTypeName(to)) +
-                             " (conversions in flight: between f32, bf16 and f16)");
+                             " (conversions in flight: between f32, bf16 and f16, and f32 or bf16 to "
+                             "f8e4m3 in 128x128 blocks)");
   }
   return index;
+}
+
+// A source holds whole blocks of every tensor the destinations quantise (quantized.h), so every piece
+// it sends is whole blocks.
+Status CheckQuantizedSources(const Plan& plan) {
+  for (const RankBuffer& b : plan.sources)
+    for (const PlannedShard& s : b.shards) {
+      if (!plan.Quantized(s.tensor)) continue;
+      Result<Slice> blocks = ScaleGridSlice(s.slice, plan.tensors[s.tensor].shape);
+      if (!blocks.ok())
+        return blocks.status().WithContext("tensor '" + plan.tensors[s.tensor].name +
+                                           "' (quantised to f8e4m3 at the sources) at " +
+                                           b.endpoint.ToString());
+    }
+  return Status::Ok();
 }
 
 // Where a piece's conversion runs: where the fewer bytes travel, and at the source on a tie (it
@@ -374,9 +394,10 @@ Status CheckOptions(const PlanOptions& o) {
     return InvalidArgument("plan options: per_chunk_overhead_s must be >= 0");
   for (const TransformRule& r : o.transforms) {
     if (r.glob.empty()) return InvalidArgument("plan options: a transform rule has an empty glob");
-    if (!IsFloatingPoint(r.to) || DTypeSize(r.to) < 2)
+    if (!IsFloatingPoint(r.to) || (DTypeSize(r.to) < 2 && r.to != DType::kF8E4M3))
       return InvalidArgument("plan options: transform rule '" + r.glob + "' converts to " +
-                             std::string(DTypeName(r.to)) + " (conversions in flight: f32, bf16, f16)");
+                             std::string(DTypeName(r.to)) +
+                             " (conversions in flight: f32, bf16, f16, f8e4m3)");
   }
   return Status::Ok();
 }
@@ -404,6 +425,7 @@ Result<Plan> MakePlan(const Placement& src, const Placement& dst, const Topology
   WP_ASSIGN_OR_RETURN(plan.sources, BuildBuffers(src, PlanSide::kSource, plan, identity));
   WP_ASSIGN_OR_RETURN(std::vector<int> dst_index, MatchTensors(src, dst, plan));
   WP_ASSIGN_OR_RETURN(plan.destinations, BuildBuffers(dst, PlanSide::kDestination, plan, dst_index));
+  WP_RETURN_IF_ERROR(CheckQuantizedSources(plan));
 
   WP_ASSIGN_OR_RETURN(plan_internal::PieceSet set, plan_internal::FindPieces(plan));
   Planner(plan, std::move(set.dst_groups), std::move(set.pieces)).Run();

@@ -180,6 +180,98 @@ TEST(PlannerProperty, RandomPlacementsAreCoveredExactlyOnce) {
   EXPECT_GT(relayed_conversion, kCases / 40);
 }
 
+// A split of a vector or matrix of whole 128x128 blocks (the last block cut by the tensor's edge):
+// cuts on block boundaries along one dimension or a grid over both, some parts possibly empty.
+std::vector<Slice> RandomBlockSplit(Rng& rng, const TensorMeta& t) {
+  std::vector<std::vector<int64_t>> cuts;
+  for (int64_t extent : t.shape) {
+    std::vector<int64_t> c = Cuts(rng, (extent + 127) / 128, Uniform(rng, 1, 3));
+    for (int64_t& x : c) x = std::min(x * 128, extent);
+    cuts.push_back(std::move(c));
+  }
+  if (cuts.size() == 2 && Uniform(rng, 0, 2) > 0) {  // mostly one dimension split, sometimes a grid
+    const int d = Uniform(rng, 0, 1);
+    cuts[d] = {0, t.shape[d]};
+  }
+  std::vector<Slice> out;
+  const std::vector<int64_t> whole = {0, 1};
+  const std::vector<int64_t>& c1 = cuts.size() == 2 ? cuts[1] : whole;
+  for (size_t i = 0; i + 1 < cuts[0].size(); ++i)
+    for (size_t j = 0; j + 1 < c1.size(); ++j) {
+      if (cuts[0][i] == cuts[0][i + 1] || c1[j] == c1[j + 1]) continue;
+      if (cuts.size() == 1) {
+        out.push_back(Slice::MakeBox({cuts[0][i]}, {cuts[0][i + 1] - cuts[0][i]}));
+      } else {
+        out.push_back(Slice::MakeBox({cuts[0][i], c1[j]}, {cuts[0][i + 1] - cuts[0][i], c1[j + 1] - c1[j]}));
+      }
+    }
+  return out;
+}
+
+Placement RandomBlockPlacement(Rng& rng, const std::vector<TensorMeta>& tensors, int ranks, int copies,
+                               bool whole_copy) {
+  Placement p = *Placement::Make(tensors);
+  for (int r = 0; r < ranks; ++r) p.AddRank(r);
+  for (const TensorMeta& t : tensors) {
+    std::vector<int> order(ranks);
+    std::iota(order.begin(), order.end(), 0);
+    for (const Slice& part : RandomBlockSplit(rng, t)) {
+      std::shuffle(order.begin(), order.end(), rng);
+      for (int c = 0; c < std::min(copies, ranks); ++c) p.AddShard(order[c], t.name, part);
+    }
+    if (whole_copy) p.AddShard(ranks, t.name, Slice::Full(t.shape));  // overlapping sources
+  }
+  return p;
+}
+
+// Tensors quantised to e4m3 in 128x128 blocks: random block-aligned layouts on both sides, relays,
+// overlapping sources split by block rows, any chunk size (cuts inside e4m3 bytes and scales).
+// Run byte by byte, each destination shard must hold its slice quantised as a whole.
+TEST(PlannerProperty, RandomBlockAlignedLayoutsDeliverTheQuantisedBlocks) {
+  constexpr int kCases = 300;
+  Rng rng(20261204);
+  int relayed = 0, split_pieces = 0;
+  for (int c = 0; c < kCases; ++c) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    std::vector<TensorMeta> tensors;
+    for (int i = Uniform(rng, 1, 3); i > 0; --i) {
+      Shape shape;
+      for (int d = Uniform(rng, 1, 2); d > 0; --d)
+        shape.push_back(128 * Uniform(rng, 1, 3) - Uniform(rng, 0, 127));
+      tensors.push_back(
+          *TensorMeta::Make("t" + std::to_string(i), Uniform(rng, 0, 1) ? DType::kBF16 : DType::kF32, shape));
+    }
+    const int src_ranks = Uniform(rng, 1, 3), dst_ranks = Uniform(rng, 1, 5);
+    const bool whole_copy = Uniform(rng, 0, 3) == 0;
+    Placement src = RandomBlockPlacement(rng, tensors, src_ranks, Uniform(rng, 1, 2), whole_copy);
+    Placement dst = RandomBlockPlacement(rng, tensors, dst_ranks, Uniform(rng, 1, 3), false);
+    PlanOptions options;
+    options.chunk_bytes = Uniform(rng, 1, 20000);
+    options.relay_fanout = Uniform(rng, 0, 3);
+    options.split_bytes = Uniform(rng, 1, 40000);
+    options.transforms = {{"*", DType::kF8E4M3}};
+    auto plan = MakePlan(src, dst, RandomTopology(rng, src_ranks + whole_copy, dst_ranks), options);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString() << "\nsrc " << src.ToJson().dump() << "\ndst "
+                           << dst.ToJson().dump();
+    Status covered = CheckCoverage(*plan);
+    ASSERT_TRUE(covered.ok()) << covered.ToString();
+    ASSERT_EQ(plan_test::RunPlanInMemory(*plan), "")
+        << "src " << src.ToJson().dump() << "\ndst " << dst.ToJson().dump();
+    bool any_relay = false, any_split = false;
+    for (const PlanStep& s : plan->steps) {
+      ASSERT_EQ(s.transform, s.after < 0 ? TransformKind::kConvertAtSender : TransformKind::kIdentity);
+      any_relay |= s.after >= 0;
+      any_split |=
+          !(s.piece == plan->Buffer({PlanSide::kDestination, s.to_rank})->shards[s.to_shard].slice) &&
+          !(s.piece == plan->Buffer(s.from)->shards[s.from_shard].slice);
+    }
+    relayed += any_relay;
+    split_pieces += any_split;
+  }
+  EXPECT_GT(relayed, kCases / 5);
+  EXPECT_GT(split_pieces, kCases / 5);
+}
+
 TEST(PlannerProperty, SameInputSamePlan) {
   Rng rng(7);
   for (int c = 0; c < 200; ++c) {

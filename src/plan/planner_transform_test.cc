@@ -108,7 +108,7 @@ TEST(PlannerTransform, ValidateRefusesTransformsThatDisagreeWithTheDtypes) {
 
 TEST(PlannerTransform, RulesToUnsupportedDtypesAreRefusedByName) {
   PlanOptions o;
-  o.transforms = {{"*.mlp.*", DType::kF8E4M3}};
+  o.transforms = {{"*.mlp.*", DType::kF8E5M2}};
   auto plan = MakePlan(FsdpOf(DType::kF32, 1), ReplicasOf(DType::kF32), Topology(), o);
   ASSERT_FALSE(plan.ok());
   EXPECT_NE(plan.status().message().find("'*.mlp.*'"), std::string::npos) << plan.status().ToString();

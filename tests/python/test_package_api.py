@@ -94,6 +94,35 @@ def test_copy_mode_keeps_the_models_addresses_and_converts_to_its_dtype(secret):
     pub.close()
 
 
+def test_tensors_bound_as_fp8_are_quantised_by_the_publisher_in_blocks(secret):
+    from fp8_reference import quantise
+    torch.manual_seed(0)
+    trainer = {"proj.weight": torch.randn(256, 200, dtype=torch.bfloat16), "norm.weight": torch.randn(300)}
+    infer = {"proj.weight": torch.zeros(256, 200, dtype=torch.float8_e4m3fn),
+             "norm.weight": torch.zeros(300, dtype=torch.float8_e4m3fn)}
+    pub = weightport.Publisher(secret=secret, transport="shm", timeout=TIMEOUT)
+    sub = weightport.Subscriber(pub.coordinator, secret=secret, transport="shm", timeout=TIMEOUT)
+    assert join_all(lambda: pub.register(trainer), lambda: sub.bind(infer)) == [None, None]
+    assert sub.scales == {}
+    for v in (1, 2):
+        for t in trainer.values():
+            t.mul_(1.5)
+        pub.publish(v, wait=True)
+        sub.wait(v)
+        assert sub.swap() == v
+        assert set(sub.scales) == set(trainer)
+        for name, x in trainer.items():
+            values, scales = quantise(x)
+            assert infer[name].dtype == torch.float8_e4m3fn
+            assert torch.equal(infer[name].view(torch.uint8), values), name
+            assert torch.equal(sub.scales[name], scales), name
+        with sub.pinned() as pinned:
+            assert torch.equal(pinned.scales["proj.weight"], sub.scales["proj.weight"])
+            assert list(pinned.scales["proj.weight"].shape) == [2, 2]
+    sub.close()
+    pub.close()
+
+
 def test_tensor_parallel_sources_reshard_into_a_whole_model(secret):
     full = make_model(0)
     shards = []

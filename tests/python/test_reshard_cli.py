@@ -18,43 +18,47 @@ from cli_procs import BIN, REPO, TIMEOUT, free_port, write_secret  # noqa: E402
 from shard_check import check_out  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    out = tmp_path_factory.mktemp("model")
-    gen = subprocess.run([str(BIN), "gen-model", "--preset", "tiny", "--dtype", "f16", "-q", "--out", str(out)],
+def tiny_model(out, dtype, load_file):
+    """`gen-model --preset tiny --dtype DTYPE` written to `out`, and its tensors read with `load_file`."""
+    gen = subprocess.run([str(BIN), "gen-model", "--preset", "tiny", "--dtype", dtype, "-q", "--out", str(out)],
                          capture_output=True, text=True, timeout=TIMEOUT)
     assert gen.returncode == 0, gen.stdout + gen.stderr
     tensors = {}
     for f in sorted(out.glob("*.safetensors")):
-        tensors.update(safetensors.numpy.load_file(str(f)))
+        tensors.update(load_file(str(f)))
     return out, tensors
 
 
-def split(extent, parts):
-    """Megatron-style: the first extent % parts parts get one more."""
-    base, extra = divmod(extent, parts)
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return tiny_model(tmp_path_factory.mktemp("model"), "f16", safetensors.numpy.load_file)
+
+
+def split(extent, parts, unit=1):
+    """Megatron-style: the first parts get one more `unit` (the last may be cut short by `extent`)."""
+    base, extra = divmod(-(-extent // unit), parts)
     out, start = [], 0
     for i in range(parts):
-        n = base + (1 if i < extra else 0)
+        n = min((base + (1 if i < extra else 0)) * unit, extent - start)
         out.append((start, n))
         start += n
     return out
 
 
-def table(tensors):
-    return [{"name": n, "dtype": "f16", "shape": list(a.shape)} for n, a in sorted(tensors.items())]
+def table(tensors, dtype="f16"):
+    return [{"name": n, "dtype": dtype, "shape": list(a.shape)} for n, a in sorted(tensors.items())]
 
 
-def rows_placement(tensors, ranks):
+def rows_placement(tensors, ranks, dtype="f16", unit=1):
     """Each rank holds a block of dim 0 of every tensor."""
     out = []
     for r in range(ranks):
         shards = []
         for name, a in sorted(tensors.items()):
-            start, n = split(a.shape[0], ranks)[r]
+            start, n = split(a.shape[0], ranks, unit)[r]
             shards.append({"tensor": name, "start": [start] + [0] * (a.ndim - 1), "length": [n] + list(a.shape[1:])})
         out.append({"rank": r, "shards": shards})
-    return {"tensors": table(tensors), "ranks": out}
+    return {"tensors": table(tensors, dtype), "ranks": out}
 
 
 def flat_placement(tensors, ranks):
@@ -69,7 +73,7 @@ def flat_placement(tensors, ranks):
     return {"tensors": table(tensors), "ranks": out}
 
 
-def columns_replicated(tensors, replicas, tp):
+def columns_replicated(tensors, replicas, tp, dtype="f16", unit=1):
     """`replicas` copies of a split of the last dim over `tp` ranks; 1-D tensors whole on each."""
     out = []
     for rep in range(replicas):
@@ -79,11 +83,11 @@ def columns_replicated(tensors, replicas, tp):
                 if a.ndim < 2:
                     shards.append({"tensor": name, "start": [0], "length": [a.shape[0]]})
                     continue
-                start, n = split(a.shape[-1], tp)[t]
+                start, n = split(a.shape[-1], tp, unit)[t]
                 shards.append({"tensor": name, "start": [0] * (a.ndim - 1) + [start],
                                "length": list(a.shape[:-1]) + [n]})
             out.append({"rank": rep * tp + t, "shards": shards})
-    return {"tensors": table(tensors), "ranks": out}
+    return {"tensors": table(tensors, dtype), "ranks": out}
 
 
 def run_plan(tmp_path, procs, model_dir, src, dst, transport, fanout, versions=3, extra=()):

@@ -99,6 +99,12 @@ struct PlanShardView {
   Shape shape;               // of the whole tensor
   Slice slice;
   std::span<std::byte> bytes;
+  // A destination's shard of a tensor quantised to e4m3 in flight (plan/quantized.h): its stored
+  // bytes are the e4m3 values, then at `scale_offset` one f32 per block of `scale_blocks` (its box
+  // of the tensor's scale grid, row-major), the factor that dequantises the block.
+  bool quantized = false;
+  uint64_t scale_offset = 0;
+  Slice scale_blocks;
 };
 
 class PlanPublisher {

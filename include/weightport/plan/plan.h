@@ -44,6 +44,8 @@ inline constexpr uint64_t kPlanAlignment = 64;
 // into its shard. A relay forwards what it received: after a conversion at the source, from its
 // shard (identity); after conversions at receivers, from its landing area (converting again itself).
 // So every hop carries the same, narrower bytes, and the root's chunk hashes hold on every hop.
+// Quantising to f8e4m3 in 128x128 blocks (quantized.h) is always a conversion at the source: it
+// needs whole blocks, which a source holds and a receiver of one piece may not.
 enum class TransformKind : uint8_t { kIdentity, kConvertAtSender, kConvertAtReceiver };
 const char* TransformName(TransformKind kind);  // "identity", "convert_at_sender", "convert_at_receiver"
 
@@ -151,6 +153,13 @@ struct Plan {
   DType WireDType(const PlanStep& step) const;
   // Bytes one copy of the destination needs: sum of destination shard bytes.
   uint64_t DestinationBytes() const;
+  // The destinations store `tensor` as f8e4m3 with block scales quantised from the sources' f32 or
+  // bf16 (quantized.h): its destination shards and the pieces of its steps carry their scales.
+  bool Quantized(uint32_t tensor) const;
+  // Bytes of a shard of `tensor` as `side` stores it, and of `piece` on the wire in `wire` dtype.
+  // Errors for a quantised tensor's slice that is not on block boundaries.
+  Result<uint64_t> StoredBytes(PlanSide side, uint32_t tensor, const Slice& slice) const;
+  Result<uint64_t> WireBytes(uint32_t tensor, DType wire, const Slice& piece) const;
 
   nlohmann::json ToJson() const;
   // Strict; the result is Validate()d.
@@ -173,7 +182,8 @@ struct StepRun {
 };
 // Visits the runs of `step` in piece order, split at chunk boundaries, so each run lies in chunk
 // piece_offset / chunk_bytes. One walk over the step; O(runs). Offsets and lengths are of the
-// wire bytes; an end that is packed (SenderEndPacked, ReceiverEndPacked) has its offset in the
+// wire bytes (a quantised tensor's piece: its e4m3 bytes, then its scales, into the receiver's
+// scale area); an end that is packed (SenderEndPacked, ReceiverEndPacked) has its offset in the
 // packed piece there (the sender's wire or landing area, the receiver's landing area) instead of
 // in the rank's buffer.
 Status ForEachStepRun(const Plan& plan, const PlanStep& step,
@@ -197,7 +207,8 @@ struct ConvertRun {
 };
 // Visits the conversion runs of a converting step in piece order, split at chunk boundaries (chunk
 // k's elements are those of wire bytes [k * chunk_bytes, (k + 1) * chunk_bytes)). Nothing for an
-// identity step.
+// identity step. For a quantising step the runs gather the piece's elements (QuantizedMatrixOf
+// gives its shape); its chunks are of the quantised bytes, so the cuts mean nothing there.
 Status ForEachConvertRun(const Plan& plan, const PlanStep& step,
                          const std::function<void(const ConvertRun&)>& visit);
 
