@@ -45,8 +45,8 @@ class Subscriber(Member):
             v.tensors["lm_head.weight"]
 
     A tensor bound as ``torch.float8_e4m3fn`` that the publishers hold in f32 or bf16 is quantised
-    by them as they publish, in 128x128 blocks (DeepSeek-V3's FP8 layout): about half the bytes of
-    bf16 travel. Its block scales (``weight_scale_inv``: values * scale ~ the weights) are in
+    in flight in 128x128 blocks (DeepSeek-V3's FP8 layout): by the publishers as they publish when
+    their shards hold whole blocks (about half the bytes of bf16 travel), else here once it arrived. Its block scales (``weight_scale_inv``: values * scale ~ the weights) are in
     :attr:`scales` after :meth:`swap`, and in ``pinned().scales``.
     """
 

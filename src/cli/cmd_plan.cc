@@ -184,7 +184,8 @@ Command AddPlanCommand(CLI::App& app) {
       sub->add_option("--convert", o->convert,
                       "GLOB=DTYPE (repeatable): destinations store the matching tensors as DTYPE\n"
                       "(f32, bf16, f16), converted in flight where fewer bytes travel; f8e4m3:\n"
-                      "quantised by the sources in 128x128 blocks (slices on block boundaries)");
+                      "quantised in 128x128 blocks, at the sources where their slices hold whole\n"
+                      "blocks, else at each destination (destination slices on block boundaries)");
   auto* compressor = sub->add_option("--compressor-gbps", o->compressor_gbps, kCompressorHelp)
                          ->check(CLI::Range(0.0, 1e6))
                          ->capture_default_str();

@@ -48,11 +48,12 @@ Command AddReshardCommand(CLI::App& app) {
                   "0: every destination from the sources; 1: relay chain; k: k-ary tree")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
-  sub->add_option("--convert", o->plan.convert,
-                  "GLOB=DTYPE (repeatable): destinations store the matching tensors as DTYPE (f32, bf16,\n"
-                  "f16, or f8e4m3: quantised by the sources in 128x128 blocks, the scales written\n"
-                  "beside each shard as <tensor>_scale_inv), converted in flight; every process\n"
-                  "must be given the same rules");
+  sub->add_option(
+      "--convert", o->plan.convert,
+      "GLOB=DTYPE (repeatable): destinations store the matching tensors as DTYPE (f32, bf16,\n"
+      "f16, or f8e4m3: quantised in 128x128 blocks where the fewer bytes travel, the scales written\n"
+      "beside each shard as <tensor>_scale_inv), converted in flight; every process\n"
+      "must be given the same rules");
   sub->add_option("--compressor-gbps", o->plan.compressor_gbps, kCompressorHelp)
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();

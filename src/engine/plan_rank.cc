@@ -104,19 +104,54 @@ Status CompileConversion(const Plan& plan, const PlanLayout& mine, const PlanSte
 Status CompileQuantize(const Plan& plan, const PlanLayout& mine, const PlanStep& s, PlanRank::Impl& impl) {
   const TensorMeta& t = plan.tensors[s.tensor];
   WP_ASSIGN_OR_RETURN(const QuantizedMatrix m, QuantizedMatrixOf(s.piece, t.shape));
-  QuantizeJob job{mine.area_offset.at(s.id),
-                  m.rows,
-                  m.cols,
-                  m.scales,
-                  t.dtype,
-                  static_cast<uint32_t>(impl.out_gathers.size()),
-                  0};
+  QuantizeJob job;
+  job.out = mine.area_offset.at(s.id);
+  job.scales_at = job.out + static_cast<uint64_t>(m.rows * m.cols);  // after the e4m3 bytes, on the wire
+  job.rows = m.rows, job.cols = m.cols, job.scales = m.scales, job.from = t.dtype;
+  job.gather_begin = static_cast<uint32_t>(impl.out_gathers.size());
   const uint64_t element = DTypeSize(t.dtype);
   WP_RETURN_IF_ERROR(ForEachConvertRun(plan, s, [&](const ConvertRun& r) {
     impl.out_gathers.push_back({r.shard_offset, r.piece_element * element, r.count * element});
   }));
   job.gather_end = static_cast<uint32_t>(impl.out_gathers.size());
   impl.out_quantize.push_back(job);
+  return Status::Ok();
+}
+
+// A step into a shard this destination quantises whole (quantized.h): the runs that gather its piece
+// from its landing area into the shard's matrix, by shard.
+Status CompileLandedGathers(const Plan& plan, const PlanLayout& mine, const PlanStep& s,
+                            std::map<uint32_t, std::vector<Run>>& gathers) {
+  const uint64_t element = DTypeSize(plan.tensors[s.tensor].dtype);
+  const uint64_t area = mine.area_offset.at(s.id);
+  const uint64_t shard = plan.Buffer({PlanSide::kDestination, s.to_rank})->shards.at(s.to_shard).offset;
+  return ForEachConvertRun(plan, s, [&](const ConvertRun& r) {  // shard offsets count e4m3 bytes: elements
+    gathers[s.to_shard].push_back(
+        {area + r.piece_element * element, (r.shard_offset - shard) * element, r.count * element});
+  });
+}
+
+// The jobs quantising each shard whose pieces land here, from CompileLandedGathers' runs.
+Status CompileShardQuantize(const Plan& plan, const RankBuffer& me,
+                            const std::map<uint32_t, std::vector<Run>>& gathers, PlanRank::Impl& impl) {
+  for (const auto& [index, runs] : gathers) {
+    const PlannedShard& shard = me.shards.at(index);
+    const DType from = plan.tensors[shard.tensor].dtype;
+    WP_ASSIGN_OR_RETURN(const QuantizedMatrix m,
+                        QuantizedMatrixOf(shard.slice, plan.tensors[shard.tensor].shape));
+    uint64_t gathered = 0;
+    for (const Run& r : runs) gathered += r.length;
+    if (gathered != static_cast<uint64_t>(m.rows * m.cols) * DTypeSize(from))
+      return Internal("shard " + std::to_string(index) + ": its pieces do not add up to it");
+    QuantizeJob job;
+    job.out = shard.offset;
+    job.scales_at = shard.offset + StoredScaleOffset(m.rows * m.cols);
+    job.rows = m.rows, job.cols = m.cols, job.scales = m.scales, job.from = from;
+    job.gather_begin = static_cast<uint32_t>(impl.in_gathers.size());
+    impl.in_gathers.insert(impl.in_gathers.end(), runs.begin(), runs.end());
+    job.gather_end = static_cast<uint32_t>(impl.in_gathers.size());
+    impl.in_quantize.push_back(job);
+  }
   return Status::Ok();
 }
 
@@ -212,6 +247,7 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
   uint64_t end = mine.public_bytes;
 
   std::map<Endpoint, size_t> root_index;
+  std::map<uint32_t, std::vector<Run>> landed_gathers;  // by shard: pieces this rank quantises whole
   for (const PlanStep& s : plan->steps) {
     const RankBuffer* from = plan->Buffer(s.from);
     if (from == nullptr) return Internal("step " + std::to_string(s.id) + ": unknown sender");
@@ -268,7 +304,9 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
       AppendToRange(impl->in_runs, r, c.run_begin, c.run_end);
       c.bytes += r.length;
     }));
-    if (ReceiverEndPacked(s))
+    if (ReceiverEndPacked(s) && plan->Quantized(s.tensor))
+      WP_RETURN_IF_ERROR(CompileLandedGathers(*plan, mine, s, landed_gathers));
+    else if (ReceiverEndPacked(s))
       WP_RETURN_IF_ERROR(CompileConversion(*plan, mine, s, [&](uint32_t k, const ConvertSpan& span) {
         InChunk& c = impl->in_chunks[in.first_chunk + k];
         AppendToRange(impl->in_converts, span, c.convert_begin, c.convert_end);
@@ -276,6 +314,7 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
     if (s.after >= 0) WP_RETURN_IF_ERROR(CompileDetours(*plan, *impl, s, in));
     impl->in_steps.push_back(in);
   }
+  WP_RETURN_IF_ERROR(CompileShardQuantize(*plan, *impl->buffer, landed_gathers, *impl));
   // Mirrors of the root sources' hash areas; expected hashes are read there.
   end = (end + 63) & ~uint64_t{63};
   for (RootSource& r : impl->roots) {
@@ -311,7 +350,8 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
   std::memset(raw->base, 0, raw->arena->size());
   if (!impl->is_source()) {
     for (const auto& [step, slot] : mine.counter_slot) StoreCounter(raw->at(mine.CounterOffset(step)), 0);
-    if (options.delta && !impl->in_chunks.empty()) impl->keepers = std::make_unique<WorkerPool>(1);
+    if ((options.delta && !impl->in_chunks.empty()) || !impl->in_quantize.empty())
+      impl->keepers = std::make_unique<WorkerPool>(1);
   }
   return std::unique_ptr<PlanRank>(new PlanRank(std::move(impl)));
 }
@@ -399,26 +439,20 @@ std::span<std::byte> PlanRank::shard_bytes(size_t shard) {
 }
 uint64_t PlanRank::live_version() const { return impl_->live_version; }
 
-namespace {
-// The pieces this source quantises, into their wire areas (shapes checked when the plan was compiled).
-void QuantizePieces(PlanRank::Impl& r) {
-  std::vector<std::byte> piece;
+void plan_rank_internal::RunQuantizeJobs(std::byte* base, const std::vector<QuantizeJob>& jobs,
+                                         const std::vector<Run>& gathers, std::vector<std::byte>& scratch) {
   std::vector<float> scales;
-  for (const QuantizeJob& q : r.out_quantize) {
-    piece.resize(static_cast<size_t>(q.rows * q.cols) * DTypeSize(q.from));
-    for (uint32_t i = q.gather_begin; i < q.gather_end; ++i) {
-      const Run& g = r.out_gathers[i];
-      std::memcpy(piece.data() + g.to, r.at(g.from), g.length);
-    }
+  for (const QuantizeJob& q : jobs) {  // shapes checked when the plan was compiled
+    scratch.resize(static_cast<size_t>(q.rows * q.cols) * DTypeSize(q.from));
+    for (uint32_t i = q.gather_begin; i < q.gather_end; ++i)
+      std::memcpy(scratch.data() + gathers[i].to, base + gathers[i].from, gathers[i].length);
     scales.resize(static_cast<size_t>(q.scales));
-    std::byte* wire = r.at(q.wire);
-    kernels::QuantizeE4m3(q.from, piece.data(), q.rows, q.cols, kernels::Fp8Scaling::kBlock128,
-                          reinterpret_cast<uint8_t*>(wire), scales.data())
+    kernels::QuantizeE4m3(q.from, scratch.data(), q.rows, q.cols, kernels::Fp8Scaling::kBlock128,
+                          reinterpret_cast<uint8_t*>(base + q.out), scales.data())
         .IgnoreError();
-    std::memcpy(wire + q.rows * q.cols, scales.data(), scales.size() * sizeof(float));
+    std::memcpy(base + q.scales_at, scales.data(), scales.size() * sizeof(float));
   }
 }
-}  // namespace
 
 Status PlanRank::Publish(uint64_t version) {
   Impl& r = *impl_;
@@ -430,7 +464,8 @@ Status PlanRank::Publish(uint64_t version) {
   StoreWord(header, 0);                        // readers see "not published" while the hashes change
   for (const ConvertSpan& c : r.out_converts)  // checked when the plan was compiled
     kernels::Convert(c.from_dtype, c.to_dtype, r.at(c.from), r.at(c.to), c.count).IgnoreError();
-  QuantizePieces(r);
+  std::vector<std::byte> scratch;  // a piece gathered before it is quantised
+  RunQuantizeJobs(r.at(0), r.out_quantize, r.out_gathers, scratch);
   std::vector<std::byte> chunk, frame;  // a compressed step's chunk, gathered, and its frame
   for (const OutChunk& c : r.out_chunks) {
     const uint64_t h = HashRuns(r.at(0), r.out_runs, c.run_begin, c.run_end, &Run::from);

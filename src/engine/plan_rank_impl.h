@@ -68,15 +68,20 @@ struct ConvertSpan {
   DType from_dtype = DType::kF32, to_dtype = DType::kF32;
 };
 
-// A piece this source quantises to e4m3 on Publish (quantized.h): gathered from its shard by
-// `gathers` [begin, end) (Run::to: the byte in the gathered piece), quantised as a rows x cols
-// matrix into the wire area at `wire`, its scales after the e4m3 bytes.
+// A matrix quantised to e4m3 in blocks (quantized.h): a piece a source quantises on Publish, from
+// its shard into its wire area, or a shard a destination quantises once every piece of it landed,
+// from its landing areas. Gathered by `gathers` [begin, end) (Run::from: within a copy of the arena;
+// Run::to: the byte in the gathered matrix), quantised as rows x cols into `out`, the scales at
+// `scales_at` (offsets within a copy).
 struct QuantizeJob {
-  uint64_t wire = 0;
+  uint64_t out = 0, scales_at = 0;
   int64_t rows = 0, cols = 0, scales = 0;
   DType from = DType::kBF16;
   uint32_t gather_begin = 0, gather_end = 0;
 };
+// Runs `jobs` on the copy of the arena at `base`; `scratch` holds a gathered matrix.
+void RunQuantizeJobs(std::byte* base, const std::vector<QuantizeJob>& jobs, const std::vector<Run>& gathers,
+                     std::vector<std::byte>& scratch);
 
 // A chunk this source hashes on Publish.
 struct OutChunk {
@@ -159,6 +164,9 @@ struct PlanRank::Impl {
   std::vector<plan_rank_internal::InChunk> in_chunks;
   std::vector<plan_rank_internal::InStep> in_steps;
   std::vector<plan_rank_internal::ConvertSpan> in_converts;
+  // Shards quantised here once a receive has every piece (on a keeper thread, before it reports).
+  std::vector<plan_rank_internal::QuantizeJob> in_quantize;
+  std::vector<plan_rank_internal::Run> in_gathers;
   std::vector<plan_rank_internal::RootSource> roots;
   std::vector<plan_rank_internal::DetourLevel> detour_levels;
   std::vector<plan_rank_internal::RunRange> detour_ranges;

@@ -282,20 +282,27 @@ std::vector<TensorMeta> BlockModel(DType dtype) {
           *TensorMeta::Make("model.norm.weight", dtype, {200})};
 }
 
-// bf16 sources, f8e4m3 destinations with block scales: the sources quantise whole blocks as they
-// publish, about half the bytes travel, relays forward the scales, and unchanged tensors are kept.
-TEST_P(PlanRankReplay, QuantisesAtTheSourcesAndKeepsWhatDidNotChange) {
+// bf16 sources, f8e4m3 destinations with block scales. Sources on block boundaries quantise whole
+// blocks as they publish (about half the bytes travel, relays forward the scales); FSDP's flat
+// shards send bf16 and each receiver quantises its whole shard. Unchanged tensors are kept.
+TEST_P(PlanRankReplay, QuantisesInFlightAndKeepsWhatDidNotChange) {
   std::vector<MeshAxis> tp2 = {ReplicaAxis("dp", 3), TensorParallelAxis("tp", 2)};
   std::vector<MeshAxis> tp1 = {ReplicaAxis("dp", 2)};
-  for (bool widen : {false, true}) {
-    SCOPED_TRACE(widen ? "TP-2 -> 2 whole replicas" : "one rank -> 3 replicas of TP-2");
-    const std::vector<int> one = {0};
-    auto src =
-        widen ? TensorParallel(BlockModel(DType::kBF16), 2) : Replicated(BlockModel(DType::kBF16), one);
-    auto dst = BuildMesh(BlockModel(DType::kBF16), widen ? tp1 : tp2);
+  const std::vector<int> one = {0};
+  for (int layout = 0; layout < 3; ++layout) {
+    const char* names[] = {"one rank -> 3 replicas of TP-2", "TP-2 -> 2 whole replicas",
+                           "FSDP-3 flat -> 3 x TP-2"};
+    SCOPED_TRACE(names[layout]);
+    auto src = layout == 0   ? Replicated(BlockModel(DType::kBF16), one)
+               : layout == 1 ? TensorParallel(BlockModel(DType::kBF16), 2)
+                             : FsdpFlat(BlockModel(DType::kBF16), 3);
+    auto dst = BuildMesh(BlockModel(DType::kBF16), layout == 1 ? tp1 : tp2);
     Group g(MustPlan(src, dst, GetParam(), 1000, {{"*.weight", DType::kF8E4M3}}));
-    for (const PlanStep& s : g.plan->steps) ASSERT_TRUE(g.plan->Quantized(s.tensor));
-    EXPECT_LT(g.plan->TotalBytes() * 10, g.plan->DestinationBytes() * 11);  // e4m3 and scales travel
+    for (const PlanStep& s : g.plan->steps) {
+      ASSERT_TRUE(g.plan->Quantized(s.tensor));
+      EXPECT_EQ(ReceiverEndPacked(s), layout == 2) << s.id;
+    }
+    if (layout < 2) EXPECT_LT(g.plan->TotalBytes() * 10, g.plan->DestinationBytes() * 11);  // e4m3 travels
     g.content = [&](uint32_t t, uint64_t v) {  // only q_proj changes after version 1
       return g.plan->tensors[t].name.find("q_proj") != std::string::npos ? v : 1;
     };

@@ -544,6 +544,23 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   void MaybeFinish() {
     if (reported_ || in_flight_ > 0) return;
     if (!failed_ && (mirrors_left_ > 0 || verified_count_ < r_.in_chunks.size())) return;
+    if (!failed_ && !r_.in_quantize.empty() && !quantized_) {
+      // Every piece landed: the shards quantised here, whole, off the loop thread (it serves the
+      // ranks that relay from this one's landing areas).
+      quantized_ = true;
+      ++in_flight_;
+      auto self = shared_from_this();
+      r_.keepers->Submit([self] {
+        std::vector<std::byte> scratch;
+        RunQuantizeJobs(self->r_.at(self->r_.mine->CopyOffset(self->staging_)), self->r_.in_quantize,
+                        self->r_.in_gathers, scratch);
+        self->r_.loop->Post([self](Transport&) {
+          --self->in_flight_;
+          self->MaybeFinish();
+        });
+      });
+      return;
+    }
     reported_ = true;
     r_.cancel_receive = nullptr;
     r_.peer_lost_receive = nullptr;
@@ -594,6 +611,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   size_t in_flight_ = 0;  // Gets issued and not completed
   size_t verified_count_ = 0;
   bool failed_ = false;
+  bool quantized_ = false;  // the shards quantised here are (in_quantize)
   bool reported_ = false;
   Status failure_;
   std::shared_ptr<ReceiveRun> keep_;

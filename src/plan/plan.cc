@@ -1,6 +1,7 @@
 #include "weightport/plan/plan.h"
 
 #include <algorithm>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -72,8 +73,6 @@ Status ValidateTransform(const Plan& plan, const PlanStep& step, const std::stri
     return InvalidArgument(what + ": cannot convert " + dtypes);
   if (step.transform == TransformKind::kConvertAtSender && relay)
     return InvalidArgument(what + ": only a source converts at the sender");
-  if (Quantizes(src, dst) && step.transform != TransformKind::kConvertAtSender)
-    return InvalidArgument(what + ": " + dtypes + " in 128x128 blocks is quantised at the source only");
   if (plan.options.chunk_bytes % DTypeSize(plan.WireDType(step)) != 0)
     return InvalidArgument(what + ": chunk_bytes " + std::to_string(plan.options.chunk_bytes) +
                            " is not a whole number of " + std::string(DTypeName(plan.WireDType(step))) +
@@ -152,6 +151,25 @@ uint64_t Plan::Digest() const {
   return Xxh3(text.data(), text.size());
 }
 
+namespace {
+// A destination shard of a quantised tensor is quantised whole, either piece by piece at the sources
+// or from every piece landed at it: its steps all do the one or all the other.
+Status ValidateQuantizedShards(const Plan& plan) {
+  std::map<std::pair<int, uint32_t>, const PlanStep*> first;  // (dst rank, shard) -> a step into it
+  for (const PlanStep& step : plan.steps) {
+    if (!plan.Quantized(step.tensor)) continue;
+    auto [it, fresh] = first.emplace(std::make_pair(step.to_rank, step.to_shard), &step);
+    if (!fresh && ReceiverEndPacked(*it->second) != ReceiverEndPacked(step))
+      return InvalidArgument(StepName(plan, step) + ": dst rank " + std::to_string(step.to_rank) + " shard " +
+                             std::to_string(step.to_shard) + " is quantised at the sources by step " +
+                             std::to_string(ReceiverEndPacked(step) ? it->second->id : step.id) +
+                             " and at the receiver by step " +
+                             std::to_string(ReceiverEndPacked(step) ? step.id : it->second->id));
+  }
+  return Status::Ok();
+}
+}  // namespace
+
 Status Plan::Validate() const {
   if (options.chunk_bytes == 0) return InvalidArgument("plan: chunk_bytes must be positive");
   if (destination_dtypes.size() != tensors.size())
@@ -212,7 +230,7 @@ Status Plan::Validate() const {
     if (step.root != prev.root || step.depth != prev.depth + 1)
       return InvalidArgument(what + ": root or depth disagrees with step " + std::to_string(step.after));
   }
-  return Status::Ok();
+  return ValidateQuantizedShards(*this);
 }
 
 Status ForEachStepRun(const Plan& plan, const PlanStep& step,

@@ -1,6 +1,7 @@
 #include "plan/plan_pieces.h"
 
 #include "weightport/kernels/convert.h"
+#include "weightport/plan/quantized.h"
 
 #include <algorithm>
 
@@ -97,7 +98,7 @@ struct SourceIndex {
 
 class PieceFinder {
  public:
-  explicit PieceFinder(const Plan& plan) : plan_(plan) {}
+  explicit PieceFinder(const Plan& plan) : plan_(plan), transforms_(RootTransforms(plan)) {}
 
   Result<PieceSet> Run() {
     const size_t n = plan_.tensors.size();
@@ -209,19 +210,18 @@ class PieceFinder {
   // Adds a piece, split among its sources when it is large and several hold it.
   Status Add(uint32_t group, Slice slice, const std::vector<Holder>& sources) {
     const uint32_t tensor = out_.dst_groups[group].tensor;
-    const TensorMeta& t = plan_.tensors[tensor];
-    // The bytes that travel: in the narrower of the two dtypes (plan.h, TransformKind).
-    const DType wire = DTypeSize(t.dtype) <= DTypeSize(plan_.destination_dtypes[tensor])
-                           ? t.dtype
-                           : plan_.destination_dtypes[tensor];
-    // A quantised tensor's pieces are whole blocks: both sides' shards are (CheckQuantizedSources).
+    const TransformKind transform = transforms_[tensor];
+    const DType wire = transform == TransformKind::kConvertAtSender ? plan_.destination_dtypes[tensor]
+                                                                    : plan_.tensors[tensor].dtype;
+    // Quantised at the sources, a piece is whole blocks: both sides' shards are (RootTransforms).
     WP_ASSIGN_OR_RETURN(const uint64_t bytes, plan_.WireBytes(tensor, wire, slice));
     const uint64_t split = plan_.options.split_bytes ? plan_.options.split_bytes : plan_.options.chunk_bytes;
     std::vector<Slice> parts;
     if (sources.size() > 1 && bytes > split) {
       const uint64_t want = std::min<uint64_t>(sources.size(), (bytes + split - 1) / split);
-      WP_ASSIGN_OR_RETURN(parts, plan_.Quantized(tensor) ? SplitInBlocks(slice, static_cast<int>(want))
-                                                         : SplitSlice(slice, static_cast<int>(want)));
+      const bool blocks = transform == TransformKind::kConvertAtSender && plan_.Quantized(tensor);
+      WP_ASSIGN_OR_RETURN(parts, blocks ? SplitInBlocks(slice, static_cast<int>(want))
+                                        : SplitSlice(slice, static_cast<int>(want)));
     } else {
       parts.push_back(std::move(slice));
     }
@@ -230,6 +230,7 @@ class PieceFinder {
       p.tensor = tensor;
       WP_ASSIGN_OR_RETURN(p.bytes, plan_.WireBytes(tensor, wire, part));
       p.slice = std::move(part);
+      p.transform = transform;
       p.dst_group = group;
       p.sources = sources;
       out_.pieces.push_back(std::move(p));
@@ -259,6 +260,7 @@ class PieceFinder {
   }
 
   const Plan& plan_;
+  const std::vector<TransformKind> transforms_;  // per tensor
   PieceSet out_;
 };
 
@@ -286,6 +288,26 @@ Result<std::vector<Slice>> SplitSlice(const Slice& slice, int parts) {
     part.start[dim] += r.start;
     part.length[dim] = r.length;
     out.push_back(Slice(std::move(part)));
+  }
+  return out;
+}
+
+std::vector<TransformKind> RootTransforms(const Plan& plan) {
+  std::vector<bool> whole_blocks(plan.tensors.size(), true);  // every source shard, where quantised
+  for (const RankBuffer& b : plan.sources)
+    for (const PlannedShard& s : b.shards)
+      if (plan.Quantized(s.tensor) && !ScaleGridSlice(s.slice, plan.tensors[s.tensor].shape).ok())
+        whole_blocks[s.tensor] = false;
+  std::vector<TransformKind> out;
+  for (uint32_t t = 0; t < plan.tensors.size(); ++t) {
+    const DType from = plan.tensors[t].dtype, to = plan.destination_dtypes[t];
+    if (from == to)
+      out.push_back(TransformKind::kIdentity);
+    else if (plan.Quantized(t))
+      out.push_back(whole_blocks[t] ? TransformKind::kConvertAtSender : TransformKind::kConvertAtReceiver);
+    else
+      out.push_back(DTypeSize(to) <= DTypeSize(from) ? TransformKind::kConvertAtSender
+                                                     : TransformKind::kConvertAtReceiver);
   }
   return out;
 }

@@ -37,8 +37,9 @@ struct ShardGroup {
 struct Piece {
   uint32_t tensor = 0;
   Slice slice;
-  uint64_t bytes = 0;
-  uint32_t dst_group = 0;  // index into PieceSet::dst_groups
+  uint64_t bytes = 0;                                  // on the wire
+  TransformKind transform = TransformKind::kIdentity;  // of the step from its source (RootTransforms)
+  uint32_t dst_group = 0;                              // index into PieceSet::dst_groups
   std::vector<Holder> sources;
 };
 
@@ -46,6 +47,12 @@ struct PieceSet {
   std::vector<ShardGroup> dst_groups;
   std::vector<Piece> pieces;  // in tensor order, then destination group order
 };
+
+// Per tensor, where the steps from its sources convert: where the fewer bytes travel, and at the
+// source on a tie (it converts once; receivers would convert once each). A tensor quantised to
+// e4m3 in blocks (quantized.h) is quantised at its sources when every source shard holds whole
+// blocks, else at each receiver (which lands the source's dtype and quantises its whole shard).
+std::vector<TransformKind> RootTransforms(const Plan& plan);
 
 // Needs plan.tensors, sources, destinations, topology and options filled in. With relay_fanout 0,
 // every destination shard is a group of its own. Pieces held by several sources and larger than

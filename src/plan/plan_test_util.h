@@ -123,13 +123,15 @@ inline std::vector<std::byte> FilledBuffer(const Plan& plan, const RankBuffer& b
 }
 
 // Runs every step in order with memcpy and kernels::Convert as the engine does (a source
-// converting fills a wire area; a receiver converting lands the piece and converts it; a relay
-// reads what an earlier step wrote) and checks each destination buffer against FilledBuffer, and
+// converting fills a wire area; a receiver converting lands the piece and converts it, or quantises
+// the whole shard once every piece of it landed; a relay reads what an earlier step wrote) and checks each destination buffer against FilledBuffer, and
 // that no destination byte is written twice. Returns "" or a description of the first problem.
 inline std::string RunPlanInMemory(const Plan& plan) {
   std::vector<std::vector<std::byte>> src, dst;
   std::vector<std::vector<uint8_t>> writes;
   std::map<uint32_t, std::vector<std::byte>> landing;  // step id -> its receiver's landing area
+  // (dst buffer, shard) -> the steps landing there to be quantised together
+  std::map<std::pair<size_t, uint32_t>, std::vector<uint32_t>> landed;
   for (const RankBuffer& b : plan.sources) src.push_back(FilledBuffer(plan, b));
   for (const RankBuffer& b : plan.destinations) {
     dst.emplace_back(b.bytes, std::byte{0});
@@ -184,7 +186,9 @@ inline std::string RunPlanInMemory(const Plan& plan) {
     });
     if (!st.ok()) return st.ToString();
     if (moved != step.bytes) note(step, "moved the wrong count");
-    if (ReceiverEndPacked(step)) {  // the receiver converts its landing area into its shard
+    if (ReceiverEndPacked(step) && plan.Quantized(step.tensor)) {  // quantised once all pieces landed
+      landed[{out_index, step.to_shard}].push_back(step.id);
+    } else if (ReceiverEndPacked(step)) {  // the receiver converts its landing area into its shard
       const uint64_t es = DTypeSize(dst_dtype);
       st = ForEachConvertRun(plan, step, [&](const ConvertRun& r) {
         if (!kernels::Convert(src_dtype, dst_dtype, out.data() + r.piece_element * wire,
@@ -197,6 +201,32 @@ inline std::string RunPlanInMemory(const Plan& plan) {
       if (!st.ok()) return st.ToString();
     }
     if (!problem.empty()) return problem;
+  }
+  for (const auto& [at, steps] : landed) {  // each receiver quantises a whole shard from its pieces
+    const PlannedShard& shard = plan.destinations[at.first].shards[at.second];
+    const TensorMeta& t = plan.tensors[shard.tensor];
+    const uint64_t es = DTypeSize(t.dtype);
+    std::vector<std::byte> values(static_cast<size_t>(shard.slice.num_elements()) * es);
+    for (uint32_t id : steps) {
+      Status st = ForEachConvertRun(plan, plan.steps[id], [&](const ConvertRun& r) {
+        std::memcpy(values.data() + (r.shard_offset - shard.offset) * es,
+                    landing[id].data() + r.piece_element * es, r.count * es);
+      });
+      if (!st.ok()) return st.ToString();
+    }
+    const Result<QuantizedMatrix> m = QuantizedMatrixOf(shard.slice, t.shape);
+    std::vector<float> scales(m.ok() ? m->scales : 0);
+    std::byte* out = dst[at.first].data() + shard.offset;
+    if (!m.ok() ||
+        !kernels::QuantizeE4m3(t.dtype, values.data(), m->rows, m->cols, kernels::Fp8Scaling::kBlock128,
+                               reinterpret_cast<uint8_t*>(out), scales.data())
+             .ok())
+      return "quantising dst shard of tensor '" + t.name + "' failed";
+    const uint64_t scale_at = StoredScaleOffset(shard.slice.num_elements());
+    std::memcpy(out + scale_at, scales.data(), scales.size() * 4);
+    for (uint64_t i = 0; i < shard.bytes; ++i)
+      if (i < static_cast<uint64_t>(shard.slice.num_elements()) || i >= scale_at)
+        ++writes[at.first][shard.offset + i];
   }
   for (size_t b = 0; b < plan.destinations.size(); ++b) {
     const std::vector<std::byte> want = FilledBuffer(plan, plan.destinations[b]);

@@ -86,29 +86,6 @@ Result<std::vector<int>> MatchTensors(const Placement& src, const Placement& dst
   return index;
 }
 
-// A source holds whole blocks of every tensor the destinations quantise (quantized.h), so every piece
-// it sends is whole blocks.
-Status CheckQuantizedSources(const Plan& plan) {
-  for (const RankBuffer& b : plan.sources)
-    for (const PlannedShard& s : b.shards) {
-      if (!plan.Quantized(s.tensor)) continue;
-      Result<Slice> blocks = ScaleGridSlice(s.slice, plan.tensors[s.tensor].shape);
-      if (!blocks.ok())
-        return blocks.status().WithContext("tensor '" + plan.tensors[s.tensor].name +
-                                           "' (quantised to f8e4m3 at the sources) at " +
-                                           b.endpoint.ToString());
-    }
-  return Status::Ok();
-}
-
-// Where a piece's conversion runs: where the fewer bytes travel, and at the source on a tie (it
-// converts once; receivers would convert once each).
-TransformKind RootTransform(DType from, DType to) {
-  if (from == to) return TransformKind::kIdentity;
-  return DTypeSize(to) <= DTypeSize(from) ? TransformKind::kConvertAtSender
-                                          : TransformKind::kConvertAtReceiver;
-}
-
 // Per-host busy time in seconds, the quantity the greedy keeps low.
 class HostLoads {
  public:
@@ -319,7 +296,7 @@ class Planner {
     step.to_rank = plan_.destinations[to.buffer].endpoint.rank;
     step.to_shard = to.shard;
     step.piece = piece.slice;
-    step.transform = RootTransform(plan_.tensors[piece.tensor].dtype, plan_.destination_dtypes[piece.tensor]);
+    step.transform = piece.transform;
     step.bytes = piece.bytes;
     step.chunks =
         static_cast<uint32_t>((piece.bytes + plan_.options.chunk_bytes - 1) / plan_.options.chunk_bytes);
@@ -425,7 +402,6 @@ Result<Plan> MakePlan(const Placement& src, const Placement& dst, const Topology
   WP_ASSIGN_OR_RETURN(plan.sources, BuildBuffers(src, PlanSide::kSource, plan, identity));
   WP_ASSIGN_OR_RETURN(std::vector<int> dst_index, MatchTensors(src, dst, plan));
   WP_ASSIGN_OR_RETURN(plan.destinations, BuildBuffers(dst, PlanSide::kDestination, plan, dst_index));
-  WP_RETURN_IF_ERROR(CheckQuantizedSources(plan));
 
   WP_ASSIGN_OR_RETURN(plan_internal::PieceSet set, plan_internal::FindPieces(plan));
   Planner(plan, std::move(set.dst_groups), std::move(set.pieces)).Run();

@@ -224,13 +224,14 @@ Placement RandomBlockPlacement(Rng& rng, const std::vector<TensorMeta>& tensors,
   return p;
 }
 
-// Tensors quantised to e4m3 in 128x128 blocks: random block-aligned layouts on both sides, relays,
-// overlapping sources split by block rows, any chunk size (cuts inside e4m3 bytes and scales).
+// Tensors quantised to e4m3 in 128x128 blocks: random block-aligned destination layouts; sources on
+// block boundaries (quantising) or split anywhere (the receivers quantise); relays, overlapping
+// sources split in whole blocks, any chunk size (cuts inside e4m3 bytes and scales).
 // Run byte by byte, each destination shard must hold its slice quantised as a whole.
 TEST(PlannerProperty, RandomBlockAlignedLayoutsDeliverTheQuantisedBlocks) {
   constexpr int kCases = 300;
   Rng rng(20261204);
-  int relayed = 0, split_pieces = 0;
+  int relayed = 0, split_pieces = 0, at_receiver = 0;
   for (int c = 0; c < kCases; ++c) {
     SCOPED_TRACE("case " + std::to_string(c));
     std::vector<TensorMeta> tensors;
@@ -243,10 +244,16 @@ TEST(PlannerProperty, RandomBlockAlignedLayoutsDeliverTheQuantisedBlocks) {
     }
     const int src_ranks = Uniform(rng, 1, 3), dst_ranks = Uniform(rng, 1, 5);
     const bool whole_copy = Uniform(rng, 0, 3) == 0;
-    Placement src = RandomBlockPlacement(rng, tensors, src_ranks, Uniform(rng, 1, 2), whole_copy);
+    // Half the cases: sources split anywhere (flat shards too), so the receivers quantise.
+    const bool block_sources = Uniform(rng, 0, 1);
+    Placement src =
+        block_sources
+            ? RandomBlockPlacement(rng, tensors, src_ranks, Uniform(rng, 1, 2), whole_copy)
+            : RandomPlacement(rng, tensors, src_ranks + whole_copy, Uniform(rng, 1, 2), false, whole_copy);
     Placement dst = RandomBlockPlacement(rng, tensors, dst_ranks, Uniform(rng, 1, 3), false);
     PlanOptions options;
-    options.chunk_bytes = Uniform(rng, 1, 20000);
+    // Whole f32 elements where the sources' dtype may travel.
+    options.chunk_bytes = block_sources ? Uniform(rng, 1, 20000) : 4 * Uniform(rng, 1, 5000);
     options.relay_fanout = Uniform(rng, 0, 3);
     options.split_bytes = Uniform(rng, 1, 40000);
     options.transforms = {{"*", DType::kF8E4M3}};
@@ -259,7 +266,11 @@ TEST(PlannerProperty, RandomBlockAlignedLayoutsDeliverTheQuantisedBlocks) {
         << "src " << src.ToJson().dump() << "\ndst " << dst.ToJson().dump();
     bool any_relay = false, any_split = false;
     for (const PlanStep& s : plan->steps) {
-      ASSERT_EQ(s.transform, s.after < 0 ? TransformKind::kConvertAtSender : TransformKind::kIdentity);
+      if (s.transform == TransformKind::kConvertAtReceiver) {
+        ++at_receiver;
+      } else {
+        ASSERT_EQ(s.transform, s.after < 0 ? TransformKind::kConvertAtSender : TransformKind::kIdentity);
+      }
       any_relay |= s.after >= 0;
       any_split |=
           !(s.piece == plan->Buffer({PlanSide::kDestination, s.to_rank})->shards[s.to_shard].slice) &&
@@ -270,6 +281,7 @@ TEST(PlannerProperty, RandomBlockAlignedLayoutsDeliverTheQuantisedBlocks) {
   }
   EXPECT_GT(relayed, kCases / 5);
   EXPECT_GT(split_pieces, kCases / 5);
+  EXPECT_GT(at_receiver, kCases / 5);
 }
 
 TEST(PlannerProperty, SameInputSamePlan) {

@@ -52,9 +52,11 @@ Placement Replicas(DType dtype) {
   return Layout(dtype, {left, right, left, right, left, right});
 }
 
-Result<Plan> Quantizing(const Placement& src, const Placement& dst, uint64_t chunk_bytes = 1000) {
+Result<Plan> Quantizing(const Placement& src, const Placement& dst, uint64_t chunk_bytes = 1000,
+                        int fanout = 1) {
   PlanOptions o;
   o.chunk_bytes = chunk_bytes;  // cuts pieces inside the e4m3 bytes and inside the scales
+  o.relay_fanout = fanout;
   o.transforms = {{"*", DType::kF8E4M3}};
   return MakePlan(src, dst, Topology(), o);
 }
@@ -157,17 +159,6 @@ TEST(PlannerQuantize, SlicesOffBlockBoundariesAreRefusedNamingTensorAndRanks) {
   EXPECT_NE(plan.status().message().find("layers.0.mlp.up_proj.weight"), std::string::npos)
       << plan.status().ToString();
   EXPECT_NE(plan.status().message().find("block boundaries"), std::string::npos) << plan.status().ToString();
-  // The sources split rows at 100: they do not hold whole blocks.
-  const Placement src = Layout(DType::kBF16, {{{"layers.0.mlp.up_proj.weight", {{0, 0}, {100, 256}}}},
-                                              {{"layers.0.mlp.up_proj.weight", {{100, 0}, {412, 256}}}}});
-  plan = Quantizing(src, Replicas(DType::kBF16));
-  ASSERT_FALSE(plan.ok());
-  EXPECT_NE(plan.status().message().find("at src rank 0"), std::string::npos) << plan.status().ToString();
-  // A source whose rows end at 100 is refused, even beside a whole copy that could send every block.
-  Placement beside = Layout(DType::kBF16, {{{"layers.0.mlp.up_proj.weight", {{0, 0}, {100, 256}}}}, {}});
-  plan = Quantizing(beside, Replicas(DType::kBF16));
-  ASSERT_FALSE(plan.ok());
-  EXPECT_NE(plan.status().message().find("at src rank 0"), std::string::npos) << plan.status().ToString();
   // Only vectors and matrices have a block layout.
   Placement cube = *Placement::Make({*TensorMeta::Make("experts", DType::kBF16, {4, 128, 128})});
   cube.AddRank(0);
@@ -179,12 +170,51 @@ TEST(PlannerQuantize, SlicesOffBlockBoundariesAreRefusedNamingTensorAndRanks) {
       << plan.status().ToString();
 }
 
-TEST(PlannerQuantize, ValidateRefusesQuantisingAnywhereButTheSource) {
-  auto plan = Quantizing(Trainers(DType::kBF16), Replicas(DType::kBF16));
+// Sources off block boundaries (rows split at 100; FSDP's flat shards): the pieces travel in bf16
+// and each receiver quantises its whole shard; relays forward the bf16 bytes.
+TEST(PlannerQuantize, SourcesOffBlockBoundariesSendTheirDtypeAndEachReceiverQuantises) {
+  const Placement rows100 = Layout(DType::kBF16, {{{"layers.0.mlp.up_proj.weight", {{0, 0}, {100, 256}}}},
+                                                  {{"layers.0.mlp.up_proj.weight", {{100, 0}, {412, 256}}}}});
+  Placement flat_shards = *Placement::Make(Model(DType::kBF16));
+  for (const TensorMeta& t : Model(DType::kBF16)) {
+    flat_shards.AddShard(0, t.name, Slice::MakeFlat(0, t.num_elements() / 3));
+    flat_shards.AddShard(1, t.name,
+                         Slice::MakeFlat(t.num_elements() / 3, t.num_elements() - t.num_elements() / 3));
+  }
+  const Placement& flat = flat_shards;
+  for (const Placement* src : {&rows100, &flat}) {
+    auto plan = Quantizing(*src, Replicas(DType::kBF16));
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    uint64_t at_receiver = 0;
+    for (const PlanStep& s : plan->steps) {
+      const bool up = plan->tensors[s.tensor].name == "layers.0.mlp.up_proj.weight";
+      if (src == &rows100 && !up) {  // held whole at the sources: quantised there
+        EXPECT_EQ(s.transform, s.after < 0 ? TransformKind::kConvertAtSender : TransformKind::kIdentity);
+        continue;
+      }
+      EXPECT_EQ(s.transform, TransformKind::kConvertAtReceiver) << s.id;
+      EXPECT_EQ(s.bytes, static_cast<uint64_t>(s.piece.num_elements()) * 2) << "bf16 on the wire";
+      ++at_receiver;
+    }
+    EXPECT_GT(at_receiver, 0u);
+    EXPECT_TRUE(CheckCoverage(*plan).ok());
+    EXPECT_EQ(plan_test::RunPlanInMemory(*plan), "");
+  }
+}
+
+TEST(PlannerQuantize, ValidateRefusesAShardQuantisedBothWays) {
+  auto plan = Quantizing(Trainers(DType::kBF16), Replicas(DType::kBF16), 1000, 0);  // no relays
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   Plan bad = *plan;
-  for (PlanStep& s : bad.steps) s.transform = TransformKind::kConvertAtReceiver;
-  EXPECT_NE(bad.Validate().message().find("quantised at the source only"), std::string::npos)
+  // The two trainers' pieces of one destination shard: one of them made to quantise at the receiver.
+  for (PlanStep& s : bad.steps)
+    if (s.after < 0 && s.from.rank == 1 && plan->tensors[s.tensor].name == "layers.0.mlp.up_proj.weight") {
+      s.transform = TransformKind::kConvertAtReceiver;
+      s.bytes = static_cast<uint64_t>(s.piece.num_elements()) * 2;
+      s.chunks = static_cast<uint32_t>((s.bytes + bad.options.chunk_bytes - 1) / bad.options.chunk_bytes);
+      break;
+    }
+  EXPECT_NE(bad.Validate().message().find("quantised at the sources by step"), std::string::npos)
       << bad.Validate().ToString();
   bad = *plan;
   bad.steps[0].bytes -= 4;  // without one of its scales

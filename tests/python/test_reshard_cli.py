@@ -61,16 +61,16 @@ def rows_placement(tensors, ranks, dtype="f16", unit=1):
     return {"tensors": table(tensors, dtype), "ranks": out}
 
 
-def flat_placement(tensors, ranks):
+def flat_placement(tensors, ranks, dtype="f16"):
     """FSDP-like: each rank holds a contiguous range of every tensor's flat elements."""
     out = []
     for r in range(ranks):
         shards = []
         for name, a in sorted(tensors.items()):
-            start, n = split(a.size, ranks)[r]
+            start, n = split(int(np.prod(a.shape)), ranks)[r]
             shards.append({"tensor": name, "flat": [start, n]})
         out.append({"rank": r, "shards": shards})
-    return {"tensors": table(tensors), "ranks": out}
+    return {"tensors": table(tensors, dtype), "ranks": out}
 
 
 def columns_replicated(tensors, replicas, tp, dtype="f16", unit=1):

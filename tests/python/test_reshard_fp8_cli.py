@@ -12,7 +12,7 @@ safetensors = pytest.importorskip("safetensors")
 import safetensors.torch  # noqa: E402
 
 from fp8_reference import BLOCK, expand, quantise  # noqa: E402
-from test_reshard_cli import columns_replicated, rows_placement, run_plan, tiny_model  # noqa: E402
+from test_reshard_cli import columns_replicated, flat_placement, rows_placement, run_plan, tiny_model  # noqa: E402
 
 QUANTISED = "*_proj.weight"
 
@@ -22,19 +22,23 @@ def bf16_model(tmp_path_factory):
     return tiny_model(tmp_path_factory.mktemp("model_bf16"), "bf16", safetensors.torch.load_file)
 
 
-def test_quantising_to_fp8_in_flight_through_relays_matches_torch(tmp_path, procs, bf16_model):
+@pytest.mark.parametrize("sources", ["block rows", "flat"])
+def test_quantising_to_fp8_in_flight_through_relays_matches_torch(tmp_path, procs, bf16_model, sources):
+    """Sources on block boundaries quantise as they publish; FSDP-style flat sources send bf16 and each
+    destination quantises its whole shard. Either way the files hold the same e4m3 values and scales."""
     model_dir, source = bf16_model
-    src = rows_placement(source, 2, dtype="bf16", unit=BLOCK)
+    at_sources = sources == "block rows"
+    src = rows_placement(source, 2, dtype="bf16", unit=BLOCK) if at_sources else flat_placement(source, 3, "bf16")
     dst = columns_replicated(source, 2, 2, dtype="bf16", unit=BLOCK)
     outs, summary = run_plan(tmp_path, procs, model_dir, src, dst, "tcp", fanout=1, versions=2,
                              extra=("--convert", f"{QUANTISED}=f8e4m3"))
-    wire = 0  # what the plan moves: e4m3 and 4 bytes per block for the quantised, bf16 for the rest
+    wire = 0  # what the plan moves: e4m3 and 4 bytes per block where the sources quantise, else bf16
     for r in dst["ranks"]:
         for sh in r["shards"]:
             n = 1
             for length in sh["length"]:
                 n *= length
-            if sh["tensor"].endswith("_proj.weight"):
+            if sh["tensor"].endswith("_proj.weight") and at_sources:
                 blocks = (-(-sh["length"][0] // BLOCK)) * (-(-sh["length"][1] // BLOCK))
                 wire += n + 4 * blocks
             else:

@@ -44,8 +44,9 @@ inline constexpr uint64_t kPlanAlignment = 64;
 // into its shard. A relay forwards what it received: after a conversion at the source, from its
 // shard (identity); after conversions at receivers, from its landing area (converting again itself).
 // So every hop carries the same, narrower bytes, and the root's chunk hashes hold on every hop.
-// Quantising to f8e4m3 in 128x128 blocks (quantized.h) is always a conversion at the source: it
-// needs whole blocks, which a source holds and a receiver of one piece may not.
+// Quantising to f8e4m3 in 128x128 blocks (quantized.h) needs whole blocks: at the sources when
+// every source shard holds whole blocks (fewer bytes travel), else at each receiver, which lands
+// every piece of a shard in the sources' dtype and quantises the whole shard once all are verified.
 enum class TransformKind : uint8_t { kIdentity, kConvertAtSender, kConvertAtReceiver };
 const char* TransformName(TransformKind kind);  // "identity", "convert_at_sender", "convert_at_receiver"
 

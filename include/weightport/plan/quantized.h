@@ -1,17 +1,20 @@
 // Tensors the destinations store as float8 e4m3fn with 128x128 block scales (the layout of
-// DeepSeek-V3-style FP8 checkpoints), quantised by the sources as they publish.
+// DeepSeek-V3-style FP8 checkpoints), quantised in flight.
 //
 // A quantised tensor is a vector or a matrix of f32 or bf16 at the sources. Its scale grid has one
 // f32 per 128x128 block ([ceil(rows/128), ceil(cols/128)]; [ceil(n/128)] for a vector: blocks of
-// 128 elements), each the factor that dequantises its block (kernels::QuantizeE4m3). Because a
-// block's scale depends on the whole block, every slice of a quantised tensor in a plan — the
-// shards on both sides and so every piece — is a box that starts on a block boundary and ends on
-// one or at the tensor's edge: a source then holds whole blocks of each piece it sends and
-// quantises them itself, so half the bytes of bf16 travel, and each piece carries its own scales.
+// 128 elements), each the factor that dequantises its block (kernels::QuantizeE4m3). A block's
+// scale depends on the whole block, so every destination shard is a box that starts on a block
+// boundary and ends on one or at the tensor's edge. Where every source shard is such a box too,
+// each piece is whole blocks: its source quantises it as it publishes (half the bytes of bf16
+// travel) and the piece carries its own scales. Otherwise (FSDP's flat shards, rows split at 100)
+// the pieces travel in the sources' dtype and each receiver quantises its whole shard once every
+// piece of it is verified (plan.h, TransformKind).
 //
 // Stored, a destination shard is its e4m3 bytes (row-major) followed, 4-byte aligned, by the f32
-// scales of its blocks (row-major by block). On the wire, a piece is its e4m3 bytes followed
-// directly by its scales; chunk k is bytes [k * chunk_bytes, (k + 1) * chunk_bytes) of that.
+// scales of its blocks (row-major by block). On the wire, a piece quantised at its source is its
+// e4m3 bytes followed directly by its scales; chunk k is bytes [k * chunk_bytes, (k + 1) *
+// chunk_bytes) of that.
 #pragma once
 
 #include <cstdint>
