@@ -199,6 +199,17 @@ Result<Placement> ReplicasOfTp(int replicas, int tp, DType dtype = DType::kBF16)
   return BuildMesh(Model(dtype), axes);
 }
 
+// Matrices on 128-element block boundaries under TP-2 (with partial blocks at their edges) and a vector.
+std::vector<TensorMeta> BlockModel(DType dtype) {
+  return {*TensorMeta::Make("model.layers.0.self_attn.q_proj.weight", dtype, {256, 200}),
+          *TensorMeta::Make("model.layers.0.self_attn.o_proj.weight", dtype, {300, 256}),
+          *TensorMeta::Make("model.layers.0.mlp.up_proj.weight", dtype, {512, 128}),
+          *TensorMeta::Make("model.norm.weight", dtype, {200})};
+}
+
+// Three replicas of TP-2.
+std::vector<MeshAxis> TpReplicas() { return {ReplicaAxis("dp", 3), TensorParallelAxis("tp", 2)}; }
+
 class PlanRankReplay : public ::testing::TestWithParam<int> {};
 
 size_t RelaySteps(const Plan& plan) {
@@ -274,19 +285,11 @@ TEST_P(PlanRankReplay, NarrowsAtTheSources) {
   }
 }
 
-// Matrices on 128-element block boundaries under TP-2 (with partial blocks at their edges) and a vector.
-std::vector<TensorMeta> BlockModel(DType dtype) {
-  return {*TensorMeta::Make("model.layers.0.self_attn.q_proj.weight", dtype, {256, 200}),
-          *TensorMeta::Make("model.layers.0.self_attn.o_proj.weight", dtype, {300, 256}),
-          *TensorMeta::Make("model.layers.0.mlp.up_proj.weight", dtype, {512, 128}),
-          *TensorMeta::Make("model.norm.weight", dtype, {200})};
-}
-
 // bf16 sources, f8e4m3 destinations with block scales. Sources on block boundaries quantise whole
 // blocks as they publish (about half the bytes travel, relays forward the scales); FSDP's flat
 // shards send bf16 and each receiver quantises its whole shard. Unchanged tensors are kept.
 TEST_P(PlanRankReplay, QuantisesInFlightAndKeepsWhatDidNotChange) {
-  std::vector<MeshAxis> tp2 = {ReplicaAxis("dp", 3), TensorParallelAxis("tp", 2)};
+  std::vector<MeshAxis> tp2 = TpReplicas();
   std::vector<MeshAxis> tp1 = {ReplicaAxis("dp", 2)};
   const std::vector<int> one = {0};
   for (int layout = 0; layout < 3; ++layout) {
@@ -503,6 +506,16 @@ TEST(PlanRank, DeltaOffFetchesEverything) {
   EXPECT_EQ(s.bytes, g.plan->TotalBytes());
   EXPECT_EQ(s.kept_chunks, 0u);
   g.ExpectLive(2);
+  // Also where the ranks quantise what lands (their worker thread is not a sign of delta).
+  Group q(MustPlan(FsdpFlat(BlockModel(DType::kBF16), 3), BuildMesh(BlockModel(DType::kBF16), TpReplicas()),
+                   1, 1000, {{"*.weight", DType::kF8E4M3}}),
+          o);
+  q.content = [](uint32_t, uint64_t) { return 1; };
+  q.Update(1);
+  s = q.Update(2);
+  EXPECT_EQ(s.bytes, q.plan->TotalBytes());
+  EXPECT_EQ(s.kept_chunks, 0u);
+  q.ExpectLive(2);
 }
 
 // A corrupted chunk in a landing area is fetched again before it is converted. Flat sources to

@@ -434,8 +434,8 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   void StartKeeping() {
     const int live = staging_ ^ 1;
     const std::vector<uint64_t>& live_hashes = r_.copy_hashes[live];
-    if (!r_.keepers || r_.live_version == 0 || r_.copy_version[live] != r_.live_version ||
-        live_hashes.size() != r_.in_chunks.size())
+    if (!r_.options.delta || !r_.keepers || r_.live_version == 0 ||
+        r_.copy_version[live] != r_.live_version || live_hashes.size() != r_.in_chunks.size())
       return;
     const bool staging_known = staging_had_.size() == r_.in_chunks.size();
     constexpr uint64_t kBatchBytes = 32ull << 20;
