@@ -79,9 +79,10 @@ struct QuantizeJob {
   DType from = DType::kBF16;
   uint32_t gather_begin = 0, gather_end = 0;
 };
-// Runs `jobs` on the copy of the arena at `base`; `scratch` holds a gathered matrix.
+// Runs `jobs` on the copy of the arena at `base`, shared among `pool`'s threads (nullptr: on the
+// calling thread, which must not be one of the pool's); returns when all are done.
 void RunQuantizeJobs(std::byte* base, const std::vector<QuantizeJob>& jobs, const std::vector<Run>& gathers,
-                     std::vector<std::byte>& scratch);
+                     WorkerPool* pool);
 
 // A chunk this source hashes on Publish.
 struct OutChunk {
@@ -191,6 +192,9 @@ struct PlanRank::Impl {
   // version (0: none, or a receive is writing it). Set when a receive succeeds.
   std::array<std::vector<uint64_t>, 2> copy_hashes;
   std::array<uint64_t, 2> copy_version{0, 0};
+  // Share the bands of out_quantize / in_quantize (PlanRankOptions::quantize_threads); Publish's
+  // caller or a keeper waits for them. Declared before `keepers`: outlives their tasks.
+  std::unique_ptr<WorkerPool> quantizers;
   std::unique_ptr<WorkerPool> keepers;  // copies and hashes of kept chunks, off the loop thread
   uint64_t slot_bytes = 0;              // of one compressed chunk (plan_layout::SlotBytes)
 

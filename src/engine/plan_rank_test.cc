@@ -322,6 +322,28 @@ TEST_P(PlanRankReplay, QuantisesInFlightAndKeepsWhatDidNotChange) {
   }
 }
 
+// Shards of several MiB are quantised in bands of whole block rows on two threads, at the source
+// (whole blocks there) and at the receivers (flat sources): the bytes are those of quantising each
+// shard whole.
+TEST(PlanRank, LargeShardsAreQuantisedInBandsOnSeveralThreads) {
+  // 4352 rows (34 blocks: TP-2 halves of 17) x 1074 columns (a partial block): 9.3 MiB of bf16.
+  const std::vector<TensorMeta> big = {
+      *TensorMeta::Make("model.layers.0.mlp.up_proj.weight", DType::kBF16, {4352, 1074})};
+  PlanRankOptions o;
+  o.quantize_threads = 2;
+  const std::vector<int> one = {0};
+  for (bool at_sources : {true, false}) {
+    SCOPED_TRACE(at_sources ? "at the source" : "at the receivers");
+    auto src = at_sources ? Replicated(big, one) : FsdpFlat(big, 3);
+    Group g(MustPlan(src, BuildMesh(big, TpReplicas()), 1, 1 << 20, {{"*", DType::kF8E4M3}}), o);
+    for (const PlanStep& s : g.plan->steps) EXPECT_EQ(ReceiverEndPacked(s), !at_sources);
+    for (uint64_t v = 1; v <= 2; ++v) {
+      g.Update(v);
+      g.ExpectLive(v);
+    }
+  }
+}
+
 // 0: direct from the sources; 1: relay chain; 2: binary relay tree.
 INSTANTIATE_TEST_SUITE_P(Fanout, PlanRankReplay, ::testing::Values(0, 1, 2));
 

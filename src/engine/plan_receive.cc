@@ -551,9 +551,8 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
       ++in_flight_;
       auto self = shared_from_this();
       r_.keepers->Submit([self] {
-        std::vector<std::byte> scratch;
         RunQuantizeJobs(self->r_.at(self->r_.mine->CopyOffset(self->staging_)), self->r_.in_quantize,
-                        self->r_.in_gathers, scratch);
+                        self->r_.in_gathers, self->r_.quantizers.get());
         self->r_.loop->Post([self](Transport&) {
           --self->in_flight_;
           self->MaybeFinish();

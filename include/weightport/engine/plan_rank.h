@@ -63,6 +63,9 @@ struct PlanRankOptions {
   // that Rekey can move the rank to a fresh transport without moving the shards. Same-host peers
   // then read it through CMA instead of a shared mapping.
   bool rotate_keys = false;
+  // Threads quantising to e4m3 in flight (a source's Publish, a destination's shards once landed),
+  // each taking bands of whole block rows. 0: the hardware threads, at most 8.
+  size_t quantize_threads = 0;
 };
 
 // What a peer needs to reach a rank: its transport address and its arena's key.
