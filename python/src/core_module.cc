@@ -7,6 +7,8 @@
 // (zero-copy) and keep their owner (the publisher, or the subscriber's pin) alive.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -193,6 +195,13 @@ class PySubscriber {
       : sub_(JoinAs<PlanSubscriber>(secret, args, false)) {}
   size_t num_shards() const { return sub_->num_shards(); }
   ShardInfo shard_info(size_t i) const { return InfoOf(sub_->shard_info(CheckShard(i, sub_->num_shards()))); }
+  // A shard quantised in flight: (where its f32 block scales start in its bytes, its scale grid's
+  // lengths); None for any other shard.
+  std::optional<std::pair<uint64_t, std::vector<int64_t>>> shard_scales(size_t i) const {
+    const PlanShardView v = sub_->shard_info(CheckShard(i, sub_->num_shards()));
+    if (!v.quantized) return std::nullopt;
+    return std::make_pair(v.scale_offset, v.scale_blocks.box().length);
+  }
   uint64_t live_version() const { return sub_->live_version(); }
   void WaitForVersion(uint64_t version, double timeout_s) {
     nb::gil_scoped_release release;
@@ -304,6 +313,7 @@ NB_MODULE(_core, m) {
       .def(nb::init<nb::bytes, MemberArgs>(), "secret"_a, "args"_a)
       .def("num_shards", &PySubscriber::num_shards)
       .def("shard_info", &PySubscriber::shard_info, "i"_a)
+      .def("shard_scales", &PySubscriber::shard_scales, "i"_a)
       .def_prop_ro("live_version", &PySubscriber::live_version)
       .def("wait_for_version", &PySubscriber::WaitForVersion, "version"_a, "timeout_s"_a)
       .def("acquire", &PySubscriber::Acquire, nb::rv_policy::take_ownership)

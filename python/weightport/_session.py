@@ -42,11 +42,12 @@ def member_args(coordinator: str, rank: int, world_size: int, host: str | None, 
 class Bound:
     """One local tensor and the shard that holds it."""
 
-    __slots__ = ("name", "tensor", "dtype", "local_shape", "shard")
+    __slots__ = ("name", "tensor", "dtype", "local_shape", "shard", "scales")
 
     def __init__(self, name: str, tensor: Any, dtype: str, local_shape: list[int]):
         self.name, self.tensor, self.dtype, self.local_shape = name, tensor, dtype, local_shape
         self.shard = -1
+        self.scales = None  # a subscriber's shard quantised in flight: (offset, scale grid lengths)
 
 
 def describe(tensors: Any, layout: Layout | None, rank: int) -> tuple[list[Bound], str]:

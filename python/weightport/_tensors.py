@@ -121,18 +121,15 @@ def view_as(array: np.ndarray, dtype: str, shape: list[int], like: Any = None):
     return array.view(_NUMPY_BY_NAME[dtype]).reshape(shape)
 
 
-FP8_BLOCK = 128
 
-
-def shard_views(array: np.ndarray, dtype: str, shape: list[int], like: Any = None):
+def shard_views(array: np.ndarray, dtype: str, shape: list[int], like: Any = None, scales: Any = None):
     """A received shard as (values, scales). A tensor quantised in flight (bound as f8e4m3 while the
-    publisher holds f32 or bf16) is stored as its e4m3 values, then, 4-byte aligned, one f32 scale per
-    128x128 block (128 elements for a vector) that dequantises it: values * scale. ``scales`` is
-    None for every other shard."""
-    count = int(np.prod(shape)) if shape else 1
-    if dtype != "f8e4m3" or array.size == count:
+    publisher holds f32 or bf16) is stored as its e4m3 values, then one f32 scale per 128x128 block
+    that dequantises it (values * scale): `scales` is where, as the engine says (offset in the shard's
+    bytes, the scale grid's lengths), or None for every other shard."""
+    if scales is None:
         return view_as(array, dtype, shape, like), None
-    grid = [-(-n // FP8_BLOCK) for n in shape]
-    at = (count + 3) & ~3
-    scales = view_as(array[at:at + 4 * int(np.prod(grid))], "f32", grid, like)
-    return view_as(array[:count], dtype, shape, like), scales
+    at, grid = scales
+    count = int(np.prod(shape)) if shape else 1
+    block_scales = view_as(array[at:at + 4 * int(np.prod(grid))], "f32", list(grid), like)
+    return view_as(array[:count], dtype, shape, like), block_scales

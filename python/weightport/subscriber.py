@@ -22,7 +22,8 @@ class PinnedVersion:
         self.tensors: dict[str, Any] = {}
         self.scales: dict[str, Any] = {}
         for b in (b for b in bound if b.shard >= 0):
-            self.tensors[b.name], scales = shard_views(pin.shard_array(b.shard), b.dtype, b.local_shape, b.tensor)
+            self.tensors[b.name], scales = shard_views(pin.shard_array(b.shard), b.dtype, b.local_shape, b.tensor,
+                                                       b.scales)
             if scales is not None:
                 self.scales[b.name] = scales
 
@@ -77,6 +78,8 @@ class Subscriber(Member):
         if mode not in ("zero-copy", "copy"):
             raise ValueError(f"mode must be 'zero-copy' or 'copy', got '{mode}'")
         self._join(_core.Subscriber, model, layout)
+        for b in (b for b in self._bound if b.shard >= 0):
+            b.scales = self._core.shard_scales(b.shard)
         self._mode = mode
         return self
 
@@ -105,7 +108,7 @@ class Subscriber(Member):
         zero_copy = False  # some tensor now points at the pin's memory: the pin stays with the model
         scales = {}
         for b in (b for b in self._bound if b.shard >= 0):
-            view, block_scales = shard_views(pin.shard_array(b.shard), b.dtype, b.local_shape, b.tensor)
+            view, block_scales = shard_views(pin.shard_array(b.shard), b.dtype, b.local_shape, b.tensor, b.scales)
             if block_scales is not None:  # kept as copies: small, and valid after the pin goes
                 scales[b.name] = block_scales.clone() if is_torch(block_scales) else block_scales.copy()
             if not is_torch(b.tensor):  # NumPy arrays: always copied in place

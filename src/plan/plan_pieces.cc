@@ -1,12 +1,11 @@
 #include "plan/plan_pieces.h"
 
-#include "weightport/kernels/convert.h"
-#include "weightport/plan/quantized.h"
-
 #include <algorithm>
 
 #include "weightport/core/dtype.h"
 #include "weightport/core/placement_builders.h"
+#include "weightport/kernels/convert.h"
+#include "weightport/plan/quantized.h"
 
 namespace weightport::plan_internal {
 namespace {

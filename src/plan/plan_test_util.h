@@ -54,6 +54,21 @@ inline void DestinationElement(const Plan& plan, uint32_t t, int64_t flat, std::
   if (!kernels::Convert(from, to, in, out, 1).ok()) std::memset(out, 0xee, DTypeSize(to));
 }
 
+// `values` (a slice of tensor `t` in its source dtype, row-major) quantised as one matrix: the e4m3
+// bytes at `out`, the scales at `scales_at`. False when the slice has no block layout.
+inline bool QuantizeSlice(const TensorMeta& t, const Slice& slice, const std::vector<std::byte>& values,
+                          std::byte* out, std::byte* scales_at) {
+  const Result<QuantizedMatrix> m = QuantizedMatrixOf(slice, t.shape);
+  if (!m.ok()) return false;
+  std::vector<float> scales(m->scales);
+  if (!kernels::QuantizeE4m3(t.dtype, values.data(), m->rows, m->cols, kernels::Fp8Scaling::kBlock128,
+                             reinterpret_cast<uint8_t*>(out), scales.data())
+           .ok())
+    return false;
+  std::memcpy(scales_at, scales.data(), scales.size() * 4);
+  return true;
+}
+
 // A destination shard of a quantised tensor (quantized.h): its source elements gathered, quantised
 // as one matrix: e4m3 bytes, then the scales at StoredScaleOffset.
 inline void FillQuantizedShard(const Plan& plan, const PlannedShard& s, std::byte* out) {
@@ -63,16 +78,8 @@ inline void FillQuantizedShard(const Plan& plan, const PlannedShard& s, std::byt
   ForEachElement(s.slice, t.shape, [&](int64_t flat) {
     for (uint64_t b = 0; b < es; ++b) values.push_back(ElementByte(s.tensor, flat, b));
   });
-  const Result<QuantizedMatrix> m = QuantizedMatrixOf(s.slice, t.shape);
-  std::vector<float> scales(m.ok() ? m->scales : 0);
-  if (!m.ok() ||
-      !kernels::QuantizeE4m3(t.dtype, values.data(), m->rows, m->cols, kernels::Fp8Scaling::kBlock128,
-                             reinterpret_cast<uint8_t*>(out), scales.data())
-           .ok()) {
+  if (!QuantizeSlice(t, s.slice, values, out, out + StoredScaleOffset(s.slice.num_elements())))
     std::memset(out, 0xee, s.bytes);
-    return;
-  }
-  std::memcpy(out + StoredScaleOffset(s.slice.num_elements()), scales.data(), scales.size() * 4);
 }
 
 // A quantising step's piece as its source publishes it: gathered from the source's shard (`in`),
@@ -80,20 +87,13 @@ inline void FillQuantizedShard(const Plan& plan, const PlannedShard& s, std::byt
 inline std::vector<std::byte> QuantizedPiece(const Plan& plan, const PlanStep& step, const std::byte* in) {
   const TensorMeta& t = plan.tensors[step.tensor];
   const uint64_t es = DTypeSize(t.dtype);
-  const Result<QuantizedMatrix> m = QuantizedMatrixOf(step.piece, t.shape);
-  if (!m.ok()) return {};
-  std::vector<std::byte> values(static_cast<size_t>(m->rows * m->cols) * es);
+  std::vector<std::byte> values(static_cast<size_t>(step.piece.num_elements()) * es);
   Status st = ForEachConvertRun(plan, step, [&](const ConvertRun& r) {
     std::memcpy(values.data() + r.piece_element * es, in + r.shard_offset, r.count * es);
   });
   std::vector<std::byte> out(step.bytes);
-  std::vector<float> scales(m->scales);
-  if (!st.ok() ||
-      !kernels::QuantizeE4m3(t.dtype, values.data(), m->rows, m->cols, kernels::Fp8Scaling::kBlock128,
-                             reinterpret_cast<uint8_t*>(out.data()), scales.data())
-           .ok())
-    return {};
-  std::memcpy(out.data() + m->rows * m->cols, scales.data(), scales.size() * 4);
+  const uint64_t e4m3 = static_cast<uint64_t>(step.piece.num_elements());
+  if (!st.ok() || !QuantizeSlice(t, step.piece, values, out.data(), out.data() + e4m3)) return {};
   return out;
 }
 
@@ -124,8 +124,9 @@ inline std::vector<std::byte> FilledBuffer(const Plan& plan, const RankBuffer& b
 
 // Runs every step in order with memcpy and kernels::Convert as the engine does (a source
 // converting fills a wire area; a receiver converting lands the piece and converts it, or quantises
-// the whole shard once every piece of it landed; a relay reads what an earlier step wrote) and checks each destination buffer against FilledBuffer, and
-// that no destination byte is written twice. Returns "" or a description of the first problem.
+// the whole shard once every piece of it landed; a relay reads what an earlier step wrote) and checks each
+// destination buffer against FilledBuffer, and that no destination byte is written twice. Returns "" or a
+// description of the first problem.
 inline std::string RunPlanInMemory(const Plan& plan) {
   std::vector<std::vector<std::byte>> src, dst;
   std::vector<std::vector<uint8_t>> writes;
@@ -214,16 +215,10 @@ inline std::string RunPlanInMemory(const Plan& plan) {
       });
       if (!st.ok()) return st.ToString();
     }
-    const Result<QuantizedMatrix> m = QuantizedMatrixOf(shard.slice, t.shape);
-    std::vector<float> scales(m.ok() ? m->scales : 0);
     std::byte* out = dst[at.first].data() + shard.offset;
-    if (!m.ok() ||
-        !kernels::QuantizeE4m3(t.dtype, values.data(), m->rows, m->cols, kernels::Fp8Scaling::kBlock128,
-                               reinterpret_cast<uint8_t*>(out), scales.data())
-             .ok())
-      return "quantising dst shard of tensor '" + t.name + "' failed";
     const uint64_t scale_at = StoredScaleOffset(shard.slice.num_elements());
-    std::memcpy(out + scale_at, scales.data(), scales.size() * 4);
+    if (!QuantizeSlice(t, shard.slice, values, out, out + scale_at))
+      return "quantising dst shard of tensor '" + t.name + "' failed";
     for (uint64_t i = 0; i < shard.bytes; ++i)
       if (i < static_cast<uint64_t>(shard.slice.num_elements()) || i >= scale_at)
         ++writes[at.first][shard.offset + i];
