@@ -156,45 +156,6 @@ Status CompileShardQuantize(const Plan& plan, const RankBuffer& me,
   return Status::Ok();
 }
 
-// Cuts each job into bands of whole block rows of about `band_bytes` of input, so that the threads
-// quantising share a large shard: a band's blocks are whole, so it quantises as it would in the
-// whole matrix. Gathers are cut at the bands' edges and rebased into their band.
-void SplitIntoBands(std::vector<QuantizeJob>& jobs, std::vector<Run>& gathers, uint64_t band_bytes) {
-  constexpr int64_t kBlock = kernels::kFp8Block;
-  std::vector<QuantizeJob> out_jobs;
-  std::vector<Run> out_gathers;
-  for (const QuantizeJob& job : jobs) {
-    const uint64_t row_bytes = static_cast<uint64_t>(job.cols) * DTypeSize(job.from);
-    const int64_t band_rows =
-        std::max<int64_t>(kBlock, static_cast<int64_t>(band_bytes / row_bytes) / kBlock * kBlock);
-    std::vector<Run> runs(gathers.begin() + job.gather_begin, gathers.begin() + job.gather_end);
-    std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.to < b.to; });
-    size_t next = 0;  // the first run not wholly in an earlier band
-    for (int64_t r0 = 0; r0 < job.rows; r0 += band_rows) {
-      const int64_t rows = std::min(band_rows, job.rows - r0);
-      const uint64_t lo = static_cast<uint64_t>(r0) * row_bytes,
-                     hi = lo + static_cast<uint64_t>(rows) * row_bytes;
-      const int64_t block_cols = (job.cols + kBlock - 1) / kBlock;
-      QuantizeJob band = job;
-      band.out = job.out + static_cast<uint64_t>(r0 * job.cols);  // e4m3: a byte per element
-      band.scales_at = job.scales_at + static_cast<uint64_t>(r0 / kBlock * block_cols) * sizeof(float);
-      band.rows = rows;
-      band.scales = (rows + kBlock - 1) / kBlock * block_cols;
-      band.gather_begin = static_cast<uint32_t>(out_gathers.size());
-      for (size_t i = next; i < runs.size() && runs[i].to < hi; ++i) {
-        const uint64_t from = std::max(runs[i].to, lo), to = std::min(runs[i].to + runs[i].length, hi);
-        if (to <= from) continue;
-        out_gathers.push_back({runs[i].from + (from - runs[i].to), from - lo, to - from});
-        if (runs[i].to + runs[i].length <= hi) next = i + 1;
-      }
-      band.gather_end = static_cast<uint32_t>(out_gathers.size());
-      out_jobs.push_back(band);
-    }
-  }
-  jobs = std::move(out_jobs);
-  gathers = std::move(out_gathers);
-}
-
 // Appends `item` to `list` and widens [begin, end) over it: a chunk's runs (or conversions) are
 // appended in piece order, so they are one contiguous range of the list.
 template <typename T>
@@ -393,9 +354,11 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
     if ((options.delta && !impl->in_chunks.empty()) || !impl->in_quantize.empty())
       impl->keepers = std::make_unique<WorkerPool>(1);
   }
+  if (options.device) WP_RETURN_IF_ERROR(AllocateDeviceShards(*impl));
   constexpr uint64_t kBandBytes = 4ull << 20;
   SplitIntoBands(impl->out_quantize, impl->out_gathers, kBandBytes);
   SplitIntoBands(impl->in_quantize, impl->in_gathers, kBandBytes);
+  MapBandsToChunks(*impl);
   const size_t threads = options.quantize_threads
                              ? options.quantize_threads
                              : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
@@ -486,34 +449,9 @@ std::span<std::byte> PlanRank::shard_bytes(size_t shard) {
   return {impl_->at(base + s.offset), s.bytes};
 }
 uint64_t PlanRank::live_version() const { return impl_->live_version; }
-
-void plan_rank_internal::RunQuantizeJobs(std::byte* base, const std::vector<QuantizeJob>& jobs,
-                                         const std::vector<Run>& gathers, WorkerPool* pool) {
-  // Jobs [begin, end) on the calling thread (shapes checked when the plan was compiled).
-  auto run = [base, &jobs, &gathers](size_t begin, size_t end) {
-    std::vector<std::byte> scratch;
-    std::vector<float> scales;
-    for (size_t j = begin; j < end; ++j) {
-      const QuantizeJob& q = jobs[j];
-      scratch.resize(static_cast<size_t>(q.rows * q.cols) * DTypeSize(q.from));
-      for (uint32_t i = q.gather_begin; i < q.gather_end; ++i)
-        std::memcpy(scratch.data() + gathers[i].to, base + gathers[i].from, gathers[i].length);
-      scales.resize(static_cast<size_t>(q.scales));
-      kernels::QuantizeE4m3(q.from, scratch.data(), q.rows, q.cols, kernels::Fp8Scaling::kBlock128,
-                            reinterpret_cast<uint8_t*>(base + q.out), scales.data())
-          .IgnoreError();
-      std::memcpy(base + q.scales_at, scales.data(), scales.size() * sizeof(float));
-    }
-  };
-  const size_t parts = pool ? std::min(pool->size(), jobs.size()) : 1;
-  if (parts <= 1) return run(0, jobs.size());
-  std::latch done(static_cast<std::ptrdiff_t>(parts));
-  for (size_t p = 0; p < parts; ++p)
-    pool->Submit([&run, &done, &jobs, p, parts] {
-      run(jobs.size() * p / parts, jobs.size() * (p + 1) / parts);
-      done.count_down();
-    });
-  done.wait();
+void* PlanRank::device_shard(size_t shard) const {
+  const auto& copy = impl_->device_shards[impl_->is_source() ? 0 : impl_->live];
+  return copy.empty() ? nullptr : copy.at(shard).get();
 }
 
 Status PlanRank::Publish(uint64_t version) {
@@ -523,7 +461,8 @@ Status PlanRank::Publish(uint64_t version) {
     return InvalidArgument("Publish: version " + std::to_string(version) + " out of range");
   if (r.mine->hash_bytes == 0) return Status::Ok();
   std::byte* header = r.at(r.mine->hash_offset);
-  StoreWord(header, 0);                        // readers see "not published" while the hashes change
+  StoreWord(header, 0);  // readers see "not published" while the shards and hashes change
+  WP_RETURN_IF_ERROR(CopyDeviceShards(r, 0, /*to_device=*/false));
   for (const ConvertSpan& c : r.out_converts)  // checked when the plan was compiled
     kernels::Convert(c.from_dtype, c.to_dtype, r.at(c.from), r.at(c.to), c.count).IgnoreError();
   RunQuantizeJobs(r.at(0), r.out_quantize, r.out_gathers, r.quantizers.get());
@@ -565,6 +504,11 @@ Result<ReceiveStats> PlanRank::Receive(uint64_t version) {
                  [promise](Result<ReceiveStats> result) { promise->set_value(std::move(result)); });
   });
   Result<ReceiveStats> result = future.get();
+  if (result.ok() && !r.device_shards[0].empty()) {  // the staging copy, verified, to the device
+    const auto t0 = std::chrono::steady_clock::now();
+    WP_RETURN_IF_ERROR(CopyDeviceShards(r, r.live ^ 1, /*to_device=*/true));
+    result->to_device = std::chrono::steady_clock::now() - t0;
+  }
   if (result.ok()) r.received_version = version;
   return result;
 }

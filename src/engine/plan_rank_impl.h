@@ -80,9 +80,16 @@ struct QuantizeJob {
   uint32_t gather_begin = 0, gather_end = 0;
 };
 // Runs `jobs` on the copy of the arena at `base`, shared among `pool`'s threads (nullptr: on the
-// calling thread, which must not be one of the pool's); returns when all are done.
+// calling thread, which must not be one of the pool's); returns when all are done. With
+// `output_hashes`, each job's BandOutputHash too.
 void RunQuantizeJobs(std::byte* base, const std::vector<QuantizeJob>& jobs, const std::vector<Run>& gathers,
-                     WorkerPool* pool);
+                     WorkerPool* pool, std::vector<uint64_t>* output_hashes = nullptr);
+// Cuts each job into bands of whole block rows of about `band_bytes` of input, so that the threads
+// quantising share a large shard; gathers are cut at the bands' edges and rebased into their band.
+void SplitIntoBands(std::vector<QuantizeJob>& jobs, std::vector<Run>& gathers, uint64_t band_bytes);
+// A quantised band's output (e4m3 bytes, scales) in the copy at `base`, hashed: tells whether it is
+// still what was quantised there.
+uint64_t BandOutputHash(const std::byte* base, const QuantizeJob& q);
 
 // A chunk this source hashes on Publish.
 struct OutChunk {
@@ -168,6 +175,11 @@ struct PlanRank::Impl {
   // Shards quantised here once a receive has every piece (on a keeper thread, before it reports).
   std::vector<plan_rank_internal::QuantizeJob> in_quantize;
   std::vector<plan_rank_internal::Run> in_gathers;
+  // Per in_quantize band, the incoming chunks it reads (band_chunks[band_chunk_begin[j] ..
+  // band_chunk_begin[j + 1])), and per copy a BandOutputHash of each band as made there (valid
+  // while copy_version says the copy holds its version).
+  std::vector<uint32_t> band_chunk_begin, band_chunks;
+  std::array<std::vector<uint64_t>, 2> band_hashes;
   std::vector<plan_rank_internal::RootSource> roots;
   std::vector<plan_rank_internal::DetourLevel> detour_levels;
   std::vector<plan_rank_internal::RunRange> detour_ranges;
@@ -191,6 +203,8 @@ struct PlanRank::Impl {
   // Delta: per copy, each incoming chunk's root hash in the version the copy holds, and that
   // version (0: none, or a receive is writing it). Set when a receive succeeds.
   std::array<std::vector<uint64_t>, 2> copy_hashes;
+  // PlanRankOptions::device: each shard on the device, per copy (a source has one).
+  std::array<std::vector<std::shared_ptr<void>>, 2> device_shards;
   std::array<uint64_t, 2> copy_version{0, 0};
   // Share the bands of out_quantize / in_quantize (PlanRankOptions::quantize_threads); Publish's
   // caller or a keeper waits for them. Declared before `keepers`: outlives their tasks.
@@ -203,6 +217,24 @@ struct PlanRank::Impl {
   std::string StepName(uint32_t step) const;  // "tensor 'w' step 4"
   void CloseConnections();                    // on the loop thread
 };
+
+namespace plan_rank_internal {
+// Fills band_chunk_begin / band_chunks: the incoming chunks whose runs land in what each
+// in_quantize band gathers.
+void MapBandsToChunks(PlanRank::Impl& r);
+struct LandedQuantize {
+  uint64_t quantized = 0, reused = 0;  // bands
+};
+// On a keeper thread, once every piece of a receive into copy `staging` is verified: quantises each
+// in_quantize band, except that a band whose chunks were all kept from the live copy (kept[chunk])
+// is copied from there when the live copy holds the version before and that band's output there
+// still hashes as it did when it was made. Records the staging copy's band hashes.
+LandedQuantize QuantizeLanded(PlanRank::Impl& r, int staging, const std::vector<uint8_t>& kept);
+// PlanRankOptions::device: every shard's device memory (per copy at a destination), and the copies
+// of copy `copy`'s shards between the arena and the device.
+Status AllocateDeviceShards(PlanRank::Impl& r);
+Status CopyDeviceShards(PlanRank::Impl& r, int copy, bool to_device);
+}  // namespace plan_rank_internal
 
 // Runs one Receive on the loop thread; calls `done` there exactly once, after nothing it started
 // is in flight.

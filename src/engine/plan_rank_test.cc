@@ -7,208 +7,12 @@
 #include <set>
 #include <thread>
 
-#include "weightport/core/placement_builders.h"
-#include "weightport/kernels/convert.h"
-#include "weightport/plan/planner.h"
-#include "weightport/plan/quantized.h"
-#include "weightport/transport/fake_transport.h"
-#include "weightport/transport/fault_transport.h"
+#include "engine/plan_rank_test_util.h"
 
 namespace weightport {
 namespace {
 
-std::vector<TensorMeta> Model(DType dtype = DType::kBF16) {
-  return {*TensorMeta::Make("model.embed_tokens.weight", dtype, {96, 64}),
-          *TensorMeta::Make("model.layers.0.self_attn.q_proj.weight", dtype, {128, 64}),
-          *TensorMeta::Make("model.layers.0.self_attn.o_proj.weight", dtype, {64, 128}),
-          *TensorMeta::Make("model.layers.0.mlp.down_proj.weight", dtype, {64, 190}),
-          *TensorMeta::Make("model.norm.weight", dtype, {64})};
-}
-
-// Every byte depends on (version, tensor, position): a misplaced or stale byte shows.
-std::vector<std::byte> TensorBytes(const TensorMeta& t, size_t index, uint64_t version) {
-  std::vector<std::byte> out(t.bytes);
-  uint64_t x = version * 0x9E3779B97F4A7C15ull + index * 0xBF58476D1CE4E5B9ull;
-  for (auto& b : out) {
-    x ^= x >> 31;
-    x *= 0x94D049BB133111EBull;
-    b = std::byte(static_cast<uint8_t>(x >> 56));
-  }
-  return out;
-}
-
-// Elements of `whole` (the tensor in `dtype`) into or against a packed shard.
-void CopySlice(const Plan& plan, const PlannedShard& s, DType dtype, std::span<std::byte> packed,
-               std::span<const std::byte> whole, bool into_packed) {
-  const TensorMeta& t = plan.tensors[s.tensor];
-  ASSERT_TRUE(
-      ForEachContiguousRun(s.slice, t.shape, DTypeSize(dtype), [&](const SliceRun& r) {
-        if (into_packed)
-          std::memcpy(packed.data() + r.packed_offset, whole.data() + r.tensor_offset, r.length);
-        else
-          EXPECT_EQ(std::memcmp(packed.data() + r.packed_offset, whole.data() + r.tensor_offset, r.length), 0)
-              << t.name << " " << s.slice.ToString();
-      }).ok());
-}
-
-// A quantised shard holds its slice of `whole` quantised in 128x128 blocks: e4m3 bytes, then scales.
-void ExpectQuantizedShard(const Plan& plan, const PlannedShard& s, std::span<const std::byte> whole,
-                          std::span<const std::byte> stored) {
-  const TensorMeta& t = plan.tensors[s.tensor];
-  auto m = QuantizedMatrixOf(s.slice, t.shape);
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
-  std::vector<std::byte> values(static_cast<size_t>(s.slice.num_elements()) * DTypeSize(t.dtype));
-  CopySlice(plan, s, t.dtype, values, whole, true);
-  std::vector<uint8_t> want(static_cast<size_t>(m->rows * m->cols));
-  std::vector<float> scales(static_cast<size_t>(m->scales));
-  ASSERT_TRUE(kernels::QuantizeE4m3(t.dtype, values.data(), m->rows, m->cols, kernels::Fp8Scaling::kBlock128,
-                                    want.data(), scales.data())
-                  .ok());
-  ASSERT_EQ(stored.size(), StoredScaleOffset(s.slice.num_elements()) + scales.size() * 4);
-  EXPECT_EQ(std::memcmp(stored.data(), want.data(), want.size()), 0) << t.name << " e4m3 bytes";
-  EXPECT_EQ(std::memcmp(stored.data() + StoredScaleOffset(s.slice.num_elements()), scales.data(),
-                        scales.size() * 4),
-            0)
-      << t.name << " scales";
-}
-
-struct Group {
-  std::shared_ptr<const Plan> plan;
-  std::shared_ptr<FakeFabric> fabric = std::make_shared<FakeFabric>();
-  std::shared_ptr<FaultPlan> faults = std::make_shared<FaultPlan>(7);
-  std::vector<std::unique_ptr<ProgressLoop>> loops;
-  std::map<Endpoint, std::unique_ptr<PlanRank>> ranks;
-  // Which version's bytes tensor t holds in version v: every tensor changes every version unless a
-  // test says otherwise.
-  std::function<uint64_t(uint32_t t, uint64_t v)> content = [](uint32_t, uint64_t v) { return v; };
-  // The bytes of a tensor in a version: random unless a test wants them compressible.
-  std::function<std::vector<std::byte>(const TensorMeta&, size_t, uint64_t)> bytes = TensorBytes;
-
-  explicit Group(Plan p, PlanRankOptions options = {}) : plan(std::make_shared<const Plan>(std::move(p))) {
-    if (options.timeout == PlanRankOptions{}.timeout) options.timeout = std::chrono::milliseconds(10'000);
-    std::vector<Endpoint> all;
-    for (const auto& b : plan->sources) all.push_back(b.endpoint);
-    for (const auto& b : plan->destinations) all.push_back(b.endpoint);
-    std::map<Endpoint, PlanPeer> table;
-    for (const Endpoint& ep : all) {
-      auto t = MakeFakeTransport(fabric, ep.ToString());
-      EXPECT_TRUE(t.ok());
-      auto f = MakeFaultInjectingTransport(std::move(*t), faults);
-      EXPECT_TRUE(f.ok());
-      loops.push_back(std::make_unique<ProgressLoop>(std::move(*f)));
-      auto rank = PlanRank::Create(plan, ep, *loops.back(), options);
-      EXPECT_TRUE(rank.ok()) << rank.status().ToString();
-      table[ep] = (*rank)->peer_info();
-      ranks[ep] = std::move(*rank);
-    }
-    for (auto& [ep, r] : ranks) EXPECT_TRUE(r->Connect(table).ok()) << ep.ToString();
-  }
-  ~Group() {
-    ranks.clear();
-    for (auto& l : loops) l->Stop();
-  }
-
-  // Writes version v into every source and publishes it.
-  void Publish(uint64_t v) {
-    for (const RankBuffer& b : plan->sources) {
-      PlanRank& r = *ranks.at(b.endpoint);
-      for (size_t i = 0; i < b.shards.size(); ++i) {
-        const TensorMeta& t = plan->tensors[b.shards[i].tensor];
-        const uint32_t index = b.shards[i].tensor;
-        CopySlice(*plan, b.shards[i], t.dtype, r.shard_bytes(i), bytes(t, index, content(index, v)), true);
-      }
-      ASSERT_TRUE(r.Publish(v).ok());
-    }
-  }
-
-  // Every destination receives v concurrently; the results by rank.
-  std::map<int, Result<ReceiveStats>> Receive(uint64_t v) {
-    std::map<int, Result<ReceiveStats>> out;
-    std::mutex mu;
-    std::vector<std::thread> threads;
-    for (const RankBuffer& b : plan->destinations)
-      threads.emplace_back([&, ep = b.endpoint] {
-        auto result = ranks.at(ep)->Receive(v);
-        std::lock_guard<std::mutex> lock(mu);
-        out.emplace(ep.rank, std::move(result));
-      });
-    for (auto& t : threads) t.join();
-    return out;
-  }
-
-  ReceiveStats Update(uint64_t v) {
-    Publish(v);
-    ReceiveStats total;
-    for (auto& [rank, result] : Receive(v)) {
-      EXPECT_TRUE(result.ok()) << "dst rank " << rank << ": " << result.status().ToString();
-      if (!result.ok()) continue;
-      total.bytes += result->bytes;
-      total.chunks += result->chunks;
-      total.corrupt_refetched += result->corrupt_refetched;
-      total.kept_chunks += result->kept_chunks;
-      total.kept_bytes += result->kept_bytes;
-      total.frames += result->frames;
-      total.frame_bytes += result->frame_bytes;
-    }
-    for (const RankBuffer& b : plan->destinations) EXPECT_TRUE(ranks.at(b.endpoint)->Commit(v).ok());
-    return total;
-  }
-
-  void ExpectLive(uint64_t v) {
-    for (const RankBuffer& b : plan->destinations) ExpectRankLive(b, v);
-  }
-
-  // Destination b's live copy holds version v: the sources' elements in its dtypes.
-  void ExpectRankLive(const RankBuffer& b, uint64_t v) {
-    PlanRank& r = *ranks.at(b.endpoint);
-    EXPECT_EQ(r.live_version(), v);
-    for (size_t i = 0; i < b.shards.size(); ++i) {
-      const uint32_t index = b.shards[i].tensor;
-      const TensorMeta& t = plan->tensors[index];
-      const DType dtype = plan->destination_dtypes[index];
-      std::vector<std::byte> whole = bytes(t, index, content(index, v));
-      if (plan->Quantized(index)) {
-        ExpectQuantizedShard(*plan, b.shards[i], whole, r.shard_bytes(i));
-        continue;
-      }
-      if (dtype != t.dtype) {  // what the destinations store: the source's elements converted
-        std::vector<std::byte> converted(static_cast<size_t>(t.num_elements()) * DTypeSize(dtype));
-        ASSERT_TRUE(kernels::Convert(t.dtype, dtype, whole.data(), converted.data(), t.num_elements()).ok());
-        whole = std::move(converted);
-      }
-      CopySlice(*plan, b.shards[i], dtype, r.shard_bytes(i), whole, false);
-    }
-  }
-};
-
-Plan MustPlan(const Result<Placement>& src, const Result<Placement>& dst, int fanout, uint64_t chunk = 1024,
-              std::vector<TransformRule> transforms = {}) {
-  EXPECT_TRUE(src.ok()) << src.status().ToString();
-  EXPECT_TRUE(dst.ok()) << dst.status().ToString();
-  PlanOptions o;
-  o.chunk_bytes = chunk;
-  o.relay_fanout = fanout;
-  o.transforms = std::move(transforms);
-  auto plan = MakePlan(*src, *dst, Topology(), o);
-  EXPECT_TRUE(plan.ok()) << plan.status().ToString();
-  return std::move(*plan);
-}
-
-Result<Placement> ReplicasOfTp(int replicas, int tp, DType dtype = DType::kBF16) {
-  std::vector<MeshAxis> axes = {ReplicaAxis("dp", replicas), TensorParallelAxis("tp", tp)};
-  return BuildMesh(Model(dtype), axes);
-}
-
-// Matrices on 128-element block boundaries under TP-2 (with partial blocks at their edges) and a vector.
-std::vector<TensorMeta> BlockModel(DType dtype) {
-  return {*TensorMeta::Make("model.layers.0.self_attn.q_proj.weight", dtype, {256, 200}),
-          *TensorMeta::Make("model.layers.0.self_attn.o_proj.weight", dtype, {300, 256}),
-          *TensorMeta::Make("model.layers.0.mlp.up_proj.weight", dtype, {512, 128}),
-          *TensorMeta::Make("model.norm.weight", dtype, {200})};
-}
-
-// Three replicas of TP-2.
-std::vector<MeshAxis> TpReplicas() { return {ReplicaAxis("dp", 3), TensorParallelAxis("tp", 2)}; }
+using namespace plan_rank_test;
 
 class PlanRankReplay : public ::testing::TestWithParam<int> {};
 
@@ -287,7 +91,9 @@ TEST_P(PlanRankReplay, NarrowsAtTheSources) {
 
 // bf16 sources, f8e4m3 destinations with block scales. Sources on block boundaries quantise whole
 // blocks as they publish (about half the bytes travel, relays forward the scales); FSDP's flat
-// shards send bf16 and each receiver quantises its whole shard. Unchanged tensors are kept.
+// shards send bf16 and each receiver quantises its whole shard. Unchanged tensors are kept, and a
+// receiver copies their quantised bands from its live copy instead of quantising them again,
+// unless that copy's band was written to since.
 TEST_P(PlanRankReplay, QuantisesInFlightAndKeepsWhatDidNotChange) {
   std::vector<MeshAxis> tp2 = TpReplicas();
   std::vector<MeshAxis> tp1 = {ReplicaAxis("dp", 2)};
@@ -305,7 +111,9 @@ TEST_P(PlanRankReplay, QuantisesInFlightAndKeepsWhatDidNotChange) {
       ASSERT_TRUE(g.plan->Quantized(s.tensor));
       EXPECT_EQ(ReceiverEndPacked(s), layout == 2) << s.id;
     }
-    if (layout < 2) EXPECT_LT(g.plan->TotalBytes() * 10, g.plan->DestinationBytes() * 11);  // e4m3 travels
+    if (layout < 2) {
+      EXPECT_LT(g.plan->TotalBytes() * 10, g.plan->DestinationBytes() * 11);  // e4m3 travels
+    }
     g.content = [&](uint32_t t, uint64_t v) {  // only q_proj changes after version 1
       return g.plan->tensors[t].name.find("q_proj") != std::string::npos ? v : 1;
     };
@@ -319,6 +127,28 @@ TEST_P(PlanRankReplay, QuantisesInFlightAndKeepsWhatDidNotChange) {
     g.ExpectLive(2);
     EXPECT_EQ(second.bytes, changing);
     EXPECT_EQ(second.bytes + second.kept_bytes, g.plan->TotalBytes());
+    if (layout < 2) {  // nothing is quantised at the receivers
+      EXPECT_EQ(first.bands_quantized + second.bands_quantized + second.bands_reused, 0u);
+      continue;
+    }
+    EXPECT_GT(first.bands_quantized, 0u);
+    EXPECT_EQ(first.bands_reused, 0u);
+    // q_proj's bands (one per shard here) are quantised again, the others copied.
+    EXPECT_EQ(second.bands_quantized, 3u * 2u);
+    EXPECT_EQ(second.bands_quantized + second.bands_reused, first.bands_quantized);
+    // A reader scribbles on a live shard that will not change (the first destination's first
+    // o_proj shard): the next version quantises that band again rather than copy the scribble.
+    const RankBuffer& d0 = g.plan->destinations[0];
+    size_t o_shard = d0.shards.size();
+    for (size_t i = 0; i < d0.shards.size() && o_shard == d0.shards.size(); ++i)
+      if (g.plan->tensors[d0.shards[i].tensor].name.find("o_proj") != std::string::npos) o_shard = i;
+    ASSERT_LT(o_shard, d0.shards.size());
+    std::span<std::byte> scribbled = g.ranks.at(d0.endpoint)->shard_bytes(o_shard);
+    scribbled[scribbled.size() / 2] ^= std::byte{0x5a};
+    ReceiveStats third = g.Update(3);
+    g.ExpectLive(3);
+    EXPECT_EQ(third.bands_quantized, second.bands_quantized + 1);
+    EXPECT_EQ(third.bands_quantized + third.bands_reused, first.bands_quantized);
   }
 }
 
@@ -378,7 +208,7 @@ TEST(PlanRank, CorruptionOnRelayHopsIsRepaired) {
 
 // Bytes zstd shrinks by about half: only their low four bits vary.
 std::vector<std::byte> CompressibleBytes(const TensorMeta& t, size_t index, uint64_t version) {
-  std::vector<std::byte> out = TensorBytes(t, index, version);
+  std::vector<std::byte> out = plan_rank_test::TensorBytes(t, index, version);
   for (auto& b : out) b &= std::byte{0x0f};
   return out;
 }
@@ -420,7 +250,7 @@ TEST(PlanRank, CompressedChunksTravelAsFramesThroughRelays) {
     g.ExpectLive(1);
     EXPECT_GT(first.frames, first.chunks / 2);
     EXPECT_LT(first.frame_bytes * 10, first.bytes * 7) << "frames of half-entropy bytes";
-    g.bytes = TensorBytes;  // random: no chunk shrinks, every one travels as is
+    g.bytes = plan_rank_test::TensorBytes;  // random: no chunk shrinks, every one travels as is
     ReceiveStats second = g.Update(2);
     g.ExpectLive(2);
     EXPECT_EQ(second.frames, 0u);

@@ -60,6 +60,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     run_error_.resize(r.in_chunks.size());
     verified_.assign(r.in_chunks.size(), 0);
     keeping_.assign(r.in_chunks.size(), 0);
+    kept_.assign(r.in_chunks.size(), 0);
     prefix_.assign(r.in_steps.size(), 0);
     released_.assign(r.in_steps.size(), 0);
     sender_copy_.assign(r.in_steps.size(), 0);
@@ -501,6 +502,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
       keeping_[c] = 0;
       const InChunk& chunk = r_.in_chunks[c];
       if (same) {
+        kept_[c] = 1;
         ++stats_.kept_chunks;
         stats_.kept_bytes += chunk.bytes;
         Verified(c);
@@ -545,16 +547,17 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     if (reported_ || in_flight_ > 0) return;
     if (!failed_ && (mirrors_left_ > 0 || verified_count_ < r_.in_chunks.size())) return;
     if (!failed_ && !r_.in_quantize.empty() && !quantized_) {
-      // Every piece landed: the shards quantised here, whole, off the loop thread (it serves the
-      // ranks that relay from this one's landing areas).
+      // Every piece landed: the shards quantised here, off the loop thread (it serves the ranks
+      // that relay from this one's landing areas); bands whose chunks were all kept are copied.
       quantized_ = true;
       ++in_flight_;
       auto self = shared_from_this();
       r_.keepers->Submit([self] {
-        RunQuantizeJobs(self->r_.at(self->r_.mine->CopyOffset(self->staging_)), self->r_.in_quantize,
-                        self->r_.in_gathers, self->r_.quantizers.get());
-        self->r_.loop->Post([self](Transport&) {
+        const LandedQuantize done = QuantizeLanded(self->r_, self->staging_, self->kept_);
+        self->r_.loop->Post([self, done](Transport&) {
           --self->in_flight_;
+          self->stats_.bands_quantized += done.quantized;
+          self->stats_.bands_reused += done.reused;
           self->MaybeFinish();
         });
       });
@@ -588,6 +591,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   std::vector<Status> run_error_;
   std::vector<uint8_t> verified_;
   std::vector<uint8_t> keeping_;          // delta: being copied from the live copy
+  std::vector<uint8_t> kept_;             // delta: copied from the live copy, unchanged
   std::vector<std::byte> frame_scratch_;  // a decompressed chunk on its way into its runs
   std::vector<uint64_t> staging_had_;     // hashes of the version the staging copy held, or empty
   std::vector<uint32_t> prefix_;

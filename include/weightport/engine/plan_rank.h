@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "weightport/core/device_memory.h"
 #include "weightport/core/status.h"
 #include "weightport/plan/plan.h"
 #include "weightport/transport/progress_loop.h"
@@ -66,6 +67,10 @@ struct PlanRankOptions {
   // Threads quantising to e4m3 in flight (a source's Publish, a destination's shards once landed),
   // each taking bands of whole block rows. 0: the hardware threads, at most 8.
   size_t quantize_threads = 0;
+  // Shards also on a device (core/device_memory.h): a source's trainer writes device_shard(i) and
+  // Publish copies it into the arena first; a destination's Receive copies the verified shards to
+  // a second device copy before it returns, which Commit makes live. nullptr: host only.
+  std::shared_ptr<DeviceMemory> device;
 };
 
 // What a peer needs to reach a rank: its transport address and its arena's key.
@@ -83,11 +88,14 @@ struct ReceiveStats {
   uint64_t polls = 0;              // relay counters and hash headers read
   uint64_t kept_chunks = 0;        // delta: unchanged chunks copied from the live copy, not fetched
   uint64_t kept_bytes = 0;
+  uint64_t bands_quantized = 0;     // e4m3 at this rank: bands of whole block rows quantised
+  uint64_t bands_reused = 0;        // and bands copied from the live copy (delta: their inputs were kept)
   uint64_t frames = 0;              // chunks fetched as zstd frames (PlanStep::compress)
   uint64_t frame_bytes = 0;         // their compressed size: what crossed the link for them
   uint64_t rerouted_steps = 0;      // relayed steps fetched from upstream of their relay: it was lost
   uint64_t rerouted_via_relay = 0;  // times such a step went to a relay upstream, not the source
   std::chrono::nanoseconds elapsed{0};
+  std::chrono::nanoseconds to_device{0};  // copying the verified shards to the device, after `elapsed`
 };
 
 class PlanRank {
@@ -119,6 +127,9 @@ class PlanRank {
   // The bytes of shard i of this rank (RankBuffer order): a source's, written by the trainer; a
   // destination's live committed copy.
   std::span<std::byte> shard_bytes(size_t shard);
+  // With PlanRankOptions::device, shard i on the device (a source's, which Publish reads; a
+  // destination's live copy, which Receive leaves alone); nullptr without.
+  void* device_shard(size_t shard) const;
   size_t num_shards() const;
   // The version live at a destination (0 before the first commit).
   uint64_t live_version() const;

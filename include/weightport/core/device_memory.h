@@ -1,0 +1,39 @@
+// DeviceMemory: memory besides the host where a rank's shards also live (a GPU's), and the copies
+// between it and the host. The engine keeps a rank's arena in host memory (what its transport
+// registers and peers read and write); with a DeviceMemory (PlanRankOptions::device) a source's
+// trainer writes its shards on the device and Publish copies them into the arena, and a
+// destination's verified shards are copied to the device before Receive returns, into a second
+// device copy that Commit makes live.
+//
+// Implementations: CudaDeviceMemory (weightport/cuda/device_memory.h: cudaMalloc, copies through
+// pinned double buffers) and HostStandInMemory (host memory standing in for a device: memcpy; for
+// tests and machines without a GPU).
+//
+// Thread-safety: implementations are safe to call from any thread.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "weightport/core/status.h"
+
+namespace weightport {
+
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  // "cuda:0", "host stand-in": for messages.
+  virtual std::string name() const = 0;
+  // `bytes` of device memory, freed when the last reference goes.
+  virtual Result<std::shared_ptr<void>> Allocate(size_t bytes) = 0;
+  // host.size() bytes from `device` into `host`, complete when it returns.
+  virtual Status ToHost(const void* device, std::span<std::byte> host) = 0;
+  // host.size() bytes from `host` to `device`, complete when it returns.
+  virtual Status ToDevice(std::span<const std::byte> host, void* device) = 0;
+};
+
+std::shared_ptr<DeviceMemory> HostStandInMemory();
+
+}  // namespace weightport

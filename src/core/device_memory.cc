@@ -1,0 +1,34 @@
+// HostStandInMemory: host memory playing the device, so that the engine's device path runs (and is
+// tested) where there is no GPU.
+#include "weightport/core/device_memory.h"
+
+#include <cstring>
+#include <new>
+
+namespace weightport {
+namespace {
+
+class HostStandIn final : public DeviceMemory {
+ public:
+  std::string name() const override { return "host stand-in"; }
+  Result<std::shared_ptr<void>> Allocate(size_t bytes) override {
+    void* p = ::operator new(bytes == 0 ? 1 : bytes, std::nothrow);
+    if (p == nullptr)
+      return ResourceExhausted("host stand-in: allocating " + std::to_string(bytes) + " bytes");
+    return std::shared_ptr<void>(p, [](void* q) { ::operator delete(q); });
+  }
+  Status ToHost(const void* device, std::span<std::byte> host) override {
+    std::memcpy(host.data(), device, host.size());
+    return Status::Ok();
+  }
+  Status ToDevice(std::span<const std::byte> host, void* device) override {
+    std::memcpy(device, host.data(), host.size());
+    return Status::Ok();
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<DeviceMemory> HostStandInMemory() { return std::make_shared<HostStandIn>(); }
+
+}  // namespace weightport

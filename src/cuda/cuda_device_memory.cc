@@ -1,0 +1,59 @@
+// CudaDeviceMemory over DeviceBuffer and CudaStager (each says Unavailable without CUDA), so this
+// file is plain C++ built in every configuration.
+#include "weightport/cuda/device_memory.h"
+
+#include <cstring>
+#include <mutex>
+
+#include "weightport/cuda/device_buffer.h"
+#include "weightport/cuda/device_query.h"
+#include "weightport/cuda/staging.h"
+
+namespace weightport {
+namespace {
+
+class CudaMemory final : public DeviceMemory {
+ public:
+  CudaMemory(std::unique_ptr<CudaStager> stager, std::string name)
+      : stager_(std::move(stager)), name_(std::move(name)) {}
+
+  std::string name() const override { return name_; }
+
+  Result<std::shared_ptr<void>> Allocate(size_t bytes) override {
+    WP_ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Allocate(bytes));
+    auto owner = std::make_shared<DeviceBuffer>(std::move(buffer));
+    return std::shared_ptr<void>(owner, owner->data());  // keeps the buffer alive
+  }
+
+  Status ToHost(const void* device, std::span<std::byte> host) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stager_->FromDevice(device, host.size(), [&](uint64_t at, std::span<const std::byte> chunk) {
+      std::memcpy(host.data() + at, chunk.data(), chunk.size());
+      return Status::Ok();
+    });
+  }
+
+  Status ToDevice(std::span<const std::byte> host, void* device) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stager_->ToDevice(device, host.size(), [&](uint64_t at, std::span<std::byte> chunk) {
+      std::memcpy(chunk.data(), host.data() + at, chunk.size());
+      return Status::Ok();
+    });
+  }
+
+ private:
+  std::mutex mu_;  // the stager serves one copy at a time
+  std::unique_ptr<CudaStager> stager_;
+  const std::string name_;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<DeviceMemory>> CudaDeviceMemory(size_t chunk_bytes) {
+  WP_ASSIGN_OR_RETURN(std::vector<CudaDeviceInfo> devices, CudaDevices());
+  WP_ASSIGN_OR_RETURN(std::unique_ptr<CudaStager> stager, CudaStager::Create(chunk_bytes));
+  return std::shared_ptr<DeviceMemory>(std::make_shared<CudaMemory>(
+      std::move(stager), devices.size() == 1 ? "cuda (" + devices.front().name + ")" : "cuda"));
+}
+
+}  // namespace weightport

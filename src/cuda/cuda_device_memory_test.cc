@@ -1,0 +1,60 @@
+// CudaDeviceMemory: copies through the pinned double buffer of any size, and PlanRank with its
+// shards on the GPU (sources publish what the trainer wrote there, destinations get the versions
+// there). Skipped, with the reason, without CUDA or a GPU.
+#include "weightport/cuda/device_memory.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "cuda/cuda_test_util.h"
+#include "engine/plan_rank_test_util.h"
+
+namespace weightport {
+namespace {
+
+using namespace plan_rank_test;
+
+class CudaDeviceMemoryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const std::string why = cuda_test::NoGpuReason(); !why.empty()) GTEST_SKIP() << why;
+    auto made = CudaDeviceMemory(1 << 20);
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    device = *made;
+  }
+  std::shared_ptr<DeviceMemory> device;
+};
+
+TEST_F(CudaDeviceMemoryTest, BytesGoThereAndBackWhateverTheirSize) {
+  std::mt19937_64 rng(3);
+  for (size_t bytes : {size_t{1}, size_t{4095}, size_t{1} << 20, (size_t{5} << 20) + 17}) {
+    std::vector<std::byte> want(bytes), got(bytes);
+    for (auto& b : want) b = std::byte(rng());
+    auto memory = device->Allocate(bytes);
+    ASSERT_TRUE(memory.ok()) << memory.status().ToString();
+    ASSERT_TRUE(device->ToDevice(want, memory->get()).ok());
+    ASSERT_TRUE(device->ToHost(memory->get(), got).ok());
+    EXPECT_TRUE(got == want) << bytes << " bytes";
+  }
+}
+
+TEST_F(CudaDeviceMemoryTest, PlanRanksMoveVersionsBetweenGpus) {
+  PlanRankOptions o;
+  o.device = device;
+  Group g(MustPlan(FsdpFlat(BlockModel(DType::kBF16), 3), BuildMesh(BlockModel(DType::kBF16), TpReplicas()),
+                   1, 1024, {{"*_proj.weight", DType::kF8E4M3}}),
+          o);
+  for (uint64_t v = 1; v <= 3; ++v) {
+    g.Update(v);
+    g.ExpectLive(v);
+  }
+}
+
+TEST(CudaDeviceMemoryBuild, WithoutAGpuCreateSaysWhy) {
+  if (cuda_test::NoGpuReason().empty()) GTEST_SKIP() << "a GPU is present";
+  EXPECT_FALSE(CudaDeviceMemory().ok());
+}
+
+}  // namespace
+}  // namespace weightport

@@ -1,0 +1,161 @@
+// Quantising to e4m3 in flight, on the ranks' side: the bands a quantise job is cut into, running
+// them on the quantiser threads, and a destination's quantising of what landed, which copies the
+// bands whose inputs did not change from the live copy instead of quantising them again.
+#include <algorithm>
+#include <cstring>
+#include <latch>
+
+#include "plan_rank_impl.h"
+#include "weightport/core/hash.h"
+#include "weightport/kernels/convert.h"
+
+namespace weightport {
+
+using namespace plan_rank_internal;
+
+// Cuts each job into bands of whole block rows of about `band_bytes` of input, so that the threads
+// quantising share a large shard: a band's blocks are whole, so it quantises as it would in the
+// whole matrix. Gathers are cut at the bands' edges and rebased into their band.
+void plan_rank_internal::SplitIntoBands(std::vector<QuantizeJob>& jobs, std::vector<Run>& gathers,
+                                        uint64_t band_bytes) {
+  constexpr int64_t kBlock = kernels::kFp8Block;
+  std::vector<QuantizeJob> out_jobs;
+  std::vector<Run> out_gathers;
+  for (const QuantizeJob& job : jobs) {
+    const uint64_t row_bytes = static_cast<uint64_t>(job.cols) * DTypeSize(job.from);
+    const int64_t band_rows =
+        std::max<int64_t>(kBlock, static_cast<int64_t>(band_bytes / row_bytes) / kBlock * kBlock);
+    std::vector<Run> runs(gathers.begin() + job.gather_begin, gathers.begin() + job.gather_end);
+    std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.to < b.to; });
+    size_t next = 0;  // the first run not wholly in an earlier band
+    for (int64_t r0 = 0; r0 < job.rows; r0 += band_rows) {
+      const int64_t rows = std::min(band_rows, job.rows - r0);
+      const uint64_t lo = static_cast<uint64_t>(r0) * row_bytes,
+                     hi = lo + static_cast<uint64_t>(rows) * row_bytes;
+      const int64_t block_cols = (job.cols + kBlock - 1) / kBlock;
+      QuantizeJob band = job;
+      band.out = job.out + static_cast<uint64_t>(r0 * job.cols);  // e4m3: a byte per element
+      band.scales_at = job.scales_at + static_cast<uint64_t>(r0 / kBlock * block_cols) * sizeof(float);
+      band.rows = rows;
+      band.scales = (rows + kBlock - 1) / kBlock * block_cols;
+      band.gather_begin = static_cast<uint32_t>(out_gathers.size());
+      for (size_t i = next; i < runs.size() && runs[i].to < hi; ++i) {
+        const uint64_t from = std::max(runs[i].to, lo), to = std::min(runs[i].to + runs[i].length, hi);
+        if (to <= from) continue;
+        out_gathers.push_back({runs[i].from + (from - runs[i].to), from - lo, to - from});
+        if (runs[i].to + runs[i].length <= hi) next = i + 1;
+      }
+      band.gather_end = static_cast<uint32_t>(out_gathers.size());
+      out_jobs.push_back(band);
+    }
+  }
+  jobs = std::move(out_jobs);
+  gathers = std::move(out_gathers);
+}
+
+uint64_t plan_rank_internal::BandOutputHash(const std::byte* base, const QuantizeJob& q) {
+  const uint64_t bytes = Xxh3(base + q.out, static_cast<size_t>(q.rows * q.cols));
+  const uint64_t scales = Xxh3(base + q.scales_at, static_cast<size_t>(q.scales) * sizeof(float));
+  return bytes * 0x9E3779B185EBCA87ull + scales;
+}
+
+void plan_rank_internal::RunQuantizeJobs(std::byte* base, const std::vector<QuantizeJob>& jobs,
+                                         const std::vector<Run>& gathers, WorkerPool* pool,
+                                         std::vector<uint64_t>* output_hashes) {
+  if (output_hashes != nullptr) output_hashes->assign(jobs.size(), 0);
+  // Jobs [begin, end) on the calling thread (shapes checked when the plan was compiled).
+  auto run = [base, &jobs, &gathers, output_hashes](size_t begin, size_t end) {
+    std::vector<std::byte> scratch;
+    std::vector<float> scales;
+    for (size_t j = begin; j < end; ++j) {
+      const QuantizeJob& q = jobs[j];
+      scratch.resize(static_cast<size_t>(q.rows * q.cols) * DTypeSize(q.from));
+      for (uint32_t i = q.gather_begin; i < q.gather_end; ++i)
+        std::memcpy(scratch.data() + gathers[i].to, base + gathers[i].from, gathers[i].length);
+      scales.resize(static_cast<size_t>(q.scales));
+      kernels::QuantizeE4m3(q.from, scratch.data(), q.rows, q.cols, kernels::Fp8Scaling::kBlock128,
+                            reinterpret_cast<uint8_t*>(base + q.out), scales.data())
+          .IgnoreError();
+      std::memcpy(base + q.scales_at, scales.data(), scales.size() * sizeof(float));
+      if (output_hashes != nullptr) (*output_hashes)[j] = BandOutputHash(base, q);
+    }
+  };
+  const size_t parts = pool ? std::min(pool->size(), jobs.size()) : 1;
+  if (parts <= 1) return run(0, jobs.size());
+  std::latch done(static_cast<std::ptrdiff_t>(parts));
+  for (size_t p = 0; p < parts; ++p)
+    pool->Submit([&run, &done, &jobs, p, parts] {
+      run(jobs.size() * p / parts, jobs.size() * (p + 1) / parts);
+      done.count_down();
+    });
+  done.wait();
+}
+
+void plan_rank_internal::MapBandsToChunks(PlanRank::Impl& r) {
+  // Every incoming run's bytes within a copy, by where they start (landing areas do not overlap).
+  struct Landed {
+    uint64_t begin, end;
+    uint32_t chunk;
+  };
+  std::vector<Landed> landed;
+  for (uint32_t c = 0; c < r.in_chunks.size(); ++c)
+    for (uint32_t i = r.in_chunks[c].run_begin; i < r.in_chunks[c].run_end; ++i)
+      landed.push_back({r.in_runs[i].to, r.in_runs[i].to + r.in_runs[i].length, c});
+  std::sort(landed.begin(), landed.end(), [](const Landed& a, const Landed& b) { return a.begin < b.begin; });
+  r.band_chunk_begin.assign(1, 0);
+  r.band_chunks.clear();
+  std::vector<uint32_t> mine;
+  for (const QuantizeJob& band : r.in_quantize) {
+    mine.clear();
+    for (uint32_t g = band.gather_begin; g < band.gather_end; ++g) {
+      const uint64_t lo = r.in_gathers[g].from, hi = lo + r.in_gathers[g].length;
+      auto it =
+          std::partition_point(landed.begin(), landed.end(), [lo](const Landed& l) { return l.end <= lo; });
+      for (; it != landed.end() && it->begin < hi; ++it) mine.push_back(it->chunk);
+    }
+    std::sort(mine.begin(), mine.end());
+    mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
+    r.band_chunks.insert(r.band_chunks.end(), mine.begin(), mine.end());
+    r.band_chunk_begin.push_back(static_cast<uint32_t>(r.band_chunks.size()));
+  }
+}
+
+LandedQuantize plan_rank_internal::QuantizeLanded(PlanRank::Impl& r, int staging,
+                                                  const std::vector<uint8_t>& kept) {
+  const int live = staging ^ 1;
+  std::byte* to = r.at(r.mine->CopyOffset(staging));
+  const std::byte* from = r.at(r.mine->CopyOffset(live));
+  const size_t n = r.in_quantize.size();
+  // The live copy's bands are known only for the version it holds, quantised (or copied) whole.
+  const bool live_known = r.options.delta && r.live_version != 0 && r.copy_version[live] == r.live_version &&
+                          r.band_hashes[live].size() == n;
+  std::vector<uint64_t>& hashes = r.band_hashes[staging];
+  hashes.assign(n, 0);
+  std::vector<QuantizeJob> todo;
+  std::vector<size_t> todo_band;
+  LandedQuantize out;
+  for (size_t j = 0; j < n; ++j) {
+    const QuantizeJob& q = r.in_quantize[j];
+    bool unchanged = live_known;
+    for (uint32_t i = r.band_chunk_begin[j]; unchanged && i < r.band_chunk_begin[j + 1]; ++i)
+      unchanged = kept[r.band_chunks[i]] != 0;
+    // Its inputs are the live copy's: so is its output, unless someone wrote to the live shard
+    // since (its hash tells).
+    if (unchanged && BandOutputHash(from, q) == r.band_hashes[live][j]) {
+      std::memcpy(to + q.out, from + q.out, static_cast<size_t>(q.rows * q.cols));
+      std::memcpy(to + q.scales_at, from + q.scales_at, static_cast<size_t>(q.scales) * sizeof(float));
+      hashes[j] = r.band_hashes[live][j];
+      ++out.reused;
+      continue;
+    }
+    todo.push_back(q);
+    todo_band.push_back(j);
+  }
+  std::vector<uint64_t> todo_hashes;
+  RunQuantizeJobs(to, todo, r.in_gathers, r.quantizers.get(), &todo_hashes);
+  for (size_t k = 0; k < todo.size(); ++k) hashes[todo_band[k]] = todo_hashes[k];
+  out.quantized = todo.size();
+  return out;
+}
+
+}  // namespace weightport
