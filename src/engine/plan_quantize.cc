@@ -140,13 +140,15 @@ LandedQuantize plan_rank_internal::QuantizeLanded(PlanRank::Impl& r, int staging
     for (uint32_t i = r.band_chunk_begin[j]; unchanged && i < r.band_chunk_begin[j + 1]; ++i)
       unchanged = kept[r.band_chunks[i]] != 0;
     // Its inputs are the live copy's: so is its output, unless someone wrote to the live shard
-    // since (its hash tells).
-    if (unchanged && BandOutputHash(from, q) == r.band_hashes[live][j]) {
+    // since. Copied, then hashed where it landed: a write racing the copy shows too.
+    if (unchanged) {
       std::memcpy(to + q.out, from + q.out, static_cast<size_t>(q.rows * q.cols));
       std::memcpy(to + q.scales_at, from + q.scales_at, static_cast<size_t>(q.scales) * sizeof(float));
-      hashes[j] = r.band_hashes[live][j];
-      ++out.reused;
-      continue;
+      if (BandOutputHash(to, q) == r.band_hashes[live][j]) {
+        hashes[j] = r.band_hashes[live][j];
+        ++out.reused;
+        continue;
+      }
     }
     todo.push_back(q);
     todo_band.push_back(j);

@@ -326,6 +326,8 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
     const RootSource& r = impl->roots[root_index.at(in.root_source)];
     in.expected_hashes = in.expected_hashes - r.remote_offset + r.mirror;
   }
+  // Before the arena: an error after it is registered would free it off the loop thread.
+  if (options.device) WP_RETURN_IF_ERROR(AllocateDeviceShards(*impl));
   Impl* raw = impl.get();
   WP_ASSIGN_OR_RETURN(
       raw->arena, loop.Call([raw, end](Transport& t) -> Result<std::unique_ptr<MemoryRegion>> {
@@ -354,7 +356,6 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
     if ((options.delta && !impl->in_chunks.empty()) || !impl->in_quantize.empty())
       impl->keepers = std::make_unique<WorkerPool>(1);
   }
-  if (options.device) WP_RETURN_IF_ERROR(AllocateDeviceShards(*impl));
   constexpr uint64_t kBandBytes = 4ull << 20;
   SplitIntoBands(impl->out_quantize, impl->out_gathers, kBandBytes);
   SplitIntoBands(impl->in_quantize, impl->in_gathers, kBandBytes);
@@ -385,7 +386,7 @@ std::vector<Endpoint> PlanRank::peers_needed() const {
   return out;
 }
 
-Status PlanRank::Connect(const std::map<Endpoint, PlanPeer>& peers) {
+Status PlanRank::Connect(const std::map<Endpoint, PlanPeer>& peers, std::vector<Endpoint>* unreachable) {
   Impl* impl = impl_.get();
   // A peer the coordinator lost (PeerLost) is left out of the tables it sends after a rekey: it is
   // routed around, so it needs no connection.
@@ -404,6 +405,14 @@ Status PlanRank::Connect(const std::map<Endpoint, PlanPeer>& peers) {
                              " (a different plan?)");
     const PlanPeer& peer = it->second;
     auto conn = impl->loop->Call([&](Transport& t) { return t.Connect(peer.address, ep.ToString()); });
+    const StatusCode code = conn.status().code();
+    if (!conn.ok() && unreachable != nullptr && ep.side == PlanSide::kDestination &&
+        (code == StatusCode::kUnavailable || code == StatusCode::kIoError)) {
+      // A relay gone before the coordinator noticed (it left right after a rekey): around it.
+      unreachable->push_back(ep);
+      impl->loop->Call([impl, ep](Transport&) { impl->lost_peers.insert(ep); });
+      continue;
+    }
     if (!conn.ok())
       return conn.status().WithContext(impl->me.ToString() + ": connecting to " + ep.ToString());
     impl->connections[ep] = std::move(*conn);
@@ -505,6 +514,7 @@ Result<ReceiveStats> PlanRank::Receive(uint64_t version) {
   });
   Result<ReceiveStats> result = future.get();
   if (result.ok() && !r.device_shards[0].empty()) {  // the staging copy, verified, to the device
+    if (r.cancelled_version.load() == version) return Cancelled("receive cancelled before its device copy");
     const auto t0 = std::chrono::steady_clock::now();
     WP_RETURN_IF_ERROR(CopyDeviceShards(r, r.live ^ 1, /*to_device=*/true));
     result->to_device = std::chrono::steady_clock::now() - t0;

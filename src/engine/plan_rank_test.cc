@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -172,6 +173,32 @@ TEST(PlanRank, LargeShardsAreQuantisedInBandsOnSeveralThreads) {
       g.ExpectLive(v);
     }
   }
+}
+
+// A version that changes a few rows of a shard of several bands: each receiver quantises again only
+// the bands that read a changed chunk and copies the others from its live copy; the bytes are those
+// of quantising every shard whole. The rows changed (1500-1509 of the first TP rank's shard) come
+// from the second flat source, in the second piece of the first band: the first 1 MiB chunk of that
+// piece holds rows ~1451-1938, so it lands in both bands of that shard.
+TEST(PlanRank, OnlyTheBandsWhoseRowsChangedAreQuantisedAgain) {
+  // 4352 x 1074 bf16 under TP-2: shards of 2176 rows, in bands of 1920 and 256 rows (~4 MiB).
+  const std::vector<TensorMeta> big = {
+      *TensorMeta::Make("model.layers.0.mlp.up_proj.weight", DType::kBF16, {4352, 1074})};
+  Group g(MustPlan(FsdpFlat(big, 3), BuildMesh(big, TpReplicas()), 1, 1 << 20, {{"*", DType::kF8E4M3}}));
+  constexpr size_t kRowBytes = 1074 * 2;
+  g.bytes = [](const TensorMeta& t, size_t index, uint64_t v) {  // version 2 changes rows 1500-1509
+    std::vector<std::byte> out = plan_rank_test::TensorBytes(t, index, 1);
+    if (v >= 2)
+      for (size_t i = 1500 * kRowBytes; i < 1510 * kRowBytes; ++i) out[i] ^= std::byte{0x11};
+    return out;
+  };
+  ReceiveStats first = g.Update(1);
+  g.ExpectLive(1);
+  EXPECT_EQ(first.bands_quantized, 3u * 2u * 2u);  // 3 replicas x 2 TP ranks x 2 bands
+  ReceiveStats second = g.Update(2);
+  g.ExpectLive(2);
+  EXPECT_EQ(second.bands_quantized, 3u * 2u) << "the first TP rank's two bands, in each replica";
+  EXPECT_EQ(second.bands_reused, first.bands_quantized - 6u);
 }
 
 // 0: direct from the sources; 1: relay chain; 2: binary relay tree.
@@ -569,6 +596,43 @@ TEST(PlanRank, FailedRelayIsRoutedAroundAtOnce) {
     ExpectRankHolds(g, rank, 2);
   }
   EXPECT_GT(rerouted, 0u);
+}
+
+// A relay that is gone when the ranks below it dial it (it left right after sending its keys, before
+// the coordinator noticed): Connect with `unreachable` lists it, and the receive goes around it to
+// the sources. Without that list the dial is an error, as before; a source is never skipped.
+TEST(PlanRank, ARelayThatCannotBeDialledIsRoutedAround) {
+  Group g(MustPlan(TensorParallel(Model(), 2), ReplicasOfTp(3, 2), 1));
+  g.Update(1);
+  const int relay = *RelayRanks(*g.plan).begin();
+  const Endpoint gone{PlanSide::kDestination, relay};
+  g.Remove(gone);
+  std::vector<int> below;  // the ranks that read from the relay
+  for (const auto& [ep, rank] : g.ranks) {
+    const std::vector<Endpoint> needed = rank->peers_needed();
+    if (std::find(needed.begin(), needed.end(), gone) != needed.end()) below.push_back(ep.rank);
+  }
+  ASSERT_FALSE(below.empty());
+  for (int rank : below) {
+    PlanRank& r = *g.ranks.at(Endpoint{PlanSide::kDestination, rank});
+    EXPECT_EQ(r.Connect(g.table).code(), StatusCode::kUnavailable) << "dst rank " << rank;
+    std::vector<Endpoint> unreachable;
+    ASSERT_TRUE(r.Connect(g.table, &unreachable).ok()) << "dst rank " << rank;
+    EXPECT_EQ(unreachable, std::vector<Endpoint>{gone});
+  }
+  g.Publish(2);
+  uint64_t rerouted = 0;
+  for (auto& [rank, result] : g.Receive(2)) {  // every rank but the relay
+    ASSERT_TRUE(result.ok()) << "dst rank " << rank << ": " << result.status().ToString();
+    rerouted += result->rerouted_steps;
+    ExpectRankHolds(g, rank, 2);
+  }
+  EXPECT_GT(rerouted, 0u);
+  // A source that cannot be dialled is still an error.
+  g.Remove(g.plan->sources[0].endpoint);
+  std::vector<Endpoint> unreachable;
+  EXPECT_EQ(g.ranks.at(Endpoint{PlanSide::kDestination, below[0]})->Connect(g.table, &unreachable).code(),
+            StatusCode::kUnavailable);
 }
 
 TEST(PlanRank, UnpublishedSourceTimesOutNamingTheWait) {

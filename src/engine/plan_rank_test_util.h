@@ -81,7 +81,8 @@ struct Group {
   std::shared_ptr<const Plan> plan;
   std::shared_ptr<FakeFabric> fabric = std::make_shared<FakeFabric>();
   std::shared_ptr<FaultPlan> faults = std::make_shared<FaultPlan>(7);
-  std::vector<std::unique_ptr<ProgressLoop>> loops;
+  std::map<Endpoint, std::unique_ptr<ProgressLoop>> loops;  // each rank's, with its transport
+  std::map<Endpoint, PlanPeer> table;                       // every rank's address and key
   std::map<Endpoint, std::unique_ptr<PlanRank>> ranks;
   // Which version's bytes tensor t holds in version v: every tensor changes every version unless a
   // test says otherwise.
@@ -98,14 +99,13 @@ struct Group {
     std::vector<Endpoint> all;
     for (const auto& b : plan->sources) all.push_back(b.endpoint);
     for (const auto& b : plan->destinations) all.push_back(b.endpoint);
-    std::map<Endpoint, PlanPeer> table;
     for (const Endpoint& ep : all) {
       auto t = MakeFakeTransport(fabric, ep.ToString());
       EXPECT_TRUE(t.ok());
       auto f = MakeFaultInjectingTransport(std::move(*t), faults);
       EXPECT_TRUE(f.ok());
-      loops.push_back(std::make_unique<ProgressLoop>(std::move(*f)));
-      auto rank = PlanRank::Create(plan, ep, *loops.back(), options);
+      loops[ep] = std::make_unique<ProgressLoop>(std::move(*f));
+      auto rank = PlanRank::Create(plan, ep, *loops[ep], options);
       EXPECT_TRUE(rank.ok()) << rank.status().ToString();
       table[ep] = (*rank)->peer_info();
       ranks[ep] = std::move(*rank);
@@ -114,7 +114,14 @@ struct Group {
   }
   ~Group() {
     ranks.clear();
-    for (auto& l : loops) l->Stop();
+    for (auto& [ep, l] : loops) l->Stop();
+  }
+
+  // Rank `ep` goes away with its transport: its address leads nowhere.
+  void Remove(Endpoint ep) {
+    ranks.erase(ep);
+    loops.at(ep)->Stop();
+    loops.erase(ep);
   }
 
   // Writes version v into every source (its device shards when it has them) and publishes it.
@@ -137,17 +144,18 @@ struct Group {
     }
   }
 
-  // Every destination receives v concurrently; the results by rank.
+  // Every destination (not Removed) receives v concurrently; the results by rank.
   std::map<int, Result<ReceiveStats>> Receive(uint64_t v) {
     std::map<int, Result<ReceiveStats>> out;
     std::mutex mu;
     std::vector<std::thread> threads;
     for (const RankBuffer& b : plan->destinations)
-      threads.emplace_back([&, ep = b.endpoint] {
-        auto result = ranks.at(ep)->Receive(v);
-        std::lock_guard<std::mutex> lock(mu);
-        out.emplace(ep.rank, std::move(result));
-      });
+      if (ranks.count(b.endpoint))
+        threads.emplace_back([&, ep = b.endpoint] {
+          auto result = ranks.at(ep)->Receive(v);
+          std::lock_guard<std::mutex> lock(mu);
+          out.emplace(ep.rank, std::move(result));
+        });
     for (auto& t : threads) t.join();
     return out;
   }

@@ -31,9 +31,12 @@ Status FollowAsDestination(PlanRank& rank, ReshardMember& member, std::chrono::m
       case ReshardMember::Event::kBegin: {
         join();
         // A rekey's table is dialled when a version needs it: after the last version nothing
-        // dials ranks that are ending (UCX does not survive a worker closed mid wire-up). A peer
-        // still unreachable fails this version; the table is dialled again at the next one.
-        Status ready = table.empty() ? Status::Ok() : rank.Connect(table);
+        // dials ranks that are ending (UCX does not survive a worker closed mid wire-up). A relay
+        // that cannot be dialled left after sending its keys, before the coordinator saw it go: it
+        // is routed around like a lost one. A source still unreachable fails this version; the
+        // table is dialled again at the next one.
+        std::vector<Endpoint> unreachable;
+        Status ready = table.empty() ? Status::Ok() : rank.Connect(table, &unreachable);
         if (ready.ok()) table.clear();
         if (!ready.ok() && ready.code() != StatusCode::kUnavailable && ready.code() != StatusCode::kIoError)
           return ready;  // a table that does not fit the plan

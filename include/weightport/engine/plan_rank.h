@@ -69,7 +69,8 @@ struct PlanRankOptions {
   size_t quantize_threads = 0;
   // Shards also on a device (core/device_memory.h): a source's trainer writes device_shard(i) and
   // Publish copies it into the arena first; a destination's Receive copies the verified shards to
-  // a second device copy before it returns, which Commit makes live. nullptr: host only.
+  // a second device copy before it returns (after `timeout` bounded the transfer; Cancel before it
+  // still counts), which Commit makes live. nullptr: host only.
   std::shared_ptr<DeviceMemory> device;
 };
 
@@ -115,8 +116,10 @@ class PlanRank {
   // The ranks this one reads from (the senders of its steps and their roots' sources).
   std::vector<Endpoint> peers_needed() const;
   // Connects to every rank in peers_needed(); each must be in `peers`. Again after Rekey (the
-  // connections made before are closed first).
-  Status Connect(const std::map<Endpoint, PlanPeer>& peers);
+  // connections made before are closed first). With `unreachable`, a destination (a relay) that
+  // cannot be dialled (Unavailable, IoError) is no error: it is listed there and routed around from
+  // now on, as if the coordinator had lost it (PeerLost). A source that cannot be is an error.
+  Status Connect(const std::map<Endpoint, PlanPeer>& peers, std::vector<Endpoint>* unreachable = nullptr);
   // Moves the rank to `fresh`'s transport (created with rotate_keys): registers the same arena
   // there and releases its connections and registration on the old transport, which the caller
   // then closes; that revokes every key peers hold for it. peer_info() then names the new
