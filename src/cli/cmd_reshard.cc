@@ -87,6 +87,13 @@ Command AddReshardCommand(CLI::App& app) {
   sub->add_flag("--rotate-keys", o->rotate_keys,
                 "Every process: new transport keys after each version; a rank dropped from the run cannot "
                 "read or write the versions after it (give it to the coordinator and every rank)");
+  sub->add_option(
+         "--device", o->device,
+         "A rank: where its shards live besides the host arena: none, cuda (the current GPU: a source\n"
+         "writes each version there and publishes from it, a destination's versions land there\n"
+         "too, --verify checks that copy) or stand-in (host memory playing the device, no GPU needed)")
+      ->check(CLI::IsMember({"none", "cuda", "stand-in"}))
+      ->capture_default_str();
   sub->add_flag("--json", o->json, "Print a machine-readable summary");
   return {sub, [o] { return RunReshard(*o); }};
 }

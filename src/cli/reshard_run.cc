@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "cli_common.h"
+#include "weightport/cuda/device_memory.h"
 #include "weightport/engine/control_channel.h"
 #include "weightport/transport/progress_loop.h"
 
@@ -16,6 +17,26 @@ namespace {
 using std::chrono::milliseconds;
 
 double Gbps(uint64_t bytes, double seconds) { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
+
+// --device: nullptr for none.
+Result<std::shared_ptr<DeviceMemory>> DeviceOf(const std::string& name) {
+  if (name == "none") return std::shared_ptr<DeviceMemory>();
+  if (name == "stand-in") return HostStandInMemory();
+  auto cuda = CudaDeviceMemory();
+  if (!cuda.ok()) return cuda.status().WithContext("--device cuda");
+  return cuda;
+}
+
+// The bytes of shard i where the rank's user sees them: its device copy when it has one (read
+// into `scratch`), else the arena.
+Result<std::span<const std::byte>> UserShard(PlanRank& rank, DeviceMemory* device, size_t i,
+                                             std::vector<std::byte>& scratch) {
+  std::span<const std::byte> host = rank.shard_bytes(i);
+  if (device == nullptr) return host;
+  scratch.resize(host.size());
+  WP_RETURN_IF_ERROR(device->ToHost(rank.device_shard(i), scratch));
+  return std::span<const std::byte>(scratch);
+}
 
 Result<std::shared_ptr<const Plan>> PlanOf(const ReshardOptions& o) {
   ReshardPlanInputs in = o.plan;
@@ -64,14 +85,22 @@ Result<ReshardMember::Event> NextForSource(PlanRank& rank, ReshardMember& member
 
 // A source: writes and publishes each version, then waits for the coordinator's verdict.
 Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, ReshardMember& member,
-                 const MoveRank& move, nlohmann::ordered_json& report) {
+                 const MoveRank& move, DeviceMemory* device, nlohmann::ordered_json& report) {
+  std::vector<std::byte> staged;  // a shard on its way to the device
   const RankBuffer& buffer = *plan.Buffer(rank.endpoint());
   WP_ASSIGN_OR_RETURN(ModelBytes model, LoadModelFor(o.source, plan));
   const milliseconds wait(o.timeout_s * 1000LL);
   uint64_t committed = 0;
   for (uint64_t v = 1; v <= o.versions; ++v) {
-    for (size_t i = 0; i < buffer.shards.size(); ++i)
-      WriteShardVersion(plan, buffer.shards[i], model, v, {o.versions, o.perturb}, rank.shard_bytes(i));
+    for (size_t i = 0; i < buffer.shards.size(); ++i) {
+      std::span<std::byte> into = rank.shard_bytes(i);
+      if (device != nullptr) {  // the trainer writes the device; Publish reads it from there
+        staged.resize(into.size());
+        into = staged;
+      }
+      WriteShardVersion(plan, buffer.shards[i], model, v, {o.versions, o.perturb}, into);
+      if (device != nullptr) WP_RETURN_IF_ERROR(device->ToDevice(staged, rank.device_shard(i)));
+    }
     const auto t0 = std::chrono::steady_clock::now();
     WP_RETURN_IF_ERROR(rank.Publish(v));
     // Publish converts, hashes and compresses what the plan asks of this source.
@@ -94,7 +123,8 @@ Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, Resh
 // A destination: receives each version it is told to, commits or aborts as told
 // (FollowAsDestination), checks each committed version with --verify, writes --out at the end.
 Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank, ReshardMember& member,
-                      const MoveRank& move, nlohmann::ordered_json& report) {
+                      const MoveRank& move, DeviceMemory* device, nlohmann::ordered_json& report) {
+  std::vector<std::byte> scratch;  // a device shard read back for --verify
   const RankBuffer& buffer = *plan.Buffer(rank.endpoint());
   ModelBytes model;
   if (o.verify) {
@@ -121,6 +151,7 @@ Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank,
                                   {"rerouted_steps", r->rerouted_steps},
                                   {"rerouted_via_relay", r->rerouted_via_relay},
                                   {"seconds", s},
+                                  {"to_device_s", std::chrono::duration<double>(r->to_device).count()},
                                   {"gbps", Gbps(r->bytes, s)},
                                   {"retries", r->corrupt_refetched + r->errors_retried}});
   };
@@ -129,9 +160,17 @@ Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank,
     ++committed;
     if (!o.verify) return Status::Ok();
     Status check;
-    for (size_t i = 0; i < buffer.shards.size() && check.ok(); ++i)
+    for (size_t i = 0; i < buffer.shards.size() && check.ok(); ++i) {
       check =
           CheckShardVersion(plan, buffer.shards[i], model, v, {o.versions, o.perturb}, rank.shard_bytes(i));
+      if (check.ok() && device != nullptr) {  // the copy the device's users read
+        auto on_device = UserShard(rank, device, i, scratch);
+        check = on_device.ok()
+                    ? CheckShardVersion(plan, buffer.shards[i], model, v, {o.versions, o.perturb}, *on_device)
+                          .WithContext("on " + device->name())
+                    : on_device.status();
+      }
+    }
     if (!report["versions"].empty()) report["versions"].back()["verified"] = check.ok();
     return check;
   };
@@ -162,6 +201,7 @@ Status RunReshardRank(const ReshardOptions& o) {
   ro.timeout = milliseconds(o.timeout_s * 1000LL);
   ro.delta = !o.no_delta;
   ro.rotate_keys = o.rotate_keys;
+  WP_ASSIGN_OR_RETURN(ro.device, DeviceOf(o.device));
   WP_ASSIGN_OR_RETURN(std::unique_ptr<PlanRank> rank, PlanRank::Create(plan, me, *loop, ro));
   WP_ASSIGN_OR_RETURN(Secret secret, LoadSecret(o.secret_file, false));
   // The coordinator may not listen yet: retry a refused or failed connection until the timeout; a
@@ -173,8 +213,9 @@ Status RunReshardRank(const ReshardOptions& o) {
   if (!member.ok()) return member.status();
   nlohmann::ordered_json report = {{"role", o.role}, {"rank", o.rank}, {"versions", nlohmann::json::array()}};
   const MoveRank move = [&] { return MoveToFreshTransport(*rank, loop, factory); };
-  Status s = me.side == PlanSide::kSource ? RunSource(o, *plan, *rank, **member, move, report)
-                                          : RunDestination(o, *plan, *rank, **member, move, report);
+  Status s = me.side == PlanSide::kSource
+                 ? RunSource(o, *plan, *rank, **member, move, ro.device.get(), report)
+                 : RunDestination(o, *plan, *rank, **member, move, ro.device.get(), report);
   report["ok"] = s.ok();
   if (!s.ok()) report["error"] = s.message();
   if (o.json) {

@@ -28,6 +28,9 @@ struct ReshardOptions {
   int timeout_s = 120;
   size_t quorum = 0;         // ReshardCoordinatorOptions::quorum
   bool rotate_keys = false;  // ReshardCoordinatorOptions::rotate_keys, PlanRankOptions::rotate_keys
+  // PlanRankOptions::device: "none", "cuda" (the GPU) or "stand-in" (host memory playing one). A
+  // source writes each version there, a destination's --verify checks the device copy too.
+  std::string device = "none";
   bool json = false;
 };
 

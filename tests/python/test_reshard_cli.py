@@ -6,6 +6,7 @@ reference `safetensors` package). Also: a rank that compiled a different plan is
 Every process started here is stopped by its pid; every wait is bounded.
 """
 import json
+import shutil
 import subprocess
 
 import pytest
@@ -137,6 +138,36 @@ def test_flat_to_replicated_columns_through_relays(tmp_path, procs, model, trans
     assert summary["versions"][-1]["bytes"] == held
     for path in outs.values():
         check_out(path, source)
+
+
+def test_shards_on_a_device_are_published_from_there_and_land_there(tmp_path, procs, model):
+    """--device stand-in (host memory playing a GPU): each source writes its versions only to its
+    device copy, so what arrives came through Publish's copy from there; each destination's --verify
+    checks its device copy as well as its arena, every version."""
+    model_dir, source = model
+    outs, summary = run_plan(tmp_path, procs, model_dir, flat_placement(source, 3), columns_replicated(source, 2, 2),
+                             "tcp", fanout=1, versions=3, extra=("--device", "stand-in"))
+    dsts = [r for r in summary["rank_reports"] if r["role"] == "dst"]
+    assert len(dsts) == 4
+    for r in dsts:
+        assert [v.get("verified") for v in r["versions"]] == [True] * 3, r
+        assert all(v["to_device_s"] >= 0 for v in r["versions"]), r
+    for path in outs.values():
+        check_out(path, source)
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU may be present")
+def test_device_cuda_without_a_gpu_says_why(tmp_path):
+    """--device cuda where there is no GPU (or no CUDA in the build): the rank stops at once, naming
+    the option, before it joins anything."""
+    plans = REPO / "examples" / "plans"
+    r = subprocess.run([BIN, "reshard", "--role", "dst", "--rank", "0", "--src", plans / "fsdp4.json",
+                        "--dst", plans / "tp2x2.json",
+                        "--coordinator", "127.0.0.1:9", "--secret-file", str(write_secret(tmp_path / "s")),
+                        "--preset", "tiny", "--device", "cuda", "--timeout-s", "5"],
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode != 0
+    assert "--device cuda" in r.stderr, r.stderr
 
 
 def test_widening_conversion_in_flight_through_relays(tmp_path, procs, model):
