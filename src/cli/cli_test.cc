@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -158,6 +159,8 @@ TEST_F(CliTest, InfoReportsTheBuild) {
   ASSERT_EQ(info.code, 0) << info.out;
   auto j = nlohmann::json::parse(info.out);
   EXPECT_TRUE(j.contains("cuda_build"));
+  const auto& types = j["ucx_memory_types"];
+  EXPECT_NE(std::find(types.begin(), types.end(), "host"), types.end()) << info.out;
   if (j["gpus"].empty()) {
     EXPECT_TRUE(j.contains("gpu_unavailable_reason"));
   }

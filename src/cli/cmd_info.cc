@@ -7,6 +7,7 @@
 
 #include "cli_common.h"
 #include "weightport/cuda/device_query.h"
+#include "weightport/transport/ucx_transport.h"
 
 namespace weightport::cli {
 
@@ -17,10 +18,17 @@ Command AddInfoCommand(CLI::App& app) {
   sub->add_flag("--json", *json, "Print machine-readable JSON");
   return {sub, [json] {
             auto devices = CudaDevices();
+            // Device memory goes to UCX directly only where UCX lists "cuda"; else it is staged.
+            auto memory_types = UcxMemoryTypes();
+            std::string types_text;
+            for (const std::string& t : memory_types.ok() ? *memory_types : std::vector<std::string>{})
+              types_text += (types_text.empty() ? "" : ", ") + t;
+            if (!memory_types.ok()) types_text = "unknown (" + memory_types.status().message() + ")";
             nlohmann::ordered_json j;
             j["version"] = WEIGHTPORT_VERSION;
             j["cpu_threads"] = std::thread::hardware_concurrency();
             j["cuda_build"] = CudaBuildEnabled();
+            j["ucx_memory_types"] = memory_types.ok() ? *memory_types : std::vector<std::string>{};
             j["gpus"] = nlohmann::ordered_json::array();
             if (devices.ok()) {
               for (const auto& d : *devices)
@@ -38,7 +46,8 @@ Command AddInfoCommand(CLI::App& app) {
             }
             std::cout << "weightport " << WEIGHTPORT_VERSION << "\n"
                       << "  CPU threads: " << std::thread::hardware_concurrency() << "\n"
-                      << "  CUDA support compiled in: " << (CudaBuildEnabled() ? "yes" : "no") << "\n";
+                      << "  CUDA support compiled in: " << (CudaBuildEnabled() ? "yes" : "no") << "\n"
+                      << "  UCX memory types: " << types_text << "\n";
             if (devices.ok()) {
               for (const auto& d : *devices)
                 std::cout << "  GPU " << d.index << ": " << d.name << " (sm_" << d.compute_major

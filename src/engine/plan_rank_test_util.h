@@ -138,7 +138,9 @@ struct Group {
           into = staged;
         }
         CopySlice(*plan, b.shards[i], t.dtype, into, bytes(t, index, content(index, v)), true);
-        if (device) ASSERT_TRUE(device->ToDevice(staged, r.device_shard(i)).ok());
+        if (device) {
+          ASSERT_TRUE(device->ToDevice(staged, r.device_shard(i)).ok());
+        }
       }
       ASSERT_TRUE(r.Publish(v).ok());
     }

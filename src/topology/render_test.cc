@@ -85,7 +85,7 @@ TEST(Render, SummaryMedianOfMixedEndpoints) {
 }
 
 TEST(Render, DotHasEveryNodeOfASmallGraph) {
-  for (const std::string& preset : {"dgx-h100", "tpuv4", "gb200-nvl72", "infinitehbd", "fat-tree"}) {
+  for (const std::string preset : {"dgx-h100", "tpuv4", "gb200-nvl72", "infinitehbd", "fat-tree"}) {
     Graph g = Make(preset, preset == "gb200-nvl72" ? json{{"gpus_per_rack", 8}} : json::object());
     const std::string dot = ToDot(g, {.max_domains = 1000});
     EXPECT_TRUE(dot.starts_with("graph \"" + preset + "\" {")) << dot.substr(0, 40);
@@ -134,7 +134,7 @@ TEST(Render, SvgIsWellFormedAndHasTheNodes) {
     EXPECT_TRUE(Has(svg, ">host_memory</text>"));  // the legend
   }
   const std::string svg = ToSvg(Make("dgx-h100"));
-  for (const std::string& name : {"node0/gpu0", "node1/nic7", "su0/leaf-rail0", "spine1", "node1/mem"})
+  for (const std::string name : {"node0/gpu0", "node1/nic7", "su0/leaf-rail0", "spine1", "node1/mem"})
     EXPECT_TRUE(Has(svg, ">" + name + "</text>")) << name;
   // Tiers: spines above leaves above NICs above GPUs above host memory.
   auto y_of = [&](const std::string& name) {

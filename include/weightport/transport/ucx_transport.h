@@ -64,4 +64,10 @@ std::string UcxDescribeConnection(Connection& connection);
 // UCX's description of the transport's worker (ucp_worker_print_info); empty for a non-UCX one.
 std::string UcxDescribeTransport(Transport& transport);
 
+// The memory types this machine's UCX can register and move ("host", and "cuda", "cuda-managed",
+// "rocm"... when it was built with them), from a context of its own (ucp_context_query). Device
+// memory goes to UCX directly only where "cuda" is listed; elsewhere a rank stages it through the
+// host (PlanRankOptions::device).
+Result<std::vector<std::string>> UcxMemoryTypes();
+
 }  // namespace weightport

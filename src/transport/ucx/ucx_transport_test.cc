@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 
@@ -103,6 +104,13 @@ TEST(UcxWire, RoundTripsAndRejectsGarbage) {
   EXPECT_EQ(h->stream, 11u);
   EXPECT_EQ(h->seq, 12u);
   EXPECT_FALSE(ucx::DecodeHeader(std::span(header).first(header.size() - 1)).has_value());
+}
+
+TEST(UcxTransport, MemoryTypesListHostMemory) {
+  auto types = UcxMemoryTypes();
+  ASSERT_TRUE(types.ok()) << types.status().ToString();
+  EXPECT_NE(std::find(types->begin(), types->end(), "host"), types->end());
+  for (const std::string& t : *types) EXPECT_FALSE(t.empty());
 }
 
 TEST(UcxTransport, RejectsBadOptions) {
