@@ -14,18 +14,20 @@ namespace {
 
 class CudaMemory final : public DeviceMemory {
  public:
-  CudaMemory(std::unique_ptr<CudaStager> stager, std::string name)
-      : stager_(std::move(stager)), name_(std::move(name)) {}
+  CudaMemory(std::unique_ptr<CudaStager> stager, int device, std::string name)
+      : stager_(std::move(stager)), device_(device), name_(std::move(name)) {}
 
   std::string name() const override { return name_; }
 
   Result<std::shared_ptr<void>> Allocate(size_t bytes) override {
+    WP_RETURN_IF_ERROR(CudaUseDevice(device_));
     WP_ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Allocate(bytes));
     auto owner = std::make_shared<DeviceBuffer>(std::move(buffer));
     return std::shared_ptr<void>(owner, owner->data());  // keeps the buffer alive
   }
 
   Status ToHost(const void* device, std::span<std::byte> host) override {
+    WP_RETURN_IF_ERROR(CudaUseDevice(device_));
     std::lock_guard<std::mutex> lock(mu_);
     return stager_->FromDevice(device, host.size(), [&](uint64_t at, std::span<const std::byte> chunk) {
       std::memcpy(host.data() + at, chunk.data(), chunk.size());
@@ -34,6 +36,7 @@ class CudaMemory final : public DeviceMemory {
   }
 
   Status ToDevice(std::span<const std::byte> host, void* device) override {
+    WP_RETURN_IF_ERROR(CudaUseDevice(device_));
     std::lock_guard<std::mutex> lock(mu_);
     return stager_->ToDevice(device, host.size(), [&](uint64_t at, std::span<std::byte> chunk) {
       std::memcpy(chunk.data(), host.data() + at, chunk.size());
@@ -44,6 +47,7 @@ class CudaMemory final : public DeviceMemory {
  private:
   std::mutex mu_;  // the stager serves one copy at a time
   std::unique_ptr<CudaStager> stager_;
+  const int device_;
   const std::string name_;
 };
 
@@ -51,9 +55,13 @@ class CudaMemory final : public DeviceMemory {
 
 Result<std::shared_ptr<DeviceMemory>> CudaDeviceMemory(size_t chunk_bytes) {
   WP_ASSIGN_OR_RETURN(std::vector<CudaDeviceInfo> devices, CudaDevices());
+  WP_ASSIGN_OR_RETURN(int device, CudaCurrentDevice());
   WP_ASSIGN_OR_RETURN(std::unique_ptr<CudaStager> stager, CudaStager::Create(chunk_bytes));
-  return std::shared_ptr<DeviceMemory>(std::make_shared<CudaMemory>(
-      std::move(stager), devices.size() == 1 ? "cuda (" + devices.front().name + ")" : "cuda"));
+  std::string name = "cuda:" + std::to_string(device);
+  for (const CudaDeviceInfo& d : devices)
+    if (d.index == device) name += " (" + d.name + ")";
+  return std::shared_ptr<DeviceMemory>(
+      std::make_shared<CudaMemory>(std::move(stager), device, std::move(name)));
 }
 
 }  // namespace weightport

@@ -39,7 +39,8 @@ TEST_F(CudaDeviceMemoryTest, BytesGoThereAndBackWhateverTheirSize) {
   }
 }
 
-TEST_F(CudaDeviceMemoryTest, PlanRanksMoveVersionsBetweenGpus) {
+TEST_F(CudaDeviceMemoryTest, PlanRanksKeepEveryVersionOnTheGpu) {
+  EXPECT_EQ(device->name().rfind("cuda:", 0), 0u) << device->name();
   PlanRankOptions o;
   o.device = device;
   Group g(MustPlan(FsdpFlat(BlockModel(DType::kBF16), 3), BuildMesh(BlockModel(DType::kBF16), TpReplicas()),

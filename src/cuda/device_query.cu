@@ -23,4 +23,17 @@ Result<std::vector<CudaDeviceInfo>> CudaDevices() {
   return out;
 }
 
+Result<int> CudaCurrentDevice() {
+  int index = 0;
+  if (cudaError_t err = cudaGetDevice(&index); err != cudaSuccess)
+    return Unavailable(std::string("CUDA: the current device: ") + cudaGetErrorString(err));
+  return index;
+}
+
+Status CudaUseDevice(int index) {
+  if (cudaError_t err = cudaSetDevice(index); err != cudaSuccess)
+    return Unavailable("CUDA: using device " + std::to_string(index) + ": " + cudaGetErrorString(err));
+  return Status::Ok();
+}
+
 }  // namespace weightport

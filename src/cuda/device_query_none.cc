@@ -9,4 +9,7 @@ Result<std::vector<CudaDeviceInfo>> CudaDevices() {
       "CUDA: this build of weightport has no CUDA support (nvcc was not found at configure time)");
 }
 
+Result<int> CudaCurrentDevice() { return Unavailable("CUDA: this build of weightport has no CUDA support"); }
+Status CudaUseDevice(int) { return Unavailable("CUDA: this build of weightport has no CUDA support"); }
+
 }  // namespace weightport

@@ -24,7 +24,7 @@ namespace weightport {
 class DeviceMemory {
  public:
   virtual ~DeviceMemory() = default;
-  // "cuda (NVIDIA H200)", "host stand-in": for messages.
+  // "cuda:0 (NVIDIA H200)", "host stand-in": for messages.
   virtual std::string name() const = 0;
   // `bytes` of device memory, freed when the last reference goes.
   virtual Result<std::shared_ptr<void>> Allocate(size_t bytes) = 0;

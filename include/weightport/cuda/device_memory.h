@@ -1,9 +1,9 @@
-// CudaDeviceMemory: DeviceMemory on a CUDA device. Allocations are cudaMalloc'd on the device current
-// on the calling thread, and the stager's streams belong to the device current at creation: use one
-// object per device, from threads on that device. Copies go through a CudaStager (two pinned
-// buffers of `chunk_bytes`, the GPU copying one chunk while the CPU moves the other between the
-// pinned buffer and the host memory given), one copy at a time per object. Unavailable without
-// CUDA or a GPU.
+// CudaDeviceMemory: DeviceMemory on one CUDA device, the one current on the creating thread: every
+// call makes it current on its own thread first (cudaSetDevice), so any thread may use the object.
+// Allocations are cudaMalloc'd there; copies go through a CudaStager (two pinned buffers of
+// `chunk_bytes`, the GPU copying one chunk while the CPU moves the other between the pinned buffer
+// and the host memory given), one copy at a time per object. Named "cuda:<index> (<GPU>)".
+// Unavailable without CUDA or a GPU.
 #pragma once
 
 #include <cstddef>

@@ -20,5 +20,8 @@ struct CudaDeviceInfo {
 bool CudaBuildEnabled();
 // Unavailable (with the reason from the CUDA runtime) when there is no usable GPU or driver.
 Result<std::vector<CudaDeviceInfo>> CudaDevices();
+// The calling thread's current device (cudaGetDevice), and making `index` current (cudaSetDevice).
+Result<int> CudaCurrentDevice();
+Status CudaUseDevice(int index);
 
 }  // namespace weightport
