@@ -182,6 +182,12 @@ void CheckCloseCancelsPending(TransportConformance& test, bool close_transport) 
   WP_ASSERT_OK_AND_ASSIGN(Buffer * dst, b->Allocate(kPuts * kEach));
   WP_ASSERT_OK_AND_ASSIGN(Connection * conn, a->Connect(*b));
   const MemoryRegion* region = src->region.get();
+  // The connection is wired up first: UCX 1.13's TCP transport asserts (tcp_ep.c:478, the process
+  // aborts) when a connect it still has in flight is refused while the endpoint closes, about once
+  // in 300 runs under load. What is tested is the close of a connection with operations pending.
+  Tally ready(1);
+  a->loop().Post([=, key = dst->key](Transport&) { conn->Put(*region, 0, key, 0, 64, ready.callback(0)); });
+  ASSERT_TRUE(IsOk(ready.Wait(0)));
   Tally pending(kPuts + 2);
   a->loop().Post([=, key = dst->key](Transport& t) {
     for (size_t i = 0; i < kPuts; ++i)
