@@ -21,9 +21,11 @@ Command AddInfoCommand(CLI::App& app) {
             // Device memory goes to UCX directly only where UCX lists "cuda"; else it is staged.
             auto memory_types = UcxMemoryTypes();
             std::string types_text;
-            for (const std::string& t : memory_types.ok() ? *memory_types : std::vector<std::string>{})
-              types_text += (types_text.empty() ? "" : ", ") + t;
-            if (!memory_types.ok()) types_text = "unknown (" + memory_types.status().message() + ")";
+            if (memory_types.ok()) {
+              for (const std::string& t : *memory_types) types_text += (types_text.empty() ? "" : ", ") + t;
+            } else {
+              types_text = "unknown (" + memory_types.status().message() + ")";
+            }
             nlohmann::ordered_json j;
             j["version"] = WEIGHTPORT_VERSION;
             j["cpu_threads"] = std::thread::hardware_concurrency();

@@ -27,17 +27,6 @@ Result<std::shared_ptr<DeviceMemory>> DeviceOf(const std::string& name) {
   return cuda;
 }
 
-// The bytes of shard i where the rank's user sees them: its device copy when it has one (read
-// into `scratch`), else the arena.
-Result<std::span<const std::byte>> UserShard(PlanRank& rank, DeviceMemory* device, size_t i,
-                                             std::vector<std::byte>& scratch) {
-  std::span<const std::byte> host = rank.shard_bytes(i);
-  if (device == nullptr) return host;
-  scratch.resize(host.size());
-  WP_RETURN_IF_ERROR(device->ToHost(rank.device_shard(i), scratch));
-  return std::span<const std::byte>(scratch);
-}
-
 Result<std::shared_ptr<const Plan>> PlanOf(const ReshardOptions& o) {
   ReshardPlanInputs in = o.plan;
   in.chunk_bytes = o.chunk_kb << 10;
@@ -164,11 +153,11 @@ Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank,
       check =
           CheckShardVersion(plan, buffer.shards[i], model, v, {o.versions, o.perturb}, rank.shard_bytes(i));
       if (check.ok() && device != nullptr) {  // the copy the device's users read
-        auto on_device = UserShard(rank, device, i, scratch);
-        check = on_device.ok()
-                    ? CheckShardVersion(plan, buffer.shards[i], model, v, {o.versions, o.perturb}, *on_device)
-                          .WithContext("on " + device->name())
-                    : on_device.status();
+        scratch.resize(buffer.shards[i].bytes);
+        check = device->ToHost(rank.device_shard(i), scratch);
+        if (check.ok())
+          check = CheckShardVersion(plan, buffer.shards[i], model, v, {o.versions, o.perturb}, scratch)
+                      .WithContext("on " + device->name());
       }
     }
     if (!report["versions"].empty()) report["versions"].back()["verified"] = check.ok();

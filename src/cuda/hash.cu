@@ -34,7 +34,7 @@ struct Layout {
   uint64_t total_slots;
   bool aligned16;  // src and chunk_bytes multiples of 16: vector loads
 
-  __device__ uint64_t chunks() const { return regular + (last_bytes ? 1 : 0); }
+  __host__ __device__ uint64_t chunks() const { return regular + (last_bytes ? 1 : 0); }
   __device__ uint64_t length(uint64_t c) const { return c < regular ? chunk_bytes : last_bytes; }
   __device__ uint64_t first_slot(uint64_t c) const { return c * slots_per_regular; }
 };
@@ -77,28 +77,6 @@ __global__ void BlockSumsKernel(Layout l, uint64_t* sums) {
   }
 }
 
-// InitAccumulators' value for one lane, without an array indexed at run time (a stack frame).
-__device__ __forceinline__ uint64_t InitialAccumulator(int lane) {
-  switch (lane) {
-    case 0:
-      return x::kPrime32_3;
-    case 1:
-      return x::kPrime64_1;
-    case 2:
-      return x::kPrime64_2;
-    case 3:
-      return x::kPrime64_3;
-    case 4:
-      return x::kPrime64_4;
-    case 5:
-      return x::kPrime32_2;
-    case 6:
-      return x::kPrime64_5;
-    default:
-      return x::kPrime32_1;
-  }
-}
-
 __global__ void FinishKernel(Layout l, const uint64_t* sums, uint64_t* hashes) {
   const uint64_t gid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const uint64_t c = gid / 8;
@@ -110,7 +88,7 @@ __global__ void FinishKernel(Layout l, const uint64_t* sums, uint64_t* hashes) {
   const uint8_t* in = l.src + c * l.chunk_bytes;
   uint64_t acc = 0, raw = 0;
   if (is_long) {
-    acc = InitialAccumulator(lane);
+    acc = x::InitialAccumulator(lane);
     const x::LongShape shape = x::ShapeOf(len);
     const uint64_t* s = sums + l.first_slot(c) * 8 + lane;
     const uint64_t key = x::ScrambleKey(lane, kSecret);
@@ -180,7 +158,7 @@ Status CudaChunkHashes(const void* src, size_t bytes, uint64_t chunk_bytes, uint
   if (reinterpret_cast<uintptr_t>(hashes) % 8 != 0 || reinterpret_cast<uintptr_t>(scratch) % 8 != 0)
     return InvalidArgument("chunk hashes: the hashes and the scratch must be 8-byte aligned");
   const Layout l = LayoutOf(src, bytes, chunk_bytes);
-  const uint64_t chunks = l.regular + (l.last_bytes ? 1 : 0);
+  const uint64_t chunks = l.chunks();
   constexpr unsigned kThreads = 256;
   if ((chunks * 8 + kThreads - 1) / kThreads > 0x7fffffffull)
     return InvalidArgument("chunk hashes: " + std::to_string(chunks) + " chunks are too many for one launch");

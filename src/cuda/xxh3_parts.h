@@ -174,15 +174,27 @@ WP_XXH3_FN uint64_t StripeKey(size_t stripe_in_block, int lane, const uint8_t* s
   return Read64(secret + 8 * (stripe_in_block + lane));
 }
 
-WP_XXH3_FN void InitAccumulators(uint64_t acc[8]) {
-  acc[0] = kPrime32_3;
-  acc[1] = kPrime64_1;
-  acc[2] = kPrime64_2;
-  acc[3] = kPrime64_3;
-  acc[4] = kPrime64_4;
-  acc[5] = kPrime32_2;
-  acc[6] = kPrime64_5;
-  acc[7] = kPrime32_1;
+// The accumulators' starting values, lane by lane (a switch rather than a table: the GPU keeps a
+// table indexed at run time in a stack frame).
+WP_XXH3_FN uint64_t InitialAccumulator(int lane) {
+  switch (lane) {
+    case 0:
+      return kPrime32_3;
+    case 1:
+      return kPrime64_1;
+    case 2:
+      return kPrime64_2;
+    case 3:
+      return kPrime64_3;
+    case 4:
+      return kPrime64_4;
+    case 5:
+      return kPrime32_2;
+    case 6:
+      return kPrime64_5;
+    default:
+      return kPrime32_1;
+  }
 }
 
 // One lane's scramble after a full block, with that lane's ScrambleKey.

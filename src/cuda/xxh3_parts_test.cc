@@ -36,7 +36,7 @@ uint64_t HashByParts(const uint8_t* in, size_t len) {
   if (len <= kMidSizeMax) return HashShort(in, len, kSecret);
   const LongShape shape = ShapeOf(len);
   uint64_t acc[8], sum[8];
-  InitAccumulators(acc);
+  for (int lane = 0; lane < 8; ++lane) acc[lane] = InitialAccumulator(lane);
   for (size_t b = 0; b < shape.full_blocks; ++b) {
     BlockSum(in + b * kBlock, kStripesPerBlock, sum);
     for (int lane = 0; lane < 8; ++lane)

@@ -2,7 +2,9 @@
 // them on the quantiser threads, and a destination's quantising of what landed, which copies the
 // bands whose inputs did not change from the live copy instead of quantising them again.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <functional>
 #include <latch>
 
 #include "plan_rank_impl.h"
@@ -59,36 +61,53 @@ uint64_t plan_rank_internal::BandOutputHash(const std::byte* base, const Quantiz
   return bytes * 0x9E3779B185EBCA87ull + scales;
 }
 
-void plan_rank_internal::RunQuantizeJobs(std::byte* base, const std::vector<QuantizeJob>& jobs,
-                                         const std::vector<Run>& gathers, WorkerPool* pool,
-                                         std::vector<uint64_t>* output_hashes) {
-  if (output_hashes != nullptr) output_hashes->assign(jobs.size(), 0);
-  // Jobs [begin, end) on the calling thread (shapes checked when the plan was compiled).
-  auto run = [base, &jobs, &gathers, output_hashes](size_t begin, size_t end) {
-    std::vector<std::byte> scratch;
-    std::vector<float> scales;
-    for (size_t j = begin; j < end; ++j) {
-      const QuantizeJob& q = jobs[j];
-      scratch.resize(static_cast<size_t>(q.rows * q.cols) * DTypeSize(q.from));
-      for (uint32_t i = q.gather_begin; i < q.gather_end; ++i)
-        std::memcpy(scratch.data() + gathers[i].to, base + gathers[i].from, gathers[i].length);
-      scales.resize(static_cast<size_t>(q.scales));
-      kernels::QuantizeE4m3(q.from, scratch.data(), q.rows, q.cols, kernels::Fp8Scaling::kBlock128,
-                            reinterpret_cast<uint8_t*>(base + q.out), scales.data())
-          .IgnoreError();
-      std::memcpy(base + q.scales_at, scales.data(), scales.size() * sizeof(float));
-      if (output_hashes != nullptr) (*output_hashes)[j] = BandOutputHash(base, q);
-    }
+namespace {
+
+// What one thread needs to quantise a band: its gathered matrix and its scales.
+struct Scratch {
+  std::vector<std::byte> matrix;
+  std::vector<float> scales;
+};
+
+// Calls body(j, scratch) for every j in [0, n), the pool's threads (nullptr: the calling thread,
+// which must not be one of the pool's) each taking the next j in turn, so that cheap and costly
+// bands spread evenly; returns when all are done.
+void ForEachBand(WorkerPool* pool, size_t n, const std::function<void(size_t, Scratch&)>& body) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    Scratch scratch;
+    for (size_t j = next++; j < n; j = next++) body(j, scratch);
   };
-  const size_t parts = pool ? std::min(pool->size(), jobs.size()) : 1;
-  if (parts <= 1) return run(0, jobs.size());
+  const size_t parts = pool ? std::min(pool->size(), n) : 1;
+  if (parts <= 1) return work();
   std::latch done(static_cast<std::ptrdiff_t>(parts));
   for (size_t p = 0; p < parts; ++p)
-    pool->Submit([&run, &done, &jobs, p, parts] {
-      run(jobs.size() * p / parts, jobs.size() * (p + 1) / parts);
+    pool->Submit([&work, &done] {
+      work();
       done.count_down();
     });
   done.wait();
+}
+
+// Gathers band q's matrix from `base` and quantises it into its output there (shapes checked when
+// the plan was compiled).
+void Quantize(std::byte* base, const QuantizeJob& q, const std::vector<Run>& gathers, Scratch& scratch) {
+  scratch.matrix.resize(static_cast<size_t>(q.rows * q.cols) * DTypeSize(q.from));
+  for (uint32_t i = q.gather_begin; i < q.gather_end; ++i)
+    std::memcpy(scratch.matrix.data() + gathers[i].to, base + gathers[i].from, gathers[i].length);
+  scratch.scales.resize(static_cast<size_t>(q.scales));
+  kernels::QuantizeE4m3(q.from, scratch.matrix.data(), q.rows, q.cols, kernels::Fp8Scaling::kBlock128,
+                        reinterpret_cast<uint8_t*>(base + q.out), scratch.scales.data())
+      .IgnoreError();
+  std::memcpy(base + q.scales_at, scratch.scales.data(), scratch.scales.size() * sizeof(float));
+}
+
+}  // namespace
+
+void plan_rank_internal::RunQuantizeJobs(std::byte* base, const std::vector<QuantizeJob>& jobs,
+                                         const std::vector<Run>& gathers, WorkerPool* pool) {
+  ForEachBand(pool, jobs.size(),
+              [&](size_t j, Scratch& scratch) { Quantize(base, jobs[j], gathers, scratch); });
 }
 
 void plan_rank_internal::MapBandsToChunks(PlanRank::Impl& r) {
@@ -129,34 +148,30 @@ LandedQuantize plan_rank_internal::QuantizeLanded(PlanRank::Impl& r, int staging
   // The live copy's bands are known only for the version it holds, quantised (or copied) whole.
   const bool live_known = r.options.delta && r.live_version != 0 && r.copy_version[live] == r.live_version &&
                           r.band_hashes[live].size() == n;
+  std::vector<uint8_t> unchanged(n, live_known);  // every chunk the band reads was kept
+  for (size_t j = 0; j < n; ++j)
+    for (uint32_t i = r.band_chunk_begin[j]; unchanged[j] && i < r.band_chunk_begin[j + 1]; ++i)
+      unchanged[j] = kept[r.band_chunks[i]] != 0;
   std::vector<uint64_t>& hashes = r.band_hashes[staging];
   hashes.assign(n, 0);
-  std::vector<QuantizeJob> todo;
-  std::vector<size_t> todo_band;
-  LandedQuantize out;
-  for (size_t j = 0; j < n; ++j) {
+  std::vector<uint8_t> reused(n, 0);
+  ForEachBand(r.quantizers.get(), n, [&](size_t j, Scratch& scratch) {
     const QuantizeJob& q = r.in_quantize[j];
-    bool unchanged = live_known;
-    for (uint32_t i = r.band_chunk_begin[j]; unchanged && i < r.band_chunk_begin[j + 1]; ++i)
-      unchanged = kept[r.band_chunks[i]] != 0;
     // Its inputs are the live copy's: so is its output, unless someone wrote to the live shard
     // since. Copied, then hashed where it landed: a write racing the copy shows too.
-    if (unchanged) {
+    if (unchanged[j]) {
       std::memcpy(to + q.out, from + q.out, static_cast<size_t>(q.rows * q.cols));
       std::memcpy(to + q.scales_at, from + q.scales_at, static_cast<size_t>(q.scales) * sizeof(float));
-      if (BandOutputHash(to, q) == r.band_hashes[live][j]) {
-        hashes[j] = r.band_hashes[live][j];
-        ++out.reused;
-        continue;
-      }
+      hashes[j] = BandOutputHash(to, q);
+      reused[j] = hashes[j] == r.band_hashes[live][j];
+      if (reused[j]) return;
     }
-    todo.push_back(q);
-    todo_band.push_back(j);
-  }
-  std::vector<uint64_t> todo_hashes;
-  RunQuantizeJobs(to, todo, r.in_gathers, r.quantizers.get(), &todo_hashes);
-  for (size_t k = 0; k < todo.size(); ++k) hashes[todo_band[k]] = todo_hashes[k];
-  out.quantized = todo.size();
+    Quantize(to, q, r.in_gathers, scratch);
+    hashes[j] = BandOutputHash(to, q);
+  });
+  LandedQuantize out;
+  out.reused = static_cast<uint64_t>(std::count(reused.begin(), reused.end(), 1));
+  out.quantized = n - out.reused;
   return out;
 }
 

@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cstring>
 #include <future>
-#include <latch>
 #include <optional>
 
 #define XXH_STATIC_LINKING_ONLY

@@ -80,10 +80,9 @@ struct QuantizeJob {
   uint32_t gather_begin = 0, gather_end = 0;
 };
 // Runs `jobs` on the copy of the arena at `base`, shared among `pool`'s threads (nullptr: on the
-// calling thread, which must not be one of the pool's); returns when all are done. With
-// `output_hashes`, each job's BandOutputHash too.
+// calling thread, which must not be one of the pool's); returns when all are done.
 void RunQuantizeJobs(std::byte* base, const std::vector<QuantizeJob>& jobs, const std::vector<Run>& gathers,
-                     WorkerPool* pool, std::vector<uint64_t>* output_hashes = nullptr);
+                     WorkerPool* pool);
 // Cuts each job into bands of whole block rows of about `band_bytes` of input, so that the threads
 // quantising share a large shard; gathers are cut at the bands' edges and rebased into their band.
 void SplitIntoBands(std::vector<QuantizeJob>& jobs, std::vector<Run>& gathers, uint64_t band_bytes);
