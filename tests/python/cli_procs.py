@@ -1,5 +1,6 @@
 """Helpers shared by the end-to-end CLI tests: where the binary is, free ports, secrets, and a
 process list that stops every process it started (by its pid) when the test ends."""
+import json
 import os
 import pathlib
 import secrets
@@ -28,6 +29,15 @@ def write_secret(path):
     path.write_bytes(secrets.token_bytes(32))
     path.chmod(0o600)
     return path
+
+
+def json_line(out):
+    """The last line of a process's output that is a JSON object (its --json report): UCX may log to
+    stderr, merged into the output, after it (a refused connect retried while the process ends)."""
+    for line in reversed(out.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise AssertionError("no JSON report in the output:\n" + out)
 
 
 class Procs:

@@ -15,7 +15,7 @@ np = pytest.importorskip("numpy")
 safetensors = pytest.importorskip("safetensors")
 import safetensors.numpy  # noqa: E402
 
-from cli_procs import BIN, REPO, TIMEOUT, free_port, write_secret  # noqa: E402
+from cli_procs import BIN, REPO, TIMEOUT, free_port, json_line, write_secret  # noqa: E402
 from shard_check import check_out  # noqa: E402
 
 
@@ -107,13 +107,13 @@ def run_plan(tmp_path, procs, model_dir, src, dst, transport, fanout, versions=3
             for r, o in outs.items()]
     code, out = procs.finish(coord)
     assert code == 0, out
-    summary = json.loads(out.strip().splitlines()[-1])
+    summary = json_line(out)
     assert [v["committed"] for v in summary["versions"]] == [True] * versions
     summary["rank_reports"] = []
     for p in ranks + dsts:
         code, out = procs.finish(p)
         assert code == 0, out
-        report = json.loads(out.strip().splitlines()[-1])
+        report = json_line(out)
         assert report["ok"], report
         summary["rank_reports"].append(report)
     return outs, summary

@@ -15,7 +15,7 @@ np = pytest.importorskip("numpy")
 safetensors = pytest.importorskip("safetensors")
 import safetensors.numpy  # noqa: E402
 
-from cli_procs import BIN, TIMEOUT, run_testbed, write_secret  # noqa: E402
+from cli_procs import BIN, TIMEOUT, json_line, run_testbed, write_secret  # noqa: E402
 from shard_check import check_out  # noqa: E402
 
 PORT = 7411  # each host is a fresh namespace: no other listener can hold it
@@ -111,7 +111,7 @@ def test_reshard_with_relays_across_four_hosts(tmp_path, procs, testbed, model):
                              tmp_path / f"dst{r}.safetensors", *common) for r in range(2)]
     code, out = procs.finish(coord)
     assert code == 0, out
-    summary = json.loads(out.strip().splitlines()[-1])
+    summary = json_line(out)
     assert [v["committed"] for v in summary["versions"]] == [True, True]
     for p in ranks:
         code, out = procs.finish(p)
