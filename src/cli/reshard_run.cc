@@ -140,6 +140,8 @@ Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank,
                                   {"rerouted_steps", r->rerouted_steps},
                                   {"rerouted_via_relay", r->rerouted_via_relay},
                                   {"seconds", s},
+                                  {"device_bytes", r->device_bytes},
+                                  {"device_copy_s", std::chrono::duration<double>(r->device_copy).count()},
                                   {"to_device_s", std::chrono::duration<double>(r->to_device).count()},
                                   {"gbps", Gbps(r->bytes, s)},
                                   {"retries", r->corrupt_refetched + r->errors_retried}});

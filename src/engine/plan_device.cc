@@ -1,6 +1,10 @@
 // A rank's shards on a device (PlanRankOptions::device): allocated once at Create, copied between
-// the arena and the device per version. Sources copy device -> arena in Publish; destinations copy
-// the verified staging copy -> the device's staging copy at the end of Receive.
+// the arena and the device per version. Sources copy device -> arena in Publish. Destinations copy
+// each incoming chunk's shard bytes to the device's staging copy as soon as the chunk is verified,
+// on the device copier's thread, so that the copies run while later chunks are still on the wire;
+// what only exists once every chunk is in (shards quantised here) follows at the end.
+#include <algorithm>
+
 #include "plan_rank_impl.h"
 
 namespace weightport {
@@ -12,6 +16,50 @@ std::string ShardName(const PlanRank::Impl& r, size_t i) {
   return r.me.ToString() + " shard " + std::to_string(i) + " (tensor '" +
          r.plan->tensors[r.buffer->shards[i].tensor].name + "')";
 }
+
+// Turns ranges of a copy of the arena into the shard spans they cover (bytes outside every shard,
+// such as landing areas, are no span), sorted, adjacent spans of a shard merged.
+class SpanMapper {
+ public:
+  explicit SpanMapper(const RankBuffer& buffer) : shards_(buffer.shards) {
+    for (uint32_t i = 0; i < shards_.size(); ++i) by_offset_.push_back(i);
+    std::sort(by_offset_.begin(), by_offset_.end(),
+              [&](uint32_t a, uint32_t b) { return shards_[a].offset < shards_[b].offset; });
+  }
+
+  void Add(uint64_t begin, uint64_t length) {
+    const uint64_t end = begin + length;
+    // The first shard that ends after `begin`: shards do not overlap, so they end in offset order.
+    auto it = std::partition_point(by_offset_.begin(), by_offset_.end(),
+                                   [&](uint32_t i) { return shards_[i].offset + shards_[i].bytes <= begin; });
+    for (; it != by_offset_.end() && shards_[*it].offset < end; ++it) {
+      const PlannedShard& s = shards_[*it];
+      const uint64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.bytes);
+      if (lo < hi) pending_.push_back({*it, lo - s.offset, hi - lo});
+    }
+  }
+
+  // The spans added since the last call, into `out`.
+  void Flush(std::vector<DeviceSpan>& out) {
+    std::sort(pending_.begin(), pending_.end(), [](const DeviceSpan& a, const DeviceSpan& b) {
+      return std::tie(a.shard, a.offset) < std::tie(b.shard, b.offset);
+    });
+    const size_t first = out.size();
+    for (const DeviceSpan& s : pending_) {
+      if (out.size() > first && out.back().shard == s.shard &&
+          out.back().offset + out.back().length >= s.offset)
+        out.back().length = std::max(out.back().length, s.offset + s.length - out.back().offset);
+      else
+        out.push_back(s);
+    }
+    pending_.clear();
+  }
+
+ private:
+  const std::vector<PlannedShard>& shards_;
+  std::vector<uint32_t> by_offset_;
+  std::vector<DeviceSpan> pending_;
+};
 }  // namespace
 
 Status plan_rank_internal::AllocateDeviceShards(PlanRank::Impl& r) {
@@ -26,20 +74,64 @@ Status plan_rank_internal::AllocateDeviceShards(PlanRank::Impl& r) {
   return Status::Ok();
 }
 
-Status plan_rank_internal::CopyDeviceShards(PlanRank::Impl& r, int copy, bool to_device) {
-  if (r.device_shards[copy].empty()) return Status::Ok();
-  const uint64_t base = r.is_source() ? 0 : r.mine->CopyOffset(copy);
+void plan_rank_internal::MapDeviceSpans(PlanRank::Impl& r) {
+  if (r.is_source() || r.device_shards[0].empty()) return;
+  SpanMapper mapper(*r.buffer);
+  // A chunk fills what its runs land on (a shard stored as sent) and what its conversions write.
+  r.chunk_device_begin.assign(1, 0);
+  for (const InChunk& c : r.in_chunks) {
+    for (uint32_t i = c.run_begin; i < c.run_end; ++i) mapper.Add(r.in_runs[i].to, r.in_runs[i].length);
+    for (uint32_t i = c.convert_begin; i < c.convert_end; ++i) {
+      const ConvertSpan& span = r.in_converts[i];
+      mapper.Add(span.to, span.count * DTypeSize(span.to_dtype));
+    }
+    mapper.Flush(r.device_spans);
+    r.chunk_device_begin.push_back(static_cast<uint32_t>(r.device_spans.size()));
+  }
+  // Every byte no chunk fills goes at the end: quantised bands, the padding before a quantised
+  // shard's scales (and anything else a chunk does not account for: copied late, never lost).
+  std::vector<DeviceSpan> filled = r.device_spans;
+  std::sort(filled.begin(), filled.end(), [](const DeviceSpan& a, const DeviceSpan& b) {
+    return std::tie(a.shard, a.offset) < std::tie(b.shard, b.offset);
+  });
+  auto next = filled.begin();
+  for (uint32_t i = 0; i < r.buffer->shards.size(); ++i) {
+    uint64_t at = 0;  // bytes of shard i before `at` are filled or in a tail span
+    for (; next != filled.end() && next->shard == i; ++next) {
+      if (next->offset > at) r.device_tail_spans.push_back({i, at, next->offset - at});
+      at = std::max(at, next->offset + next->length);
+    }
+    if (r.buffer->shards[i].bytes > at)
+      r.device_tail_spans.push_back({i, at, r.buffer->shards[i].bytes - at});
+  }
+  r.device_copier = std::make_unique<WorkerPool>(1);
+}
+
+Status plan_rank_internal::ReadDeviceShards(PlanRank::Impl& r) {
+  if (r.device_shards[0].empty()) return Status::Ok();
   for (size_t i = 0; i < r.buffer->shards.size(); ++i) {
     const PlannedShard& s = r.buffer->shards[i];
-    std::span<std::byte> host(r.at(base + s.offset), s.bytes);
-    void* device = r.device_shards[copy][i].get();
-    const Status copied =
-        to_device ? r.options.device->ToDevice(host, device) : r.options.device->ToHost(device, host);
-    if (!copied.ok())
-      return copied.WithContext(std::string(to_device ? "copying " : "reading ") + ShardName(r, i) +
-                                (to_device ? " to " : " from ") + r.options.device->name());
+    const Status read =
+        r.options.device->ToHost(r.device_shards[0][i].get(), std::span<std::byte>(r.at(s.offset), s.bytes));
+    if (!read.ok())
+      return read.WithContext("reading " + ShardName(r, i) + " from " + r.options.device->name());
   }
   return Status::Ok();
+}
+
+Result<uint64_t> plan_rank_internal::CopySpansToDevice(PlanRank::Impl& r, int copy,
+                                                       std::span<const DeviceSpan> spans) {
+  const std::byte* base = r.at(r.mine->CopyOffset(copy));
+  uint64_t bytes = 0;
+  for (const DeviceSpan& s : spans) {
+    const std::byte* host = base + r.buffer->shards[s.shard].offset + s.offset;
+    std::byte* device = static_cast<std::byte*>(r.device_shards[copy][s.shard].get()) + s.offset;
+    const Status copied = r.options.device->ToDevice(std::span(host, s.length), device);
+    if (!copied.ok())
+      return copied.WithContext("copying " + ShardName(r, s.shard) + " to " + r.options.device->name());
+    bytes += s.length;
+  }
+  return bytes;
 }
 
 }  // namespace weightport

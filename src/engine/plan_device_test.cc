@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <mutex>
 
 #include "engine/plan_rank_test_util.h"
 #include "weightport/core/device_memory.h"
@@ -48,6 +49,103 @@ TEST(PlanRankDevice, TheDeviceLiveCopyChangesOnlyOnCommit) {
     EXPECT_NE(r.device_shard(0), before) << "Commit did not make the other device copy live";
   }
   g.ExpectLive(2);
+}
+
+// Counts what is copied to the device, and how many operations the destination's transport had
+// issued at each copy.
+class RecordingDevice final : public DeviceMemory {
+ public:
+  explicit RecordingDevice(std::shared_ptr<FaultPlan> faults) : faults_(std::move(faults)) {}
+  std::string name() const override { return "recording device"; }
+  Result<std::shared_ptr<void>> Allocate(size_t bytes) override { return host_->Allocate(bytes); }
+  Status ToHost(const void* device, std::span<std::byte> host) override {
+    return host_->ToHost(device, host);
+  }
+  Status ToDevice(std::span<const std::byte> host, void* device) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ops_at_copy.push_back(faults_->stats().ops);
+    bytes += host.size();
+    return host_->ToDevice(host, device);
+  }
+  std::vector<uint64_t> ops_at_copy;
+  uint64_t bytes = 0;
+
+ private:
+  std::mutex mu_;
+  std::shared_ptr<FaultPlan> faults_;
+  std::shared_ptr<DeviceMemory> host_ = HostStandInMemory();
+};
+
+uint64_t ShardBytes(const RankBuffer& b) {
+  uint64_t n = 0;
+  for (const PlannedShard& s : b.shards) n += s.bytes;
+  return n;
+}
+
+// One chunk in flight at a time, each Get 20 ms: the destination's first chunk is on the device
+// while the others are still to be fetched, and every shard byte goes to the device exactly once.
+TEST(PlanRankDevice, VerifiedChunksGoToTheDeviceWhileLaterOnesAreStillOnTheWire) {
+  PlanRankOptions o;
+  o.window = 1;
+  Group g(MustPlan(TensorParallel(Model(), 2), ReplicasOfTp(1, 1), 0, 8192), o);
+  auto device = std::make_shared<RecordingDevice>(g.faults);
+  o.device = device;
+  g.ranks.clear();  // again, on the recording device
+  for (auto& [ep, loop] : g.loops) {
+    auto rank = PlanRank::Create(g.plan, ep, *loop, o);
+    ASSERT_TRUE(rank.ok()) << rank.status().ToString();
+    g.table[ep] = (*rank)->peer_info();
+    g.ranks[ep] = *std::move(rank);
+  }
+  for (auto& [ep, r] : g.ranks) ASSERT_TRUE(r->Connect(g.table).ok()) << ep.ToString();
+  g.device = HostStandInMemory();  // the trainer's writes are not counted (same memory)
+  g.faults->set_delay({0, 1.0, kFaultGet}, std::chrono::milliseconds(20));
+  g.Publish(1);
+  const RankBuffer& dst = g.plan->destinations.at(0);
+  auto results = g.Receive(1);
+  ASSERT_TRUE(results.at(0).ok()) << results.at(0).status().ToString();
+  const ReceiveStats& stats = *results.at(0);
+  ASSERT_GE(stats.chunks, 8u);
+  const uint64_t ops = g.faults->stats().ops;
+  ASSERT_FALSE(device->ops_at_copy.empty());
+  EXPECT_LT(device->ops_at_copy.front(), ops)
+      << "nothing went to the device before the last chunk was fetched";
+  EXPECT_GT(device->ops_at_copy.size(), dst.shards.size()) << "shards copied whole, not chunk by chunk";
+  EXPECT_EQ(device->bytes, ShardBytes(dst));
+  EXPECT_EQ(stats.device_bytes, ShardBytes(dst));
+  EXPECT_GT(stats.device_copy.count(), 0);
+  ASSERT_TRUE(g.ranks.at(dst.endpoint)->Commit(1).ok());
+  g.ExpectLive(1);
+}
+
+// Delta and e4m3 at the receivers on a device: kept chunks and reused bands reach the device's
+// copy as well as fetched chunks and bands quantised again, each shard byte once per version.
+TEST(PlanRankDevice, KeptChunksAndQuantisedBandsReachTheDeviceToo) {
+  Group g(MustPlan(FsdpFlat(BlockModel(DType::kBF16), 3), BuildMesh(BlockModel(DType::kBF16), TpReplicas()),
+                   1, 1024, {{"*_proj.weight", DType::kF8E4M3}}),
+          OnDevice());
+  g.content = [](uint32_t t, uint64_t v) { return t % 2 == 0 ? uint64_t{1} : v; };  // even tensors stay
+  uint64_t total = 0;
+  for (const RankBuffer& b : g.plan->destinations) total += ShardBytes(b);
+  for (uint64_t v = 1; v <= 3; ++v) {
+    g.Publish(v);
+    uint64_t device_bytes = 0, kept = 0, reused = 0, quantized = 0;
+    for (auto& [rank, result] : g.Receive(v)) {
+      ASSERT_TRUE(result.ok()) << "dst rank " << rank << ": " << result.status().ToString();
+      device_bytes += result->device_bytes;
+      kept += result->kept_chunks;
+      reused += result->bands_reused;
+      quantized += result->bands_quantized;
+    }
+    for (const RankBuffer& b : g.plan->destinations) ASSERT_TRUE(g.ranks.at(b.endpoint)->Commit(v).ok());
+    EXPECT_EQ(device_bytes, total) << "version " << v;
+    EXPECT_GT(quantized, 0u);
+    if (v > 1) {
+      EXPECT_GT(kept, 0u) << "version " << v;
+      EXPECT_GT(reused, 0u) << "version " << v;
+    }
+    g.ExpectLive(v);
+  }
 }
 
 // A device that fails a copy: Publish and Receive say which shard, which tensor, which device.

@@ -326,7 +326,10 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
     in.expected_hashes = in.expected_hashes - r.remote_offset + r.mirror;
   }
   // Before the arena: an error after it is registered would free it off the loop thread.
-  if (options.device) WP_RETURN_IF_ERROR(AllocateDeviceShards(*impl));
+  if (options.device) {
+    WP_RETURN_IF_ERROR(AllocateDeviceShards(*impl));
+    MapDeviceSpans(*impl);
+  }
   Impl* raw = impl.get();
   WP_ASSIGN_OR_RETURN(
       raw->arena, loop.Call([raw, end](Transport& t) -> Result<std::unique_ptr<MemoryRegion>> {
@@ -470,7 +473,7 @@ Status PlanRank::Publish(uint64_t version) {
   if (r.mine->hash_bytes == 0) return Status::Ok();
   std::byte* header = r.at(r.mine->hash_offset);
   StoreWord(header, 0);  // readers see "not published" while the shards and hashes change
-  WP_RETURN_IF_ERROR(CopyDeviceShards(r, 0, /*to_device=*/false));
+  WP_RETURN_IF_ERROR(ReadDeviceShards(r));
   for (const ConvertSpan& c : r.out_converts)  // checked when the plan was compiled
     kernels::Convert(c.from_dtype, c.to_dtype, r.at(c.from), r.at(c.to), c.count).IgnoreError();
   RunQuantizeJobs(r.at(0), r.out_quantize, r.out_gathers, r.quantizers.get());
@@ -512,12 +515,6 @@ Result<ReceiveStats> PlanRank::Receive(uint64_t version) {
                  [promise](Result<ReceiveStats> result) { promise->set_value(std::move(result)); });
   });
   Result<ReceiveStats> result = future.get();
-  if (result.ok() && !r.device_shards[0].empty()) {  // the staging copy, verified, to the device
-    if (r.cancelled_version.load() == version) return Cancelled("receive cancelled before its device copy");
-    const auto t0 = std::chrono::steady_clock::now();
-    WP_RETURN_IF_ERROR(CopyDeviceShards(r, r.live ^ 1, /*to_device=*/true));
-    result->to_device = std::chrono::steady_clock::now() - t0;
-  }
   if (result.ok()) r.received_version = version;
   return result;
 }

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <vector>
 
 #include "plan_layout.h"
@@ -139,6 +140,13 @@ struct InChunk {
   uint32_t detour_ranges = 0;  // into detour_ranges: per detour level, the chunk's runs in detour_runs
 };
 
+// Bytes of shard `shard` (RankBuffer order) from `offset` within it: what a destination copies to
+// its device copy of that shard.
+struct DeviceSpan {
+  uint32_t shard = 0;
+  uint64_t offset = 0, length = 0;
+};
+
 // A source whose hash area this destination mirrors.
 struct RootSource {
   Endpoint endpoint;
@@ -204,12 +212,20 @@ struct PlanRank::Impl {
   std::array<std::vector<uint64_t>, 2> copy_hashes;
   // PlanRankOptions::device: each shard on the device, per copy (a source has one).
   std::array<std::vector<std::shared_ptr<void>>, 2> device_shards;
+  // A destination's shard bytes per incoming chunk (chunk c: device_spans[chunk_device_begin[c] ..
+  // chunk_device_begin[c + 1])), copied to the device as soon as the chunk is verified; and the
+  // rest (the in_quantize bands' outputs, padding), copied once every chunk is.
+  std::vector<uint32_t> chunk_device_begin;
+  std::vector<plan_rank_internal::DeviceSpan> device_spans, device_tail_spans;
   std::array<uint64_t, 2> copy_version{0, 0};
   // Share the bands of out_quantize / in_quantize (PlanRankOptions::quantize_threads); Publish's
   // caller or a keeper waits for them. Declared before `keepers`: outlives their tasks.
   std::unique_ptr<WorkerPool> quantizers;
   std::unique_ptr<WorkerPool> keepers;  // copies and hashes of kept chunks, off the loop thread
-  uint64_t slot_bytes = 0;              // of one compressed chunk (plan_layout::SlotBytes)
+  // A destination's copies to its device, one at a time in order (a device has one copy engine
+  // each way). Declared after the arena and device_shards: its tasks read them.
+  std::unique_ptr<WorkerPool> device_copier;
+  uint64_t slot_bytes = 0;  // of one compressed chunk (plan_layout::SlotBytes)
 
   bool is_source() const { return me.side == PlanSide::kSource; }
   std::byte* at(uint64_t offset) const { return base + offset; }
@@ -229,10 +245,16 @@ struct LandedQuantize {
 // is copied from there when the live copy holds the version before and that band's output there
 // still hashes as it did when it was made. Records the staging copy's band hashes.
 LandedQuantize QuantizeLanded(PlanRank::Impl& r, int staging, const std::vector<uint8_t>& kept);
-// PlanRankOptions::device: every shard's device memory (per copy at a destination), and the copies
-// of copy `copy`'s shards between the arena and the device.
+// PlanRankOptions::device: every shard's device memory (per copy at a destination); at a
+// destination, the spans of each shard that each incoming chunk fills once verified (converted),
+// and the rest, so that every byte of every shard is in exactly one span; and its device copier.
 Status AllocateDeviceShards(PlanRank::Impl& r);
-Status CopyDeviceShards(PlanRank::Impl& r, int copy, bool to_device);
+void MapDeviceSpans(PlanRank::Impl& r);
+// A source's shards from the device into its arena (Publish).
+Status ReadDeviceShards(PlanRank::Impl& r);
+// `spans` of copy `copy` of the arena to that copy's device shards; the bytes copied, or the error
+// naming the rank, shard, tensor and device. On the device copier's thread.
+Result<uint64_t> CopySpansToDevice(PlanRank::Impl& r, int copy, std::span<const DeviceSpan> spans);
 }  // namespace plan_rank_internal
 
 // Runs one Receive on the loop thread; calls `done` there exactly once, after nothing it started

@@ -53,7 +53,12 @@ struct KeptChunk {
 class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
  public:
   ReceiveRun(PlanRank::Impl& r, uint64_t version, std::function<void(Result<ReceiveStats>)> done)
-      : r_(r), v_(version), staging_(r.live ^ 1), done_(std::move(done)), start_(Clock::now()) {
+      : r_(r),
+        v_(version),
+        staging_(r.live ^ 1),
+        done_(std::move(done)),
+        start_(Clock::now()),
+        device_(r.device_copier != nullptr) {
     stats_.version = version;
     attempts_.assign(r.in_chunks.size(), 0);
     pending_runs_.assign(r.in_chunks.size(), 0);
@@ -400,6 +405,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     ++stats_.chunks;
     stats_.bytes += chunk.bytes;
     Verified(c);
+    ToDevice({c});
     Issue();
     MaybeFinish();
   }
@@ -498,6 +504,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
 
   void OnKept(const std::vector<std::pair<size_t, bool>>& kept) {
     --in_flight_;
+    std::vector<size_t> to_device;
     for (auto [c, same] : kept) {
       keeping_[c] = 0;
       const InChunk& chunk = r_.in_chunks[c];
@@ -506,13 +513,47 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
         ++stats_.kept_chunks;
         stats_.kept_bytes += chunk.bytes;
         Verified(c);
+        to_device.push_back(c);
       } else if (chunk.k < released_[chunk.in_step]) {  // else it is fetched once released
         ready_.push({0, chunk.k, false, c});
       }
     }
     if (failed_) return MaybeFinish();
+    ToDevice(std::move(to_device));
     Issue();
     MaybeFinish();
+  }
+
+  // PlanRankOptions::device: the shard bytes of these verified chunks (or, with tail, of what the
+  // chunks do not fill) from the staging copy to the device's, on the device copier's thread. The
+  // chunks' bytes in the staging copy no longer change in this receive.
+  void ToDevice(std::vector<size_t> chunks, bool tail = false) {
+    if (!device_ || failed_ || (chunks.empty() && !tail)) return;
+    ++device_in_flight_;
+    auto self = shared_from_this();
+    r_.device_copier->Submit([self, chunks = std::move(chunks), tail] {
+      PlanRank::Impl& r = self->r_;
+      const auto t0 = Clock::now();
+      Result<uint64_t> copied =
+          tail ? CopySpansToDevice(r, self->staging_, r.device_tail_spans) : uint64_t{0};
+      for (size_t i = 0; i < chunks.size() && copied.ok(); ++i) {
+        const size_t c = chunks[i];
+        const std::span<const DeviceSpan> spans(r.device_spans.data() + r.chunk_device_begin[c],
+                                                r.chunk_device_begin[c + 1] - r.chunk_device_begin[c]);
+        Result<uint64_t> more = CopySpansToDevice(r, self->staging_, spans);
+        copied = more.ok() ? Result<uint64_t>(*copied + *more) : more;
+      }
+      const auto spent = Clock::now() - t0;
+      r.loop->Post([self, copied, spent](Transport&) {
+        --self->device_in_flight_;
+        self->stats_.device_copy += spent;
+        if (copied.ok())
+          self->stats_.device_bytes += *copied;
+        else
+          self->Fail(copied.status());  // once failed, a no-op
+        self->MaybeFinish();
+      });
+    });
   }
 
   void Retry(size_t c, const Status& why, const std::string& what) {
@@ -563,10 +604,17 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
       });
       return;
     }
+    if (!failed_ && device_ && !device_tail_) {  // the host has it all: the rest to the device
+      device_tail_ = true;
+      host_done_ = Clock::now();
+      ToDevice({}, /*tail=*/true);
+    }
+    if (device_in_flight_ > 0) return;  // a failed receive too: they read the staging copy
     reported_ = true;
     r_.cancel_receive = nullptr;
     r_.peer_lost_receive = nullptr;
     stats_.elapsed = Clock::now() - start_;
+    if (device_tail_) stats_.to_device = Clock::now() - host_done_;
     auto done = std::move(done_);
     auto keep = std::move(keep_);  // pending timers keep their own references
     if (failed_) {
@@ -614,7 +662,11 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   size_t in_flight_ = 0;  // Gets issued and not completed
   size_t verified_count_ = 0;
   bool failed_ = false;
-  bool quantized_ = false;  // the shards quantised here are (in_quantize)
+  bool quantized_ = false;       // the shards quantised here are (in_quantize)
+  const bool device_;            // PlanRankOptions::device: chunks go on to the device once verified
+  size_t device_in_flight_ = 0;  // device copier tasks not yet back on the loop
+  bool device_tail_ = false;     // the copy of what no chunk fills is submitted
+  Clock::time_point host_done_;  // every chunk verified (and quantised) in the staging copy
   bool reported_ = false;
   Status failure_;
   std::shared_ptr<ReceiveRun> keep_;

@@ -145,13 +145,16 @@ def test_shards_on_a_device_are_published_from_there_and_land_there(tmp_path, pr
     device copy, so what arrives came through Publish's copy from there; each destination's --verify
     checks its device copy as well as its arena, every version."""
     model_dir, source = model
-    outs, summary = run_plan(tmp_path, procs, model_dir, flat_placement(source, 3), columns_replicated(source, 2, 2),
+    dst = columns_replicated(source, 2, 2)
+    outs, summary = run_plan(tmp_path, procs, model_dir, flat_placement(source, 3), dst,
                              "tcp", fanout=1, versions=3, extra=("--device", "stand-in"))
     dsts = [r for r in summary["rank_reports"] if r["role"] == "dst"]
     assert len(dsts) == 4
     for r in dsts:
+        held = sum(2 * int(np.prod(sh["length"])) for sh in dst["ranks"][r["rank"]]["shards"])  # f16
         assert [v.get("verified") for v in r["versions"]] == [True] * 3, r
-        assert all(v["to_device_s"] >= 0 for v in r["versions"]), r
+        # Every byte of the rank's shards went to its device once per version.
+        assert all(v["device_bytes"] == held and v["to_device_s"] >= 0 for v in r["versions"]), (held, r)
     for path in outs.values():
         check_out(path, source)
 

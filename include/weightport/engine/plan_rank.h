@@ -68,9 +68,10 @@ struct PlanRankOptions {
   // each taking bands of whole block rows. 0: the hardware threads, at most 8.
   size_t quantize_threads = 0;
   // Shards also on a device (core/device_memory.h): a source's trainer writes device_shard(i) and
-  // Publish copies it into the arena first; a destination's Receive copies the verified shards to
-  // a second device copy before it returns (after `timeout` bounded the transfer; Cancel before it
-  // still counts), which Commit makes live. nullptr: host only.
+  // Publish copies it into the arena first. A destination's Receive copies each chunk's shard bytes
+  // to a second device copy as soon as the chunk is verified, on a thread of its own, so the copies
+  // overlap the transfer of later chunks; it returns once the device copy is whole, and Commit
+  // makes it live. nullptr: host only.
   std::shared_ptr<DeviceMemory> device;
 };
 
@@ -89,14 +90,19 @@ struct ReceiveStats {
   uint64_t polls = 0;              // relay counters and hash headers read
   uint64_t kept_chunks = 0;        // delta: unchanged chunks copied from the live copy, not fetched
   uint64_t kept_bytes = 0;
-  uint64_t bands_quantized = 0;     // e4m3 at this rank: bands of whole block rows quantised
-  uint64_t bands_reused = 0;        // and bands copied from the live copy (delta: their inputs were kept)
-  uint64_t frames = 0;              // chunks fetched as zstd frames (PlanStep::compress)
-  uint64_t frame_bytes = 0;         // their compressed size: what crossed the link for them
-  uint64_t rerouted_steps = 0;      // relayed steps fetched from upstream of their relay: it was lost
-  uint64_t rerouted_via_relay = 0;  // times such a step went to a relay upstream, not the source
-  std::chrono::nanoseconds elapsed{0};
-  std::chrono::nanoseconds to_device{0};  // copying the verified shards to the device, after `elapsed`
+  uint64_t bands_quantized = 0;         // e4m3 at this rank: bands of whole block rows quantised
+  uint64_t bands_reused = 0;            // and bands copied from the live copy (delta: their inputs were kept)
+  uint64_t frames = 0;                  // chunks fetched as zstd frames (PlanStep::compress)
+  uint64_t frame_bytes = 0;             // their compressed size: what crossed the link for them
+  uint64_t rerouted_steps = 0;          // relayed steps fetched from upstream of their relay: it was lost
+  uint64_t rerouted_via_relay = 0;      // times such a step went to a relay upstream, not the source
+  std::chrono::nanoseconds elapsed{0};  // the whole receive, the copies to the device included
+  // PlanRankOptions::device: bytes copied to the device, the time its copier spent on them (most of
+  // it while chunks were still arriving), and how long the receive waited for the device after the
+  // host had every chunk (and its quantised shards): what the copies added to `elapsed`.
+  uint64_t device_bytes = 0;
+  std::chrono::nanoseconds device_copy{0};
+  std::chrono::nanoseconds to_device{0};
 };
 
 class PlanRank {
