@@ -44,6 +44,11 @@ class CudaMemory final : public DeviceMemory {
     });
   }
 
+  Status CopyOnDevice(const void* from, void* to, size_t bytes) override {
+    WP_RETURN_IF_ERROR(CudaUseDevice(device_));
+    return CudaCopyOnDevice(from, to, bytes);
+  }
+
  private:
   std::mutex mu_;  // the stager serves one copy at a time
   std::unique_ptr<CudaStager> stager_;

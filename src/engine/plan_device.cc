@@ -2,7 +2,9 @@
 // the arena and the device per version. Sources copy device -> arena in Publish. Destinations copy
 // each incoming chunk's shard bytes to the device's staging copy as soon as the chunk is verified,
 // on the device copier's thread, so that the copies run while later chunks are still on the wire;
-// what only exists once every chunk is in (shards quantised here) follows at the end.
+// what only exists once every chunk is in (shards quantised here) follows at the end. What delta
+// kept from the version before (chunks, reused bands) is copied on the device from its live copy,
+// not from the host: a 1% update copies ~1% of the bytes across the host-device link.
 #include <algorithm>
 
 #include "plan_rank_impl.h"
@@ -88,8 +90,16 @@ void plan_rank_internal::MapDeviceSpans(PlanRank::Impl& r) {
     mapper.Flush(r.device_spans);
     r.chunk_device_begin.push_back(static_cast<uint32_t>(r.device_spans.size()));
   }
-  // Every byte no chunk fills goes at the end: quantised bands, the padding before a quantised
-  // shard's scales (and anything else a chunk does not account for: copied late, never lost).
+  // A band quantised here: its e4m3 rows and their scales.
+  r.band_device_begin.assign(1, static_cast<uint32_t>(r.device_spans.size()));
+  for (const QuantizeJob& band : r.in_quantize) {
+    mapper.Add(band.out, static_cast<uint64_t>(band.rows * band.cols));
+    mapper.Add(band.scales_at, static_cast<uint64_t>(band.scales) * sizeof(float));
+    mapper.Flush(r.device_spans);
+    r.band_device_begin.push_back(static_cast<uint32_t>(r.device_spans.size()));
+  }
+  // Every byte no chunk or band fills goes at the end: the padding before a quantised shard's
+  // scales (and anything else not accounted for above: copied late, never lost).
   std::vector<DeviceSpan> filled = r.device_spans;
   std::sort(filled.begin(), filled.end(), [](const DeviceSpan& a, const DeviceSpan& b) {
     return std::tie(a.shard, a.offset) < std::tie(b.shard, b.offset);
@@ -119,19 +129,55 @@ Status plan_rank_internal::ReadDeviceShards(PlanRank::Impl& r) {
   return Status::Ok();
 }
 
-Result<uint64_t> plan_rank_internal::CopySpansToDevice(PlanRank::Impl& r, int copy,
-                                                       std::span<const DeviceSpan> spans) {
+namespace {
+// `spans` of the arena's copy `copy` (from_device: of the device's live copy, `copy` ^ 1) into the
+// device's copy `copy`; the bytes copied.
+Result<uint64_t> CopySpans(PlanRank::Impl& r, int copy, std::span<const DeviceSpan> spans, bool from_device) {
   const std::byte* base = r.at(r.mine->CopyOffset(copy));
   uint64_t bytes = 0;
   for (const DeviceSpan& s : spans) {
-    const std::byte* host = base + r.buffer->shards[s.shard].offset + s.offset;
-    std::byte* device = static_cast<std::byte*>(r.device_shards[copy][s.shard].get()) + s.offset;
-    const Status copied = r.options.device->ToDevice(std::span(host, s.length), device);
+    std::byte* to = static_cast<std::byte*>(r.device_shards[copy][s.shard].get()) + s.offset;
+    const Status copied =
+        from_device ? r.options.device->CopyOnDevice(
+                          static_cast<const std::byte*>(r.device_shards[copy ^ 1][s.shard].get()) + s.offset,
+                          to, s.length)
+                    : r.options.device->ToDevice(
+                          std::span(base + r.buffer->shards[s.shard].offset + s.offset, s.length), to);
     if (!copied.ok())
-      return copied.WithContext("copying " + ShardName(r, s.shard) + " to " + r.options.device->name());
+      return copied.WithContext("copying " + ShardName(r, s.shard) + (from_device ? " on " : " to ") +
+                                r.options.device->name());
     bytes += s.length;
   }
   return bytes;
+}
+
+std::span<const DeviceSpan> SpansOf(const PlanRank::Impl& r, const std::vector<uint32_t>& begin, size_t i) {
+  return std::span(r.device_spans).subspan(begin[i], begin[i + 1] - begin[i]);
+}
+}  // namespace
+
+Result<DeviceCopied> plan_rank_internal::ChunksToDevice(PlanRank::Impl& r, int staging,
+                                                        const std::vector<size_t>& chunks, bool kept) {
+  DeviceCopied n;
+  for (size_t c : chunks) {
+    WP_ASSIGN_OR_RETURN(uint64_t bytes, CopySpans(r, staging, SpansOf(r, r.chunk_device_begin, c), kept));
+    n.bytes += bytes;
+    if (kept) n.on_device += bytes;
+  }
+  return n;
+}
+
+Result<DeviceCopied> plan_rank_internal::RestToDevice(PlanRank::Impl& r, int staging,
+                                                      const std::vector<uint8_t>& reused_bands) {
+  DeviceCopied n;
+  WP_ASSIGN_OR_RETURN(n.bytes, CopySpans(r, staging, r.device_tail_spans, false));
+  for (size_t j = 0; j < r.in_quantize.size(); ++j) {
+    const bool reused = j < reused_bands.size() && reused_bands[j] != 0;
+    WP_ASSIGN_OR_RETURN(uint64_t bytes, CopySpans(r, staging, SpansOf(r, r.band_device_begin, j), reused));
+    n.bytes += bytes;
+    if (reused) n.on_device += bytes;
+  }
+  return n;
 }
 
 }  // namespace weightport

@@ -67,8 +67,13 @@ class RecordingDevice final : public DeviceMemory {
     bytes += host.size();
     return host_->ToDevice(host, device);
   }
+  Status CopyOnDevice(const void* from, void* to, size_t n) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    on_device_bytes += n;
+    return host_->CopyOnDevice(from, to, n);
+  }
   std::vector<uint64_t> ops_at_copy;
-  uint64_t bytes = 0;
+  uint64_t bytes = 0, on_device_bytes = 0;
 
  private:
   std::mutex mu_;
@@ -119,7 +124,8 @@ TEST(PlanRankDevice, VerifiedChunksGoToTheDeviceWhileLaterOnesAreStillOnTheWire)
 }
 
 // Delta and e4m3 at the receivers on a device: kept chunks and reused bands reach the device's
-// copy as well as fetched chunks and bands quantised again, each shard byte once per version.
+// copy (from its live copy, on the device) as well as fetched chunks and bands quantised again (from
+// the host), each shard byte once per version.
 TEST(PlanRankDevice, KeptChunksAndQuantisedBandsReachTheDeviceToo) {
   Group g(MustPlan(FsdpFlat(BlockModel(DType::kBF16), 3), BuildMesh(BlockModel(DType::kBF16), TpReplicas()),
                    1, 1024, {{"*_proj.weight", DType::kF8E4M3}}),
@@ -129,10 +135,11 @@ TEST(PlanRankDevice, KeptChunksAndQuantisedBandsReachTheDeviceToo) {
   for (const RankBuffer& b : g.plan->destinations) total += ShardBytes(b);
   for (uint64_t v = 1; v <= 3; ++v) {
     g.Publish(v);
-    uint64_t device_bytes = 0, kept = 0, reused = 0, quantized = 0;
+    uint64_t device_bytes = 0, on_device = 0, kept = 0, reused = 0, quantized = 0;
     for (auto& [rank, result] : g.Receive(v)) {
       ASSERT_TRUE(result.ok()) << "dst rank " << rank << ": " << result.status().ToString();
       device_bytes += result->device_bytes;
+      on_device += result->device_kept_bytes;
       kept += result->kept_chunks;
       reused += result->bands_reused;
       quantized += result->bands_quantized;
@@ -143,6 +150,10 @@ TEST(PlanRankDevice, KeptChunksAndQuantisedBandsReachTheDeviceToo) {
     if (v > 1) {
       EXPECT_GT(kept, 0u) << "version " << v;
       EXPECT_GT(reused, 0u) << "version " << v;
+      EXPECT_GT(on_device, 0u) << "version " << v << ": nothing kept was copied on the device";
+      EXPECT_LT(on_device, total) << "version " << v << ": the changed tensors came from the live copy";
+    } else {
+      EXPECT_EQ(on_device, 0u);
     }
     g.ExpectLive(v);
   }
@@ -158,6 +169,9 @@ class FailingDevice final : public DeviceMemory {
   }
   Status ToDevice(std::span<const std::byte> host, void* device) override {
     return fail_to_device ? DataLoss("ECC error") : host_->ToDevice(host, device);
+  }
+  Status CopyOnDevice(const void* from, void* to, size_t bytes) override {
+    return fail_to_device ? DataLoss("ECC error") : host_->CopyOnDevice(from, to, bytes);
   }
   bool fail_to_host = false, fail_to_device = false;
 

@@ -172,6 +172,7 @@ LandedQuantize plan_rank_internal::QuantizeLanded(PlanRank::Impl& r, int staging
   LandedQuantize out;
   out.reused = static_cast<uint64_t>(std::count(reused.begin(), reused.end(), 1));
   out.quantized = n - out.reused;
+  out.reused_bands = std::move(reused);
   return out;
 }
 

@@ -213,9 +213,9 @@ struct PlanRank::Impl {
   // PlanRankOptions::device: each shard on the device, per copy (a source has one).
   std::array<std::vector<std::shared_ptr<void>>, 2> device_shards;
   // A destination's shard bytes per incoming chunk (chunk c: device_spans[chunk_device_begin[c] ..
-  // chunk_device_begin[c + 1])), copied to the device as soon as the chunk is verified; and the
-  // rest (the in_quantize bands' outputs, padding), copied once every chunk is.
-  std::vector<uint32_t> chunk_device_begin;
+  // chunk_device_begin[c + 1])), copied to the device as soon as the chunk is verified; per
+  // in_quantize band (band_device_begin, likewise) and the rest (padding), copied once every chunk is.
+  std::vector<uint32_t> chunk_device_begin, band_device_begin;
   std::vector<plan_rank_internal::DeviceSpan> device_spans, device_tail_spans;
   std::array<uint64_t, 2> copy_version{0, 0};
   // Share the bands of out_quantize / in_quantize (PlanRankOptions::quantize_threads); Publish's
@@ -239,6 +239,7 @@ namespace plan_rank_internal {
 void MapBandsToChunks(PlanRank::Impl& r);
 struct LandedQuantize {
   uint64_t quantized = 0, reused = 0;  // bands
+  std::vector<uint8_t> reused_bands;   // per band: copied from the live copy
 };
 // On a keeper thread, once every piece of a receive into copy `staging` is verified: quantises each
 // in_quantize band, except that a band whose chunks were all kept from the live copy (kept[chunk])
@@ -252,9 +253,18 @@ Status AllocateDeviceShards(PlanRank::Impl& r);
 void MapDeviceSpans(PlanRank::Impl& r);
 // A source's shards from the device into its arena (Publish).
 Status ReadDeviceShards(PlanRank::Impl& r);
-// `spans` of copy `copy` of the arena to that copy's device shards; the bytes copied, or the error
-// naming the rank, shard, tensor and device. On the device copier's thread.
-Result<uint64_t> CopySpansToDevice(PlanRank::Impl& r, int copy, std::span<const DeviceSpan> spans);
+// On the device copier's thread, into the device's copy `staging`: the shard bytes of verified
+// `chunks`, from the arena's copy `staging`, or, kept by delta, from the live device copy (the
+// device's copies are written by the engine only: the live one still holds what it was given);
+// and the rest once every chunk is in: the in_quantize bands (those reused from the live copy,
+// `reused_bands`, from the live device copy) and the bytes no chunk or band fills. The bytes
+// copied, of them on the device; or the error naming the rank, shard, tensor and device.
+struct DeviceCopied {
+  uint64_t bytes = 0, on_device = 0;
+};
+Result<DeviceCopied> ChunksToDevice(PlanRank::Impl& r, int staging, const std::vector<size_t>& chunks,
+                                    bool kept);
+Result<DeviceCopied> RestToDevice(PlanRank::Impl& r, int staging, const std::vector<uint8_t>& reused_bands);
 }  // namespace plan_rank_internal
 
 // Runs one Receive on the loop thread; calls `done` there exactly once, after nothing it started

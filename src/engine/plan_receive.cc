@@ -405,7 +405,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     ++stats_.chunks;
     stats_.bytes += chunk.bytes;
     Verified(c);
-    ToDevice({c});
+    ToDevice({c}, /*kept=*/false);
     Issue();
     MaybeFinish();
   }
@@ -519,41 +519,40 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
       }
     }
     if (failed_) return MaybeFinish();
-    ToDevice(std::move(to_device));
+    ToDevice(std::move(to_device), /*kept=*/true);
     Issue();
     MaybeFinish();
   }
 
-  // PlanRankOptions::device: the shard bytes of these verified chunks (or, with tail, of what the
-  // chunks do not fill) from the staging copy to the device's, on the device copier's thread. The
-  // chunks' bytes in the staging copy no longer change in this receive.
-  void ToDevice(std::vector<size_t> chunks, bool tail = false) {
-    if (!device_ || failed_ || (chunks.empty() && !tail)) return;
+  // PlanRankOptions::device: `copy` (ChunksToDevice, RestToDevice) on the device copier's thread;
+  // back on the loop, what it copied is counted or the receive fails.
+  void OnDeviceCopier(std::function<Result<DeviceCopied>()> copy) {
+    if (!device_ || failed_) return;
     ++device_in_flight_;
     auto self = shared_from_this();
-    r_.device_copier->Submit([self, chunks = std::move(chunks), tail] {
-      PlanRank::Impl& r = self->r_;
+    r_.device_copier->Submit([self, copy = std::move(copy)] {
       const auto t0 = Clock::now();
-      Result<uint64_t> copied =
-          tail ? CopySpansToDevice(r, self->staging_, r.device_tail_spans) : uint64_t{0};
-      for (size_t i = 0; i < chunks.size() && copied.ok(); ++i) {
-        const size_t c = chunks[i];
-        const std::span<const DeviceSpan> spans(r.device_spans.data() + r.chunk_device_begin[c],
-                                                r.chunk_device_begin[c + 1] - r.chunk_device_begin[c]);
-        Result<uint64_t> more = CopySpansToDevice(r, self->staging_, spans);
-        copied = more.ok() ? Result<uint64_t>(*copied + *more) : more;
-      }
+      Result<DeviceCopied> copied = copy();
       const auto spent = Clock::now() - t0;
-      r.loop->Post([self, copied, spent](Transport&) {
+      self->r_.loop->Post([self, copied, spent](Transport&) {
         --self->device_in_flight_;
         self->stats_.device_copy += spent;
-        if (copied.ok())
-          self->stats_.device_bytes += *copied;
-        else
+        if (copied.ok()) {
+          self->stats_.device_bytes += copied->bytes;
+          self->stats_.device_kept_bytes += copied->on_device;
+        } else {
           self->Fail(copied.status());  // once failed, a no-op
+        }
         self->MaybeFinish();
       });
     });
+  }
+  // Verified chunks: fetched (from the staging copy) or kept (from the live device copy). Their
+  // bytes in the staging copy no longer change in this receive.
+  void ToDevice(std::vector<size_t> chunks, bool kept) {
+    if (chunks.empty()) return;
+    OnDeviceCopier(
+        [this, chunks = std::move(chunks), kept] { return ChunksToDevice(r_, staging_, chunks, kept); });
   }
 
   void Retry(size_t c, const Status& why, const std::string& what) {
@@ -599,6 +598,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
           --self->in_flight_;
           self->stats_.bands_quantized += done.quantized;
           self->stats_.bands_reused += done.reused;
+          self->reused_bands_ = done.reused_bands;
           self->MaybeFinish();
         });
       });
@@ -607,7 +607,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     if (!failed_ && device_ && !device_tail_) {  // the host has it all: the rest to the device
       device_tail_ = true;
       host_done_ = Clock::now();
-      ToDevice({}, /*tail=*/true);
+      OnDeviceCopier([this, reused = reused_bands_] { return RestToDevice(r_, staging_, reused); });
     }
     if (device_in_flight_ > 0) return;  // a failed receive too: they read the staging copy
     reported_ = true;
@@ -662,11 +662,12 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   size_t in_flight_ = 0;  // Gets issued and not completed
   size_t verified_count_ = 0;
   bool failed_ = false;
-  bool quantized_ = false;       // the shards quantised here are (in_quantize)
-  const bool device_;            // PlanRankOptions::device: chunks go on to the device once verified
-  size_t device_in_flight_ = 0;  // device copier tasks not yet back on the loop
-  bool device_tail_ = false;     // the copy of what no chunk fills is submitted
-  Clock::time_point host_done_;  // every chunk verified (and quantised) in the staging copy
+  bool quantized_ = false;             // the shards quantised here are (in_quantize)
+  const bool device_;                  // PlanRankOptions::device: chunks go on to the device once verified
+  size_t device_in_flight_ = 0;        // device copier tasks not yet back on the loop
+  bool device_tail_ = false;           // the copy of what no chunk fills is submitted
+  std::vector<uint8_t> reused_bands_;  // per in_quantize band: copied from the live copy
+  Clock::time_point host_done_;        // every chunk verified (and quantised) in the staging copy
   bool reported_ = false;
   Status failure_;
   std::shared_ptr<ReceiveRun> keep_;

@@ -3,7 +3,8 @@
 // registers and peers read and write); with a DeviceMemory (PlanRankOptions::device) a source's
 // trainer writes its shards on the device and Publish copies them into the arena, and a
 // destination's verified shards are copied to the device before Receive returns, into a second
-// device copy that Commit makes live.
+// device copy that Commit makes live (what a delta update kept from the version before is copied
+// from the live device copy on the device).
 //
 // Implementations: CudaDeviceMemory (weightport/cuda/device_memory.h: cudaMalloc, copies through
 // pinned double buffers) and HostStandInMemory (host memory standing in for a device: memcpy; for
@@ -32,6 +33,8 @@ class DeviceMemory {
   virtual Status ToHost(const void* device, std::span<std::byte> host) = 0;
   // host.size() bytes from `host` to `device`, complete when it returns.
   virtual Status ToDevice(std::span<const std::byte> host, void* device) = 0;
+  // `bytes` from `from` to `to`, both on the device (not overlapping), complete when it returns.
+  virtual Status CopyOnDevice(const void* from, void* to, size_t bytes) = 0;
 };
 
 std::shared_ptr<DeviceMemory> HostStandInMemory();

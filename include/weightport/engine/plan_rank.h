@@ -101,6 +101,7 @@ struct ReceiveStats {
   // it while chunks were still arriving), and how long the receive waited for the device after the
   // host had every chunk (and its quantised shards): what the copies added to `elapsed`.
   uint64_t device_bytes = 0;
+  uint64_t device_kept_bytes = 0;  // of them, kept by delta: copied on the device from its live copy
   std::chrono::nanoseconds device_copy{0};
   std::chrono::nanoseconds to_device{0};
 };
