@@ -9,7 +9,7 @@
 // overhead replay saves; the from-scratch figure is broken into plan / create (compile, allocate,
 // register) / connect / transfer. --quantize: the destinations store the projections as e4m3 (at
 // the sources with --src-tp, whose shards are whole blocks; else at the receivers), with
-// --quantize-threads threads per rank; the sources' Publish time is reported beside the replay.
+// --worker-threads threads per rank; the sources' Publish time is reported beside the replay.
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -87,7 +87,7 @@ int Run(int argc, char** argv) {
   CLI::App app{"bench_plan_replay: per-version cost of replaying a compiled plan vs. planning from scratch"};
   std::string preset = "tiny", transport = "fake", chunk = "4M";
   int sources = 4, replicas = 2, tp = 2, fanout = 1, versions = 5, src_tp = 0;
-  size_t quantize_threads = 0;
+  size_t worker_threads = 0;
   bool json = false, quantize = false;
   app.add_option("--preset", preset, "Synthetic model: tiny, small, 1b")->capture_default_str();
   app.add_option("--transport", transport, "fake or shm")
@@ -103,7 +103,7 @@ int Run(int argc, char** argv) {
                  "Sources tensor parallel over this many ranks instead of FSDP flat shards")
       ->capture_default_str();
   app.add_flag("--quantize", quantize, "Destinations store every *_proj.weight as f8e4m3 in 128x128 blocks");
-  app.add_option("--quantize-threads", quantize_threads, "PlanRankOptions::quantize_threads (0: hardware)")
+  app.add_option("--worker-threads", worker_threads, "PlanRankOptions::worker_threads (0: hardware)")
       ->capture_default_str();
   app.add_flag("--json", json, "Machine-readable output");
   if (int rc = ParseArgs(app, argc, argv); rc >= 0) return rc;
@@ -126,7 +126,7 @@ int Run(int argc, char** argv) {
   po.relay_fanout = fanout;
   if (quantize) po.transforms = {{"*_proj.weight", DType::kF8E4M3}};
   PlanRankOptions ro;
-  ro.quantize_threads = quantize_threads;
+  ro.worker_threads = worker_threads;
   auto make_plan = [&]() -> Result<std::shared_ptr<const Plan>> {
     WP_ASSIGN_OR_RETURN(Plan p, MakePlan(*src, *dst, Topology(), po));
     return std::make_shared<const Plan>(std::move(p));

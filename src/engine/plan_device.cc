@@ -78,6 +78,7 @@ Status plan_rank_internal::AllocateDeviceShards(PlanRank::Impl& r) {
 
 void plan_rank_internal::MapDeviceSpans(PlanRank::Impl& r) {
   if (r.is_source() || r.device_shards[0].empty()) return;
+  // Bands as quantised: SplitIntoBands has cut the in_quantize jobs already.
   SpanMapper mapper(*r.buffer);
   // A chunk fills what its runs land on (a shard stored as sent) and what its conversions write.
   r.chunk_device_begin.assign(1, 0);
@@ -169,6 +170,11 @@ Result<DeviceCopied> plan_rank_internal::ChunksToDevice(PlanRank::Impl& r, int s
 
 Result<DeviceCopied> plan_rank_internal::RestToDevice(PlanRank::Impl& r, int staging,
                                                       const std::vector<uint8_t>& reused_bands) {
+  if (r.band_device_begin.size() != r.in_quantize.size() + 1 ||
+      (!reused_bands.empty() && reused_bands.size() != r.in_quantize.size()))
+    return Internal(r.me.ToString() + ": device spans mapped for " +
+                    std::to_string(r.band_device_begin.size() - 1) + " bands, " +
+                    std::to_string(r.in_quantize.size()) + " quantised");
   DeviceCopied n;
   WP_ASSIGN_OR_RETURN(n.bytes, CopySpans(r, staging, r.device_tail_spans, false));
   for (size_t j = 0; j < r.in_quantize.size(); ++j) {

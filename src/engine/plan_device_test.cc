@@ -159,6 +159,44 @@ TEST(PlanRankDevice, KeptChunksAndQuantisedBandsReachTheDeviceToo) {
   }
 }
 
+// A shard quantised here in more than one band (5 MiB of bf16 input), only its first block row
+// changing after version 1: its bands quantised again come from the host, the others from the live
+// device copy, and every device copy holds what the host does.
+TEST(PlanRankDevice, AShardQuantisedInSeveralBandsReachesTheDevice) {
+  const std::vector<TensorMeta> big = {
+      *TensorMeta::Make("model.layers.0.mlp.up_proj.weight", DType::kBF16, {2048, 1280})};
+  const std::vector<MeshAxis> replicas = {ReplicaAxis("dp", 2)};
+  Group g(MustPlan(FsdpFlat(big, 3), BuildMesh(big, replicas), 1, 1 << 20, {{"*", DType::kF8E4M3}}),
+          OnDevice());
+  g.bytes = [](const TensorMeta& t, size_t index, uint64_t v) {
+    std::vector<std::byte> out = plan_rank_test::TensorBytes(t, index, 1);
+    const std::vector<std::byte> now = plan_rank_test::TensorBytes(t, index, v);
+    std::copy_n(now.begin(), 128 * t.shape[1] * 2, out.begin());  // the first block row (bf16)
+    return out;
+  };
+  uint64_t total = 0;
+  for (const RankBuffer& b : g.plan->destinations) total += ShardBytes(b);
+  for (uint64_t v = 1; v <= 3; ++v) {
+    g.Publish(v);
+    uint64_t device_bytes = 0, on_device = 0, reused = 0, quantized = 0;
+    for (auto& [rank, result] : g.Receive(v)) {
+      ASSERT_TRUE(result.ok()) << "dst rank " << rank << ": " << result.status().ToString();
+      device_bytes += result->device_bytes;
+      on_device += result->device_kept_bytes;
+      reused += result->bands_reused;
+      quantized += result->bands_quantized;
+    }
+    for (const RankBuffer& b : g.plan->destinations) ASSERT_TRUE(g.ranks.at(b.endpoint)->Commit(v).ok());
+    EXPECT_EQ(device_bytes, total) << "version " << v;
+    EXPECT_GE(reused + quantized, 4u) << "version " << v << ": fewer than 2 bands per destination";
+    if (v > 1) {
+      EXPECT_GT(reused, 0u) << "version " << v;
+      EXPECT_GT(on_device, 0u) << "version " << v;
+    }
+    g.ExpectLive(v);
+  }
+}
+
 // A device that fails a copy: Publish and Receive say which shard, which tensor, which device.
 class FailingDevice final : public DeviceMemory {
  public:

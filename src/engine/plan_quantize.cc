@@ -5,7 +5,6 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
-#include <latch>
 
 #include "plan_rank_impl.h"
 #include "weightport/core/hash.h"
@@ -69,26 +68,6 @@ struct Scratch {
   std::vector<float> scales;
 };
 
-// Calls body(j, scratch) for every j in [0, n), the pool's threads (nullptr: the calling thread,
-// which must not be one of the pool's) each taking the next j in turn, so that cheap and costly
-// bands spread evenly; returns when all are done.
-void ForEachBand(WorkerPool* pool, size_t n, const std::function<void(size_t, Scratch&)>& body) {
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    Scratch scratch;
-    for (size_t j = next++; j < n; j = next++) body(j, scratch);
-  };
-  const size_t parts = pool ? std::min(pool->size(), n) : 1;
-  if (parts <= 1) return work();
-  std::latch done(static_cast<std::ptrdiff_t>(parts));
-  for (size_t p = 0; p < parts; ++p)
-    pool->Submit([&work, &done] {
-      work();
-      done.count_down();
-    });
-  done.wait();
-}
-
 // Gathers band q's matrix from `base` and quantises it into its output there (shapes checked when
 // the plan was compiled).
 void Quantize(std::byte* base, const QuantizeJob& q, const std::vector<Run>& gathers, Scratch& scratch) {
@@ -106,8 +85,8 @@ void Quantize(std::byte* base, const QuantizeJob& q, const std::vector<Run>& gat
 
 void plan_rank_internal::RunQuantizeJobs(std::byte* base, const std::vector<QuantizeJob>& jobs,
                                          const std::vector<Run>& gathers, WorkerPool* pool) {
-  ForEachBand(pool, jobs.size(),
-              [&](size_t j, Scratch& scratch) { Quantize(base, jobs[j], gathers, scratch); });
+  ForEachIndex<Scratch>(pool, jobs.size(),
+                        [&](size_t j, Scratch& scratch) { Quantize(base, jobs[j], gathers, scratch); });
 }
 
 void plan_rank_internal::MapBandsToChunks(PlanRank::Impl& r) {
@@ -155,7 +134,7 @@ LandedQuantize plan_rank_internal::QuantizeLanded(PlanRank::Impl& r, int staging
   std::vector<uint64_t>& hashes = r.band_hashes[staging];
   hashes.assign(n, 0);
   std::vector<uint8_t> reused(n, 0);
-  ForEachBand(r.quantizers.get(), n, [&](size_t j, Scratch& scratch) {
+  ForEachIndex<Scratch>(r.workers.get(), n, [&](size_t j, Scratch& scratch) {
     const QuantizeJob& q = r.in_quantize[j];
     // Its inputs are the live copy's: so is its output, unless someone wrote to the live shard
     // since. Copied, then hashed where it landed: a write racing the copy shows too.

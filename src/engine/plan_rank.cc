@@ -326,10 +326,7 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
     in.expected_hashes = in.expected_hashes - r.remote_offset + r.mirror;
   }
   // Before the arena: an error after it is registered would free it off the loop thread.
-  if (options.device) {
-    WP_RETURN_IF_ERROR(AllocateDeviceShards(*impl));
-    MapDeviceSpans(*impl);
-  }
+  if (options.device) WP_RETURN_IF_ERROR(AllocateDeviceShards(*impl));
   Impl* raw = impl.get();
   WP_ASSIGN_OR_RETURN(
       raw->arena, loop.Call([raw, end](Transport& t) -> Result<std::unique_ptr<MemoryRegion>> {
@@ -362,11 +359,12 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
   SplitIntoBands(impl->out_quantize, impl->out_gathers, kBandBytes);
   SplitIntoBands(impl->in_quantize, impl->in_gathers, kBandBytes);
   MapBandsToChunks(*impl);
-  const size_t threads = options.quantize_threads
-                             ? options.quantize_threads
+  MapDeviceSpans(*impl);  // after the bands are cut: a band's output is a span of its own
+  const size_t threads = options.worker_threads
+                             ? options.worker_threads
                              : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
-  if (threads > 1 && impl->out_quantize.size() + impl->in_quantize.size() > 1)
-    impl->quantizers = std::make_unique<WorkerPool>(threads);
+  if (threads > 1 && impl->out_quantize.size() + impl->in_quantize.size() + impl->out_chunks.size() > 1)
+    impl->workers = std::make_unique<WorkerPool>(threads);
   return std::unique_ptr<PlanRank>(new PlanRank(std::move(impl)));
 }
 
@@ -476,25 +474,30 @@ Status PlanRank::Publish(uint64_t version) {
   WP_RETURN_IF_ERROR(ReadDeviceShards(r));
   for (const ConvertSpan& c : r.out_converts)  // checked when the plan was compiled
     kernels::Convert(c.from_dtype, c.to_dtype, r.at(c.from), r.at(c.to), c.count).IgnoreError();
-  RunQuantizeJobs(r.at(0), r.out_quantize, r.out_gathers, r.quantizers.get());
-  std::vector<std::byte> chunk, frame;  // a compressed step's chunk, gathered, and its frame
-  for (const OutChunk& c : r.out_chunks) {
+  RunQuantizeJobs(r.at(0), r.out_quantize, r.out_gathers, r.workers.get());
+  struct Scratch {
+    std::vector<std::byte> chunk, frame;  // a compressed step's chunk, gathered, and its frame
+  };
+  // Each chunk writes only its own hash entry and slot: shared among the workers.
+  ForEachIndex<Scratch>(r.workers.get(), r.out_chunks.size(), [&r](size_t i, Scratch& s) {
+    const OutChunk& c = r.out_chunks[i];
     const uint64_t h = HashRuns(r.at(0), r.out_runs, c.run_begin, c.run_end, &Run::from);
     std::memcpy(r.at(c.hash_offset), &h, 8);
     uint64_t compressed = 0;  // 0: the chunk travels as is
     if (c.slot >= 0) {
-      chunk.clear();
-      for (uint32_t i = c.run_begin; i < c.run_end; ++i)
-        chunk.insert(chunk.end(), r.at(r.out_runs[i].from), r.at(r.out_runs[i].from) + r.out_runs[i].length);
+      s.chunk.clear();
+      for (uint32_t j = c.run_begin; j < c.run_end; ++j)
+        s.chunk.insert(s.chunk.end(), r.at(r.out_runs[j].from),
+                       r.at(r.out_runs[j].from) + r.out_runs[j].length);
       // Only a chunk that shrinks by 10% travels as a frame: the receiver pays to decompress it.
-      if (kernels::ZstdCompress(chunk, 1, frame).ok() && frame.size() * 10 <= chunk.size() * 9 &&
-          frame.size() <= r.slot_bytes) {
-        std::memcpy(r.at(static_cast<uint64_t>(c.slot)), frame.data(), frame.size());
-        compressed = frame.size();
+      if (kernels::ZstdCompress(s.chunk, 1, s.frame).ok() && s.frame.size() * 10 <= s.chunk.size() * 9 &&
+          s.frame.size() <= r.slot_bytes) {
+        std::memcpy(r.at(static_cast<uint64_t>(c.slot)), s.frame.data(), s.frame.size());
+        compressed = s.frame.size();
       }
     }
     std::memcpy(r.at(c.hash_offset + 8), &compressed, 8);
-  }
+  });
   StoreWord(header + 8, HashAreaCheck(version, header, r.mine->hash_bytes));
   StoreWord(header, version);
   return Status::Ok();

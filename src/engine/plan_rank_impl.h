@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <latch>
 #include <map>
 #include <memory>
 #include <optional>
@@ -56,6 +57,27 @@ inline std::optional<uint64_t> LoadCounter(const std::byte* at) {
   const uint64_t word = LoadWord(at);
   if (LoadWord(at + 8) != plan_layout::CounterCheck(word)) return std::nullopt;
   return word;
+}
+
+// Calls body(i, scratch) for every i in [0, n), the pool's threads (nullptr: the calling thread,
+// which must not be one of the pool's) each taking the next i in turn, so that cheap and costly
+// items spread evenly, each thread with a Scratch of its own; returns when all are done.
+template <typename Scratch, typename Body>
+void ForEachIndex(WorkerPool* pool, size_t n, const Body& body) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    Scratch scratch;
+    for (size_t i = next++; i < n; i = next++) body(i, scratch);
+  };
+  const size_t parts = pool ? std::min(pool->size(), n) : 1;
+  if (parts <= 1) return work();
+  std::latch done(static_cast<std::ptrdiff_t>(parts));
+  for (size_t p = 0; p < parts; ++p)
+    pool->Submit([&work, &done] {
+      work();
+      done.count_down();
+    });
+  done.wait();
 }
 
 // xxh3-64 of runs [begin, end) read at base + (run.*offset): a chunk's bytes in piece order, on the
@@ -218,9 +240,10 @@ struct PlanRank::Impl {
   std::vector<uint32_t> chunk_device_begin, band_device_begin;
   std::vector<plan_rank_internal::DeviceSpan> device_spans, device_tail_spans;
   std::array<uint64_t, 2> copy_version{0, 0};
-  // Share the bands of out_quantize / in_quantize (PlanRankOptions::quantize_threads); Publish's
-  // caller or a keeper waits for them. Declared before `keepers`: outlives their tasks.
-  std::unique_ptr<WorkerPool> quantizers;
+  // Share the bands of out_quantize / in_quantize and Publish's chunks (PlanRankOptions::
+  // worker_threads); Publish's caller or a keeper waits for them. Declared before `keepers`:
+  // outlives their tasks.
+  std::unique_ptr<WorkerPool> workers;
   std::unique_ptr<WorkerPool> keepers;  // copies and hashes of kept chunks, off the loop thread
   // A destination's copies to its device, one at a time in order (a device has one copy engine
   // each way). Declared after the arena and device_shards: its tasks read them.

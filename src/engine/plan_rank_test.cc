@@ -161,7 +161,7 @@ TEST(PlanRank, LargeShardsAreQuantisedInBandsOnSeveralThreads) {
   const std::vector<TensorMeta> big = {
       *TensorMeta::Make("model.layers.0.mlp.up_proj.weight", DType::kBF16, {4352, 1074})};
   PlanRankOptions o;
-  o.quantize_threads = 2;
+  o.worker_threads = 2;
   const std::vector<int> one = {0};
   for (bool at_sources : {true, false}) {
     SCOPED_TRACE(at_sources ? "at the source" : "at the receivers");
@@ -370,6 +370,22 @@ TEST(PlanRank, DeltaFetchesAChunkChangedInTheLiveCopy) {
   // from the live copy (version 2 fetched it) instead.
   s = g.Update(3);
   EXPECT_EQ(s.chunks, 0u);
+  EXPECT_EQ(s.kept_bytes, g.plan->TotalBytes());
+  g.ExpectLive(3);
+}
+
+// The same where the receivers widen bf16 to f32: the landing area a kept chunk is hashed in is not
+// the shard its conversion wrote, so a scribble on the converted shard of the copy that held the
+// version before is converted over, not kept.
+TEST(PlanRank, DeltaConvertsAgainOverAScribbleOnAConvertedShard) {
+  Group g(MustPlan(TensorParallel(Model(), 2), ReplicasOfTp(1, 2), 1, 1024, {{"*", DType::kF32}}));
+  g.content = [](uint32_t, uint64_t) { return 1; };
+  g.Update(1);
+  for (const RankBuffer& b : g.plan->destinations)
+    g.ranks.at(b.endpoint)->shard_bytes(0)[5] ^= std::byte{0x40};
+  g.Update(2);  // into the other copy, from the live one's landing areas, converted
+  g.ExpectLive(2);
+  ReceiveStats s = g.Update(3);  // into the scribbled copy, which still holds version 1's landing areas
   EXPECT_EQ(s.kept_bytes, g.plan->TotalBytes());
   g.ExpectLive(3);
 }

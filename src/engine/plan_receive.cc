@@ -115,6 +115,8 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
         return why + r_.StepName(r_.in_steps[i].step) + " waits for chunk " + std::to_string(released_[i]) +
                (level_[i] == 0 ? " at its relay " : " at ") + CurrentFrom(i).ToString() +
                (level_[i] == 0 ? "" : ", upstream of its lost relay " + r_.in_steps[i].sender.ToString());
+    if (verified_count_ == r_.in_chunks.size() && device_in_flight_ > 0)
+      return why + "every chunk verified, still copying to " + r_.options.device->name();
     return why + std::to_string(verified_count_) + " of " + std::to_string(r_.in_chunks.size()) +
            " chunks verified";
   }
@@ -480,6 +482,9 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
       if (in_staging) {
         const bool same = HashRuns(staging, r_.in_runs, chunk.run_begin, chunk.run_end, &Run::to) == expected;
         if (same) {
+          // The hash covers the landing area, not what a conversion wrote from it into the shard,
+          // which a reader may have written to: converted again.
+          ConvertChunk(r_, c, staging_);
           kept.emplace_back(c, true);
           continue;
         }
@@ -532,7 +537,9 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     auto self = shared_from_this();
     r_.device_copier->Submit([self, copy = std::move(copy)] {
       const auto t0 = Clock::now();
-      Result<DeviceCopied> copied = copy();
+      // Once the receive failed its staging device copy is thrown away: what is queued is skipped.
+      Result<DeviceCopied> copied =
+          self->abandoned_.load(std::memory_order_acquire) ? Result<DeviceCopied>(DeviceCopied{}) : copy();
       const auto spent = Clock::now() - t0;
       self->r_.loop->Post([self, copied, spent](Transport&) {
         --self->device_in_flight_;
@@ -573,6 +580,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   void Fail(Status s) {
     if (failed_) return;
     failed_ = true;
+    abandoned_.store(true, std::memory_order_release);
     failure_ = std::move(s);
     // Tell the ranks that relay from this one not to wait for it.
     for (const InStep& step : r_.in_steps)
@@ -662,12 +670,13 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   size_t in_flight_ = 0;  // Gets issued and not completed
   size_t verified_count_ = 0;
   bool failed_ = false;
-  bool quantized_ = false;             // the shards quantised here are (in_quantize)
-  const bool device_;                  // PlanRankOptions::device: chunks go on to the device once verified
-  size_t device_in_flight_ = 0;        // device copier tasks not yet back on the loop
-  bool device_tail_ = false;           // the copy of what no chunk fills is submitted
-  std::vector<uint8_t> reused_bands_;  // per in_quantize band: copied from the live copy
-  Clock::time_point host_done_;        // every chunk verified (and quantised) in the staging copy
+  bool quantized_ = false;              // the shards quantised here are (in_quantize)
+  const bool device_;                   // PlanRankOptions::device: chunks go on to the device once verified
+  size_t device_in_flight_ = 0;         // device copier tasks not yet back on the loop
+  std::atomic<bool> abandoned_{false};  // failed: device copier tasks not yet started do nothing
+  bool device_tail_ = false;            // the copy of what no chunk fills is submitted
+  std::vector<uint8_t> reused_bands_;   // per in_quantize band: copied from the live copy
+  Clock::time_point host_done_;         // every chunk verified (and quantised) in the staging copy
   bool reported_ = false;
   Status failure_;
   std::shared_ptr<ReceiveRun> keep_;

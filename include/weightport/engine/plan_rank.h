@@ -64,9 +64,10 @@ struct PlanRankOptions {
   // that Rekey can move the rank to a fresh transport without moving the shards. Same-host peers
   // then read it through CMA instead of a shared mapping.
   bool rotate_keys = false;
-  // Threads quantising to e4m3 in flight (a source's Publish, a destination's shards once landed),
-  // each taking bands of whole block rows. 0: the hardware threads, at most 8.
-  size_t quantize_threads = 0;
+  // Threads a rank's CPU work per version is shared among: a source's Publish quantising to e4m3
+  // (bands of whole block rows), hashing and compressing its chunks; a destination quantising its
+  // shards once landed. 0: the hardware threads, at most 8.
+  size_t worker_threads = 0;
   // Shards also on a device (core/device_memory.h): a source's trainer writes device_shard(i) and
   // Publish copies it into the arena first. A destination's Receive copies each chunk's shard bytes
   // to a second device copy as soon as the chunk is verified, on a thread of its own, so the copies
@@ -138,7 +139,9 @@ class PlanRank {
   // destination's live committed copy.
   std::span<std::byte> shard_bytes(size_t shard);
   // With PlanRankOptions::device, shard i on the device (a source's, which Publish reads; a
-  // destination's live copy, which Receive leaves alone); nullptr without.
+  // destination's live copy, which Receive leaves alone); nullptr without. A destination's is
+  // read-only to its users: a later Receive copies what a delta kept from it, unchecked (on the
+  // device, unlike shard_bytes, which is hashed before anything is carried forward from it).
   void* device_shard(size_t shard) const;
   size_t num_shards() const;
   // The version live at a destination (0 before the first commit).
