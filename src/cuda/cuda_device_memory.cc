@@ -46,7 +46,8 @@ class CudaMemory final : public DeviceMemory {
 
   Status CopyOnDevice(const void* from, void* to, size_t bytes) override {
     WP_RETURN_IF_ERROR(CudaUseDevice(device_));
-    return CudaCopyOnDevice(from, to, bytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    return stager_->OnDevice(from, to, bytes);
   }
 
  private:

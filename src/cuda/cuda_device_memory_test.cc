@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "cuda/cuda_test_util.h"
@@ -36,6 +37,13 @@ TEST_F(CudaDeviceMemoryTest, BytesGoThereAndBackWhateverTheirSize) {
     ASSERT_TRUE(device->ToDevice(want, memory->get()).ok());
     ASSERT_TRUE(device->ToHost(memory->get(), got).ok());
     EXPECT_TRUE(got == want) << bytes << " bytes";
+    // And on the device, from one allocation to another at an odd offset.
+    auto other = device->Allocate(bytes + 3);
+    ASSERT_TRUE(other.ok()) << other.status().ToString();
+    ASSERT_TRUE(device->CopyOnDevice(memory->get(), static_cast<std::byte*>(other->get()) + 3, bytes).ok());
+    std::fill(got.begin(), got.end(), std::byte{0});
+    ASSERT_TRUE(device->ToHost(static_cast<std::byte*>(other->get()) + 3, got).ok());
+    EXPECT_TRUE(got == want) << bytes << " bytes, copied on the device";
   }
 }
 
@@ -46,8 +54,10 @@ TEST_F(CudaDeviceMemoryTest, PlanRanksKeepEveryVersionOnTheGpu) {
   Group g(MustPlan(FsdpFlat(BlockModel(DType::kBF16), 3), BuildMesh(BlockModel(DType::kBF16), TpReplicas()),
                    1, 1024, {{"*_proj.weight", DType::kF8E4M3}}),
           o);
+  g.content = [](uint32_t t, uint64_t v) { return t == 0 ? uint64_t{1} : v; };  // delta: kept on the GPU
   for (uint64_t v = 1; v <= 3; ++v) {
-    g.Update(v);
+    const ReceiveStats s = g.Update(v);
+    EXPECT_EQ(s.kept_chunks > 0, v > 1) << "version " << v;
     g.ExpectLive(v);
   }
 }

@@ -39,13 +39,6 @@ Status DeviceBuffer::CopyTo(std::span<std::byte> host) const {
   return err == cudaSuccess ? Status::Ok() : CudaError("copy from the device", err);
 }
 
-Status CudaCopyOnDevice(const void* from, void* to, size_t bytes) {
-  // A device-to-device cudaMemcpy may return before the copy is done: wait on its stream.
-  cudaError_t err = cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, cudaStreamPerThread);
-  if (err == cudaSuccess) err = cudaStreamSynchronize(cudaStreamPerThread);
-  return err == cudaSuccess ? Status::Ok() : CudaError("copy on the device", err);
-}
-
 Status CudaSynchronize() {
   const cudaError_t err = cudaDeviceSynchronize();
   return err == cudaSuccess ? Status::Ok() : CudaError("synchronize", err);

@@ -12,7 +12,6 @@ Status DeviceBuffer::CopyFrom(std::span<const std::byte>) {
 Status DeviceBuffer::CopyTo(std::span<std::byte>) const {
   return Unavailable("CUDA support is not compiled in");
 }
-Status CudaCopyOnDevice(const void*, void*, size_t) { return Unavailable("CUDA support is not compiled in"); }
 Status CudaSynchronize() { return Unavailable("CUDA support is not compiled in"); }
 
 }  // namespace weightport

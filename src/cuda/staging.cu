@@ -70,6 +70,13 @@ Status CudaStager::FromDevice(const void* src, size_t bytes, const Consume& cons
   return Status::Ok();
 }
 
+Status CudaStager::OnDevice(const void* src, void* dst, size_t bytes) {
+  Impl& s = *impl_;
+  WP_RETURN_IF_ERROR(
+      Cuda("on the device", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s.stream[0])));
+  return Cuda("on the device", cudaStreamSynchronize(s.stream[0]));
+}
+
 Status CudaStager::ToDevice(void* dst, size_t bytes, const Produce& produce) {
   Impl& s = *impl_;
   const size_t chunks = (bytes + s.chunk - 1) / s.chunk;

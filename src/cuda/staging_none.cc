@@ -13,6 +13,9 @@ Result<std::unique_ptr<CudaStager>> CudaStager::Create(size_t) {
 Status CudaStager::FromDevice(const void*, size_t, const Consume&) {
   return Unavailable("CUDA support is not compiled in");
 }
+Status CudaStager::OnDevice(const void*, void*, size_t) {
+  return Unavailable("CUDA support is not compiled in");
+}
 Status CudaStager::ToDevice(void*, size_t, const Produce&) {
   return Unavailable("CUDA support is not compiled in");
 }

@@ -28,9 +28,6 @@ class DeviceBuffer {
   size_t size_ = 0;
 };
 
-// `bytes` from `from` to `to` on the current device, complete when it returns.
-Status CudaCopyOnDevice(const void* from, void* to, size_t bytes);
-
 // Waits for all work on the device (cudaDeviceSynchronize); the error of a kernel that failed.
 Status CudaSynchronize();
 

@@ -33,6 +33,11 @@ class CudaStager {
   using Produce = std::function<Status(uint64_t offset, std::span<std::byte> chunk)>;
   Status ToDevice(void* dst, size_t bytes, const Produce& produce);
 
+  // Device -> device, [src, src + bytes) to dst (not overlapping), on the stager's first stream
+  // (non-blocking: it does not wait for, or hold up, the default stream's work); complete when it
+  // returns. For callers that keep a copy on the device and stage the rest (a delta's kept bytes).
+  Status OnDevice(const void* src, void* dst, size_t bytes);
+
   size_t chunk_bytes() const;
 
  private:
