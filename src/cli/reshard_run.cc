@@ -99,8 +99,11 @@ Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, Resh
     if (e.kind == ReshardMember::Event::kBye) return Cancelled("the coordinator ended the run early");
     const bool ok = e.kind == ReshardMember::Event::kCommit;
     committed += ok;
-    report["versions"].push_back(
-        {{"version", v}, {"publish_s", publish_s}, {"committed", ok}, {"reason", e.reason}});
+    report["versions"].push_back({{"version", v},
+                                  {"publish_s", publish_s},
+                                  {"from_device_bytes", rank.published_from_device()},
+                                  {"committed", ok},
+                                  {"reason", e.reason}});
   }
   WP_ASSIGN_OR_RETURN(ReshardMember::Event bye, NextForSource(rank, member, wait, move, o.rotate_keys));
   (void)bye;

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <new>
 
+#include "weightport/core/hash.h"
+
 namespace weightport {
 namespace {
 
@@ -30,6 +32,10 @@ class HostStandIn final : public DeviceMemory {
   Status CopyOnDevice(const void* from, void* to, size_t bytes) override {
     std::memcpy(to, from, bytes);
     return Status::Ok();
+  }
+  Result<std::vector<uint64_t>> ChunkHashes(const void* device, size_t bytes, uint64_t chunk_bytes) override {
+    if (chunk_bytes == 0) return InvalidArgument("host stand-in: chunk hashes of 0-byte chunks");
+    return weightport::ChunkHashes(std::span(static_cast<const std::byte*>(device), bytes), chunk_bytes);
   }
 };
 

@@ -7,6 +7,7 @@
 
 #include "weightport/cuda/device_buffer.h"
 #include "weightport/cuda/device_query.h"
+#include "weightport/cuda/hash.h"
 #include "weightport/cuda/staging.h"
 
 namespace weightport {
@@ -48,6 +49,18 @@ class CudaMemory final : public DeviceMemory {
     WP_RETURN_IF_ERROR(CudaUseDevice(device_));
     std::lock_guard<std::mutex> lock(mu_);
     return stager_->OnDevice(from, to, bytes);
+  }
+
+  Result<std::vector<uint64_t>> ChunkHashes(const void* device, size_t bytes, uint64_t chunk_bytes) override {
+    if (chunk_bytes == 0) return InvalidArgument(name_ + ": chunk hashes of 0-byte chunks");
+    std::vector<uint64_t> out((bytes + chunk_bytes - 1) / chunk_bytes);
+    if (out.empty()) return out;
+    WP_RETURN_IF_ERROR(CudaUseDevice(device_));
+    WP_ASSIGN_OR_RETURN(DeviceBuffer hashes, DeviceBuffer::Allocate(out.size() * sizeof(uint64_t)));
+    // On the default stream, which the copy back (a cudaMemcpy) waits for.
+    WP_RETURN_IF_ERROR(CudaChunkHashes(device, bytes, chunk_bytes, static_cast<uint64_t*>(hashes.data())));
+    WP_RETURN_IF_ERROR(hashes.CopyTo(std::as_writable_bytes(std::span(out))));
+    return out;
   }
 
  private:

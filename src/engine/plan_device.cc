@@ -119,13 +119,37 @@ void plan_rank_internal::MapDeviceSpans(PlanRank::Impl& r) {
 }
 
 Status plan_rank_internal::ReadDeviceShards(PlanRank::Impl& r) {
+  r.published_from_device = 0;
   if (r.device_shards[0].empty()) return Status::Ok();
+  r.device_block_hashes.resize(r.buffer->shards.size());
   for (size_t i = 0; i < r.buffer->shards.size(); ++i) {
     const PlannedShard& s = r.buffer->shards[i];
-    const Status read =
-        r.options.device->ToHost(r.device_shards[0][i].get(), std::span<std::byte>(r.at(s.offset), s.bytes));
-    if (!read.ok())
-      return read.WithContext("reading " + ShardName(r, i) + " from " + r.options.device->name());
+    const auto* device = static_cast<const std::byte*>(r.device_shards[0][i].get());
+    auto hashes = r.options.device->ChunkHashes(device, s.bytes, kDeviceBlockBytes);
+    if (!hashes.ok())
+      return hashes.status().WithContext("hashing " + ShardName(r, i) + " on " + r.options.device->name());
+    std::vector<uint64_t>& known = r.device_block_hashes[i];
+    const bool same_shape = known.size() == hashes->size();
+    // Runs of changed blocks, each one copy.
+    for (size_t k = 0; k < hashes->size();) {
+      if (same_shape && known[k] == (*hashes)[k]) {
+        ++k;
+        continue;
+      }
+      size_t end = k + 1;
+      while (end < hashes->size() && !(same_shape && known[end] == (*hashes)[end])) ++end;
+      const uint64_t at = k * kDeviceBlockBytes,
+                     bytes = std::min<uint64_t>(end * kDeviceBlockBytes, s.bytes) - at;
+      const Status read =
+          r.options.device->ToHost(device + at, std::span<std::byte>(r.at(s.offset + at), bytes));
+      if (!read.ok()) {
+        known.clear();  // the arena's copy of this shard is unknown now
+        return read.WithContext("reading " + ShardName(r, i) + " from " + r.options.device->name());
+      }
+      r.published_from_device += bytes;
+      k = end;
+    }
+    known = *std::move(hashes);
   }
   return Status::Ok();
 }

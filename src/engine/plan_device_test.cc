@@ -72,6 +72,9 @@ class RecordingDevice final : public DeviceMemory {
     on_device_bytes += n;
     return host_->CopyOnDevice(from, to, n);
   }
+  Result<std::vector<uint64_t>> ChunkHashes(const void* device, size_t n, uint64_t chunk) override {
+    return host_->ChunkHashes(device, n, chunk);
+  }
   std::vector<uint64_t> ops_at_copy;
   uint64_t bytes = 0, on_device_bytes = 0;
 
@@ -159,6 +162,32 @@ TEST(PlanRankDevice, KeptChunksAndQuantisedBandsReachTheDeviceToo) {
   }
 }
 
+// A source copies from its device only the 1 MiB blocks that changed since its last Publish: all of
+// them at first, then those of the tensors that change; what arrives is right either way.
+TEST(PlanRankDevice, ASourceCopiesOnlyTheBlocksThatChangedFromItsDevice) {
+  const std::vector<TensorMeta> model = {
+      *TensorMeta::Make("model.layers.0.mlp.up_proj.weight", DType::kBF16, {1024, 1024}),
+      *TensorMeta::Make("model.layers.0.mlp.down_proj.weight", DType::kBF16, {1024, 1024}),
+      *TensorMeta::Make("model.norm.weight", DType::kBF16, {1024})};
+  const std::vector<MeshAxis> replicas = {ReplicaAxis("dp", 2)};
+  Group g(MustPlan(FsdpFlat(model, 2), BuildMesh(model, replicas), 1, 1 << 20), OnDevice());
+  g.content = [](uint32_t t, uint64_t v) { return t == 1 ? uint64_t{1} : v; };  // down_proj stays
+  uint64_t total = 0;
+  for (const RankBuffer& b : g.plan->sources) total += ShardBytes(b);
+  for (uint64_t v = 1; v <= 3; ++v) {
+    g.Update(v);
+    uint64_t copied = 0;
+    for (const RankBuffer& b : g.plan->sources) copied += g.ranks.at(b.endpoint)->published_from_device();
+    if (v == 1) {
+      EXPECT_EQ(copied, total);
+    } else {  // up_proj (2 MiB) and the norm's block; down_proj's blocks but those shared with them, not
+      EXPECT_GT(copied, uint64_t{2} << 20) << "version " << v;
+      EXPECT_LE(copied, total - (uint64_t{1} << 20)) << "version " << v;
+    }
+    g.ExpectLive(v);
+  }
+}
+
 // A shard quantised here in more than one band (5 MiB of bf16 input), only its first block row
 // changing after version 1: its bands quantised again come from the host, the others from the live
 // device copy, and every device copy holds what the host does.
@@ -211,6 +240,9 @@ class FailingDevice final : public DeviceMemory {
   Status CopyOnDevice(const void* from, void* to, size_t bytes) override {
     return fail_to_device ? DataLoss("ECC error") : host_->CopyOnDevice(from, to, bytes);
   }
+  Result<std::vector<uint64_t>> ChunkHashes(const void* device, size_t bytes, uint64_t chunk) override {
+    return host_->ChunkHashes(device, bytes, chunk);
+  }
   bool fail_to_host = false, fail_to_device = false;
 
  private:
@@ -225,6 +257,7 @@ TEST(PlanRankDevice, AFailedCopyNamesTheShardAndTheDeviceAndLosesNothing) {
   g.device = HostStandInMemory();  // the test's own writes and checks do not fail (same memory)
   g.Update(1);
   device->fail_to_host = true;
+  static_cast<std::byte*>(g.ranks.at(g.plan->sources[0].endpoint)->device_shard(0))[0] ^= std::byte{1};
   const Status published = g.ranks.at(g.plan->sources[0].endpoint)->Publish(2);
   EXPECT_EQ(published.code(), StatusCode::kDataLoss);
   EXPECT_NE(published.message().find("reading src rank 0 shard 0 (tensor '"), std::string::npos)

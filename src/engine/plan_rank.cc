@@ -458,6 +458,7 @@ std::span<std::byte> PlanRank::shard_bytes(size_t shard) {
   return {impl_->at(base + s.offset), s.bytes};
 }
 uint64_t PlanRank::live_version() const { return impl_->live_version; }
+uint64_t PlanRank::published_from_device() const { return impl_->published_from_device; }
 void* PlanRank::device_shard(size_t shard) const {
   const auto& copy = impl_->device_shards[impl_->is_source() ? 0 : impl_->live];
   return copy.empty() ? nullptr : copy.at(shard).get();

@@ -240,6 +240,10 @@ struct PlanRank::Impl {
   std::vector<uint32_t> chunk_device_begin, band_device_begin;
   std::vector<plan_rank_internal::DeviceSpan> device_spans, device_tail_spans;
   std::array<uint64_t, 2> copy_version{0, 0};
+  // A source with a device: per shard, the device hash of each kDeviceBlockBytes block as the arena
+  // holds it (empty: nothing known), and what the last Publish copied from the device.
+  std::vector<std::vector<uint64_t>> device_block_hashes;
+  uint64_t published_from_device = 0;
   // Share the bands of out_quantize / in_quantize and Publish's chunks (PlanRankOptions::
   // worker_threads); Publish's caller or a keeper waits for them. Declared before `keepers`:
   // outlives their tasks.
@@ -274,7 +278,9 @@ LandedQuantize QuantizeLanded(PlanRank::Impl& r, int staging, const std::vector<
 // and the rest, so that every byte of every shard is in exactly one span; and its device copier.
 Status AllocateDeviceShards(PlanRank::Impl& r);
 void MapDeviceSpans(PlanRank::Impl& r);
-// A source's shards from the device into its arena (Publish).
+// A source's shards from the device into its arena (Publish): the blocks whose hash on the device
+// changed since the arena got them.
+inline constexpr uint64_t kDeviceBlockBytes = 1ull << 20;
 Status ReadDeviceShards(PlanRank::Impl& r);
 // On the device copier's thread, into the device's copy `staging`: the shard bytes of verified
 // `chunks`, from the arena's copy `staging`, or, kept by delta, from the live device copy (the

@@ -150,6 +150,8 @@ def test_shards_on_a_device_are_published_from_there_and_land_there(tmp_path, pr
                              "tcp", fanout=1, versions=3, extra=("--device", "stand-in"))
     dsts = [r for r in summary["rank_reports"] if r["role"] == "dst"]
     assert len(dsts) == 4
+    for r in (r for r in summary["rank_reports"] if r["role"] == "src"):  # every version changes it all
+        assert all(v["from_device_bytes"] > 0 for v in r["versions"]), r
     for r in dsts:
         held = sum(2 * int(np.prod(sh["length"])) for sh in dst["ranks"][r["rank"]]["shards"])  # f16
         assert [v.get("verified") for v in r["versions"]] == [True] * 3, r

@@ -4,7 +4,8 @@
 // trainer writes its shards on the device and Publish copies them into the arena, and a
 // destination's verified shards are copied to the device before Receive returns, into a second
 // device copy that Commit makes live (what a delta update kept from the version before is copied
-// from the live device copy on the device).
+// from the live device copy on the device). A source's Publish copies only the blocks whose hash on
+// the device changed since its Publish before.
 //
 // Implementations: CudaDeviceMemory (weightport/cuda/device_memory.h: cudaMalloc, copies through
 // pinned double buffers) and HostStandInMemory (host memory standing in for a device: memcpy; for
@@ -17,6 +18,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "weightport/core/status.h"
 
@@ -35,6 +37,11 @@ class DeviceMemory {
   virtual Status ToDevice(std::span<const std::byte> host, void* device) = 0;
   // `bytes` from `from` to `to`, both on the device (not overlapping), complete when it returns.
   virtual Status CopyOnDevice(const void* from, void* to, size_t bytes) = 0;
+  // A 64-bit hash of each `chunk_bytes` chunk of [device, device + bytes) (the last may be shorter),
+  // computed where the memory is: equal hashes mean equal bytes (to 2^-64) between two calls of the
+  // same DeviceMemory (xxh3-64 of each chunk, as ChunkHashes, for both implementations here).
+  virtual Result<std::vector<uint64_t>> ChunkHashes(const void* device, size_t bytes,
+                                                    uint64_t chunk_bytes) = 0;
 };
 
 std::shared_ptr<DeviceMemory> HostStandInMemory();

@@ -147,8 +147,13 @@ class PlanRank {
   // The version live at a destination (0 before the first commit).
   uint64_t live_version() const;
 
-  // Source: hashes this version's chunks into the hash area. Version >= 1.
+  // Source: hashes this version's chunks into the hash area. Version >= 1. With
+  // PlanRankOptions::device it first copies from the device the 1 MiB blocks of each shard whose
+  // hash there changed since the last Publish (the arena's shards are then the engine's: the
+  // trainer writes device_shard(i)).
   Status Publish(uint64_t version);
+  // Bytes the last Publish copied from the device.
+  uint64_t published_from_device() const;
   // Destination: fetches and verifies every incoming chunk into the staging copy.
   Result<ReceiveStats> Receive(uint64_t version);
   // Destination: makes Receive(version), in progress on another thread or about to start, fail with
