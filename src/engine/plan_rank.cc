@@ -350,19 +350,20 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
   // Fault every page in now, once, so that no version pays first-touch faults (both copies of a
   // destination would otherwise be faulted by the first two versions).
   std::memset(raw->base, 0, raw->arena->size());
+  const size_t threads = options.worker_threads
+                             ? options.worker_threads
+                             : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
   if (!impl->is_source()) {
     for (const auto& [step, slot] : mine.counter_slot) StoreCounter(raw->at(mine.CounterOffset(step)), 0);
+    // Batches of kept chunks are independent: as many keepers as workers.
     if ((options.delta && !impl->in_chunks.empty()) || !impl->in_quantize.empty())
-      impl->keepers = std::make_unique<WorkerPool>(1);
+      impl->keepers = std::make_unique<WorkerPool>(threads);
   }
   constexpr uint64_t kBandBytes = 4ull << 20;
   SplitIntoBands(impl->out_quantize, impl->out_gathers, kBandBytes);
   SplitIntoBands(impl->in_quantize, impl->in_gathers, kBandBytes);
   MapBandsToChunks(*impl);
   MapDeviceSpans(*impl);  // after the bands are cut: a band's output is a span of its own
-  const size_t threads = options.worker_threads
-                             ? options.worker_threads
-                             : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
   if (threads > 1 && impl->out_quantize.size() + impl->in_quantize.size() + impl->out_chunks.size() > 1)
     impl->workers = std::make_unique<WorkerPool>(threads);
   return std::unique_ptr<PlanRank>(new PlanRank(std::move(impl)));

@@ -248,7 +248,9 @@ struct PlanRank::Impl {
   // worker_threads); Publish's caller or a keeper waits for them. Declared before `keepers`:
   // outlives their tasks.
   std::unique_ptr<WorkerPool> workers;
-  std::unique_ptr<WorkerPool> keepers;  // copies and hashes of kept chunks, off the loop thread
+  // Copies and hashes of kept chunks (batches, several at once), and a receive's quantising, off
+  // the loop thread.
+  std::unique_ptr<WorkerPool> keepers;
   // A destination's copies to its device, one at a time in order (a device has one copy engine
   // each way). Declared after the arena and device_shards: its tasks read them.
   std::unique_ptr<WorkerPool> device_copier;

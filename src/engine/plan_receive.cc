@@ -438,7 +438,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   }
 
   // Delta: the chunks whose hash is the one they had in the live copy's version are copied from
-  // there on the keepers' thread, in batches, and hashed again; they are not fetched unless that
+  // there on the keeper threads, in batches, and hashed again; they are not fetched unless that
   // hash differs (someone wrote to the live copy).
   void StartKeeping() {
     const int live = staging_ ^ 1;
@@ -447,7 +447,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
         r_.copy_version[live] != r_.live_version || live_hashes.size() != r_.in_chunks.size())
       return;
     const bool staging_known = staging_had_.size() == r_.in_chunks.size();
-    constexpr uint64_t kBatchBytes = 32ull << 20;
+    constexpr uint64_t kBatchBytes = 8ull << 20;  // several per keeper thread on a large model
     std::vector<KeptChunk> batch;
     uint64_t bytes = 0;
     auto submit = [&] {

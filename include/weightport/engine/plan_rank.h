@@ -65,8 +65,9 @@ struct PlanRankOptions {
   // then read it through CMA instead of a shared mapping.
   bool rotate_keys = false;
   // Threads a rank's CPU work per version is shared among: a source's Publish quantising to e4m3
-  // (bands of whole block rows), hashing and compressing its chunks; a destination quantising its
-  // shards once landed. 0: the hardware threads, at most 8.
+  // (bands of whole block rows), hashing and compressing its chunks; a destination copying and
+  // hashing the chunks delta keeps, and quantising its shards once landed. 0: the hardware threads,
+  // at most 8.
   size_t worker_threads = 0;
   // Shards also on a device (core/device_memory.h): a source's trainer writes device_shard(i) and
   // Publish copies it into the arena first. A destination's Receive copies each chunk's shard bytes
