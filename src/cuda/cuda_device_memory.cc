@@ -2,8 +2,10 @@
 // file is plain C++ built in every configuration.
 #include "weightport/cuda/device_memory.h"
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <optional>
 
 #include "weightport/cuda/device_buffer.h"
 #include "weightport/cuda/device_query.h"
@@ -56,15 +58,28 @@ class CudaMemory final : public DeviceMemory {
     std::vector<uint64_t> out((bytes + chunk_bytes - 1) / chunk_bytes);
     if (out.empty()) return out;
     WP_RETURN_IF_ERROR(CudaUseDevice(device_));
-    WP_ASSIGN_OR_RETURN(DeviceBuffer hashes, DeviceBuffer::Allocate(out.size() * sizeof(uint64_t)));
+    std::lock_guard<std::mutex> lock(mu_);
+    // Buffers kept from call to call, grown as needed: a cudaFree per call would stall the device.
+    WP_RETURN_IF_ERROR(Reserve(hashes_, out.size() * sizeof(uint64_t)));
+    WP_RETURN_IF_ERROR(Reserve(scratch_, CudaChunkHashScratchBytes(bytes, chunk_bytes)));
     // On the default stream, which the copy back (a cudaMemcpy) waits for.
-    WP_RETURN_IF_ERROR(CudaChunkHashes(device, bytes, chunk_bytes, static_cast<uint64_t*>(hashes.data())));
-    WP_RETURN_IF_ERROR(hashes.CopyTo(std::as_writable_bytes(std::span(out))));
+    WP_RETURN_IF_ERROR(CudaChunkHashes(device, bytes, chunk_bytes, static_cast<uint64_t*>(hashes_->data()),
+                                       nullptr, scratch_->data()));
+    WP_RETURN_IF_ERROR(hashes_->CopyTo(std::as_writable_bytes(std::span(out))));
     return out;
   }
 
  private:
-  std::mutex mu_;  // the stager serves one copy at a time
+  static Status Reserve(std::optional<DeviceBuffer>& buffer, size_t bytes) {
+    if (buffer && buffer->size() >= bytes) return Status::Ok();
+    buffer.reset();  // freed before the larger one is taken
+    WP_ASSIGN_OR_RETURN(DeviceBuffer grown, DeviceBuffer::Allocate(std::max<size_t>(bytes, 1)));
+    buffer = std::move(grown);
+    return Status::Ok();
+  }
+
+  std::mutex mu_;  // the stager serves one copy at a time; the hash buffers one hashing
+  std::optional<DeviceBuffer> hashes_, scratch_;  // the stager serves one copy at a time
   std::unique_ptr<CudaStager> stager_;
   const int device_;
   const std::string name_;

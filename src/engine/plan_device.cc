@@ -128,6 +128,9 @@ Status plan_rank_internal::ReadDeviceShards(PlanRank::Impl& r) {
     auto hashes = r.options.device->ChunkHashes(device, s.bytes, kDeviceBlockBytes);
     if (!hashes.ok())
       return hashes.status().WithContext("hashing " + ShardName(r, i) + " on " + r.options.device->name());
+    if (hashes->size() != (s.bytes + kDeviceBlockBytes - 1) / kDeviceBlockBytes)
+      return Internal(r.options.device->name() + " gave " + std::to_string(hashes->size()) +
+                      " block hashes for " + ShardName(r, i) + " (" + std::to_string(s.bytes) + " bytes)");
     std::vector<uint64_t>& known = r.device_block_hashes[i];
     const bool same_shape = known.size() == hashes->size();
     // Runs of changed blocks, each one copy.

@@ -232,7 +232,9 @@ class FailingDevice final : public DeviceMemory {
   std::string name() const override { return "flaky device"; }
   Result<std::shared_ptr<void>> Allocate(size_t bytes) override { return host_->Allocate(bytes); }
   Status ToHost(const void* device, std::span<std::byte> host) override {
-    return fail_to_host ? DataLoss("ECC error") : host_->ToHost(device, host);
+    if (fail_to_host || to_host_left == 0) return DataLoss("ECC error");
+    if (to_host_left > 0) --to_host_left;
+    return host_->ToHost(device, host);
   }
   Status ToDevice(std::span<const std::byte> host, void* device) override {
     return fail_to_device ? DataLoss("ECC error") : host_->ToDevice(host, device);
@@ -244,6 +246,7 @@ class FailingDevice final : public DeviceMemory {
     return host_->ChunkHashes(device, bytes, chunk);
   }
   bool fail_to_host = false, fail_to_device = false;
+  int to_host_left = -1;  // copies from the device that succeed before they fail; -1: no limit
 
  private:
   std::shared_ptr<DeviceMemory> host_ = HostStandInMemory();
@@ -276,6 +279,31 @@ TEST(PlanRankDevice, AFailedCopyNamesTheShardAndTheDeviceAndLosesNothing) {
   g.ExpectLive(1);
   device->fail_to_device = false;
   g.Update(3);
+  g.ExpectLive(3);
+}
+
+// A Publish whose copy from the device fails part way forgets what the arena holds of that shard:
+// the next Publish copies it whole, even where the device went back to bytes hashed before.
+TEST(PlanRankDevice, APublishThatFailsPartWayCopiesTheShardWholeNextTime) {
+  auto device = std::make_shared<FailingDevice>();
+  PlanRankOptions o;
+  o.device = device;
+  const std::vector<TensorMeta> big = {
+      *TensorMeta::Make("model.layers.0.mlp.up_proj.weight", DType::kBF16, {2048, 1024})};  // 4 MiB
+  const std::vector<int> one_source = {0};
+  const std::vector<MeshAxis> one_replica = {ReplicaAxis("dp", 1)};
+  Group g(MustPlan(Replicated(big, one_source), BuildMesh(big, one_replica), 0, 1 << 20), o);
+  g.device = HostStandInMemory();  // the test's own writes do not fail (same memory)
+  g.content = [](uint32_t, uint64_t) { return uint64_t{1}; };
+  g.Update(1);
+  PlanRank& src = *g.ranks.at(g.plan->sources[0].endpoint);
+  auto* on_device = static_cast<std::byte*>(src.device_shard(0));
+  on_device[0] ^= std::byte{1};              // block 0 changes
+  on_device[(2 << 20) + 5] ^= std::byte{1};  // and block 2
+  device->to_host_left = 1;                  // block 0 is copied, block 2 fails
+  EXPECT_EQ(src.Publish(2).code(), StatusCode::kDataLoss);
+  device->to_host_left = -1;
+  g.Update(3);  // the trainer writes version 1's bytes again: what the hashes knew before
   g.ExpectLive(3);
 }
 

@@ -351,13 +351,13 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
   // destination would otherwise be faulted by the first two versions).
   std::memset(raw->base, 0, raw->arena->size());
   const size_t threads = options.worker_threads
-                             ? options.worker_threads
+                             ? std::min<size_t>(options.worker_threads, 64)
                              : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
   if (!impl->is_source()) {
     for (const auto& [step, slot] : mine.counter_slot) StoreCounter(raw->at(mine.CounterOffset(step)), 0);
-    // Batches of kept chunks are independent: as many keepers as workers.
+    // Batches of kept chunks are independent: as many keepers as workers (one quantises).
     if ((options.delta && !impl->in_chunks.empty()) || !impl->in_quantize.empty())
-      impl->keepers = std::make_unique<WorkerPool>(threads);
+      impl->keepers = std::make_unique<WorkerPool>(options.delta ? threads : 1);
   }
   constexpr uint64_t kBandBytes = 4ull << 20;
   SplitIntoBands(impl->out_quantize, impl->out_gathers, kBandBytes);

@@ -390,6 +390,31 @@ TEST(PlanRank, DeltaConvertsAgainOverAScribbleOnAConvertedShard) {
   g.ExpectLive(3);
 }
 
+// More kept chunks than one batch (8 MiB) per destination, on 4 keeper threads, a step converted at
+// the receivers and a scribble on every shard of the live copy: every kept chunk is right.
+TEST(PlanRank, KeptChunksInManyBatchesOnSeveralKeepers) {
+  std::vector<TensorMeta> model;
+  for (int i = 0; i < 4; ++i)  // 8 MiB of bf16 each
+    model.push_back(*TensorMeta::Make("model.layers." + std::to_string(i) + ".mlp.up_proj.weight",
+                                      DType::kBF16, {2048, 2048}));
+  PlanRankOptions o;
+  o.worker_threads = 4;
+  const std::vector<MeshAxis> one_replica = {ReplicaAxis("dp", 1)};
+  Group g(MustPlan(FsdpFlat(model, 2), BuildMesh(model, one_replica), 1, 1 << 20,
+                   {{"model.layers.0.*", DType::kF32}}),
+          o);
+  g.content = [](uint32_t t, uint64_t v) { return t == 3 ? v : uint64_t{1}; };
+  g.Update(1);
+  PlanRank& dst = *g.ranks.at(g.plan->destinations.at(0).endpoint);
+  for (size_t i = 0; i < dst.num_shards(); ++i)
+    dst.shard_bytes(i)[dst.shard_bytes(i).size() / 2] ^= std::byte{0x10};
+  for (uint64_t v = 2; v <= 3; ++v) {
+    const ReceiveStats s = g.Update(v);
+    EXPECT_GT(s.kept_bytes, uint64_t{16} << 20) << "version " << v;
+    g.ExpectLive(v);
+  }
+}
+
 // Without delta every chunk is fetched.
 TEST(PlanRank, DeltaOffFetchesEverything) {
   PlanRankOptions o;

@@ -67,7 +67,7 @@ struct PlanRankOptions {
   // Threads a rank's CPU work per version is shared among: a source's Publish quantising to e4m3
   // (bands of whole block rows), hashing and compressing its chunks; a destination copying and
   // hashing the chunks delta keeps, and quantising its shards once landed. 0: the hardware threads,
-  // at most 8.
+  // at most 8; at most 64 when given.
   size_t worker_threads = 0;
   // Shards also on a device (core/device_memory.h): a source's trainer writes device_shard(i) and
   // Publish copies it into the arena first. A destination's Receive copies each chunk's shard bytes
@@ -136,8 +136,10 @@ class PlanRank {
   // that calls PeerLost and Cancel.
   Status Rekey(ProgressLoop& fresh);
 
-  // The bytes of shard i of this rank (RankBuffer order): a source's, written by the trainer; a
-  // destination's live committed copy.
+  // The bytes of shard i of this rank (RankBuffer order): a source's, written by the trainer (with
+  // PlanRankOptions::device, the engine's: the trainer writes device_shard(i), and Publish copies
+  // only what changed there, so writes here would be published mixed in); a destination's live
+  // committed copy.
   std::span<std::byte> shard_bytes(size_t shard);
   // With PlanRankOptions::device, shard i on the device (a source's, which Publish reads; a
   // destination's live copy, which Receive leaves alone); nullptr without. A destination's is
@@ -151,7 +153,7 @@ class PlanRank {
   // Source: hashes this version's chunks into the hash area. Version >= 1. With
   // PlanRankOptions::device it first copies from the device the 1 MiB blocks of each shard whose
   // hash there changed since the last Publish (the arena's shards are then the engine's: the
-  // trainer writes device_shard(i)).
+  // trainer writes device_shard(i), and not while Publish runs).
   Status Publish(uint64_t version);
   // Bytes the last Publish copied from the device.
   uint64_t published_from_device() const;
