@@ -137,26 +137,17 @@ TEST(PlanRankDevice, KeptChunksAndQuantisedBandsReachTheDeviceToo) {
   uint64_t total = 0;
   for (const RankBuffer& b : g.plan->destinations) total += ShardBytes(b);
   for (uint64_t v = 1; v <= 3; ++v) {
-    g.Publish(v);
-    uint64_t device_bytes = 0, on_device = 0, kept = 0, reused = 0, quantized = 0;
-    for (auto& [rank, result] : g.Receive(v)) {
-      ASSERT_TRUE(result.ok()) << "dst rank " << rank << ": " << result.status().ToString();
-      device_bytes += result->device_bytes;
-      on_device += result->device_kept_bytes;
-      kept += result->kept_chunks;
-      reused += result->bands_reused;
-      quantized += result->bands_quantized;
-    }
-    for (const RankBuffer& b : g.plan->destinations) ASSERT_TRUE(g.ranks.at(b.endpoint)->Commit(v).ok());
-    EXPECT_EQ(device_bytes, total) << "version " << v;
-    EXPECT_GT(quantized, 0u);
+    const ReceiveStats s = g.Update(v);  // every destination's, summed
+    EXPECT_EQ(s.device_bytes, total) << "version " << v;
+    EXPECT_GT(s.bands_quantized, 0u);
     if (v > 1) {
-      EXPECT_GT(kept, 0u) << "version " << v;
-      EXPECT_GT(reused, 0u) << "version " << v;
-      EXPECT_GT(on_device, 0u) << "version " << v << ": nothing kept was copied on the device";
-      EXPECT_LT(on_device, total) << "version " << v << ": the changed tensors came from the live copy";
+      EXPECT_GT(s.kept_chunks, 0u) << "version " << v;
+      EXPECT_GT(s.bands_reused, 0u) << "version " << v;
+      EXPECT_GT(s.device_kept_bytes, 0u) << "version " << v << ": nothing kept was copied on the device";
+      EXPECT_LT(s.device_kept_bytes, total)
+          << "version " << v << ": the changed tensors came from the live copy";
     } else {
-      EXPECT_EQ(on_device, 0u);
+      EXPECT_EQ(s.device_kept_bytes, 0u);
     }
     g.ExpectLive(v);
   }
@@ -206,21 +197,13 @@ TEST(PlanRankDevice, AShardQuantisedInSeveralBandsReachesTheDevice) {
   uint64_t total = 0;
   for (const RankBuffer& b : g.plan->destinations) total += ShardBytes(b);
   for (uint64_t v = 1; v <= 3; ++v) {
-    g.Publish(v);
-    uint64_t device_bytes = 0, on_device = 0, reused = 0, quantized = 0;
-    for (auto& [rank, result] : g.Receive(v)) {
-      ASSERT_TRUE(result.ok()) << "dst rank " << rank << ": " << result.status().ToString();
-      device_bytes += result->device_bytes;
-      on_device += result->device_kept_bytes;
-      reused += result->bands_reused;
-      quantized += result->bands_quantized;
-    }
-    for (const RankBuffer& b : g.plan->destinations) ASSERT_TRUE(g.ranks.at(b.endpoint)->Commit(v).ok());
-    EXPECT_EQ(device_bytes, total) << "version " << v;
-    EXPECT_GE(reused + quantized, 4u) << "version " << v << ": fewer than 2 bands per destination";
+    const ReceiveStats s = g.Update(v);
+    EXPECT_EQ(s.device_bytes, total) << "version " << v;
+    EXPECT_GE(s.bands_reused + s.bands_quantized, 4u)
+        << "version " << v << ": fewer than 2 bands per destination";
     if (v > 1) {
-      EXPECT_GT(reused, 0u) << "version " << v;
-      EXPECT_GT(on_device, 0u) << "version " << v;
+      EXPECT_GT(s.bands_reused, 0u) << "version " << v;
+      EXPECT_GT(s.device_kept_bytes, 0u) << "version " << v;
     }
     g.ExpectLive(v);
   }

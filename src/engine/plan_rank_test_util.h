@@ -177,6 +177,8 @@ struct Group {
       total.frame_bytes += result->frame_bytes;
       total.bands_quantized += result->bands_quantized;
       total.bands_reused += result->bands_reused;
+      total.device_bytes += result->device_bytes;
+      total.device_kept_bytes += result->device_kept_bytes;
     }
     for (const RankBuffer& b : plan->destinations) EXPECT_TRUE(ranks.at(b.endpoint)->Commit(v).ok());
     return total;
