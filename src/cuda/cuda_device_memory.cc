@@ -79,7 +79,7 @@ class CudaMemory final : public DeviceMemory {
   }
 
   std::mutex mu_;  // the stager serves one copy at a time; the hash buffers one hashing
-  std::optional<DeviceBuffer> hashes_, scratch_;  // the stager serves one copy at a time
+  std::optional<DeviceBuffer> hashes_, scratch_;  // ChunkHashes' output and scratch on the device
   std::unique_ptr<CudaStager> stager_;
   const int device_;
   const std::string name_;

@@ -14,6 +14,10 @@ namespace weightport {
 using namespace plan_rank_internal;
 
 namespace {
+bool SpanOrder(const DeviceSpan& a, const DeviceSpan& b) {
+  return std::tie(a.shard, a.offset) < std::tie(b.shard, b.offset);
+}
+
 std::string ShardName(const PlanRank::Impl& r, size_t i) {
   return r.me.ToString() + " shard " + std::to_string(i) + " (tensor '" +
          r.plan->tensors[r.buffer->shards[i].tensor].name + "')";
@@ -43,9 +47,7 @@ class SpanMapper {
 
   // The spans added since the last call, into `out`.
   void Flush(std::vector<DeviceSpan>& out) {
-    std::sort(pending_.begin(), pending_.end(), [](const DeviceSpan& a, const DeviceSpan& b) {
-      return std::tie(a.shard, a.offset) < std::tie(b.shard, b.offset);
-    });
+    std::sort(pending_.begin(), pending_.end(), SpanOrder);
     const size_t first = out.size();
     for (const DeviceSpan& s : pending_) {
       if (out.size() > first && out.back().shard == s.shard &&
@@ -102,9 +104,7 @@ void plan_rank_internal::MapDeviceSpans(PlanRank::Impl& r) {
   // Every byte no chunk or band fills goes at the end: the padding before a quantised shard's
   // scales (and anything else not accounted for above: copied late, never lost).
   std::vector<DeviceSpan> filled = r.device_spans;
-  std::sort(filled.begin(), filled.end(), [](const DeviceSpan& a, const DeviceSpan& b) {
-    return std::tie(a.shard, a.offset) < std::tie(b.shard, b.offset);
-  });
+  std::sort(filled.begin(), filled.end(), SpanOrder);
   auto next = filled.begin();
   for (uint32_t i = 0; i < r.buffer->shards.size(); ++i) {
     uint64_t at = 0;  // bytes of shard i before `at` are filled or in a tail span
@@ -132,15 +132,15 @@ Status plan_rank_internal::ReadDeviceShards(PlanRank::Impl& r) {
       return Internal(r.options.device->name() + " gave " + std::to_string(hashes->size()) +
                       " block hashes for " + ShardName(r, i) + " (" + std::to_string(s.bytes) + " bytes)");
     std::vector<uint64_t>& known = r.device_block_hashes[i];
-    const bool same_shape = known.size() == hashes->size();
+    auto unchanged = [&](size_t k) { return known.size() == hashes->size() && known[k] == (*hashes)[k]; };
     // Runs of changed blocks, each one copy.
     for (size_t k = 0; k < hashes->size();) {
-      if (same_shape && known[k] == (*hashes)[k]) {
+      if (unchanged(k)) {
         ++k;
         continue;
       }
       size_t end = k + 1;
-      while (end < hashes->size() && !(same_shape && known[end] == (*hashes)[end])) ++end;
+      while (end < hashes->size() && !unchanged(end)) ++end;
       const uint64_t at = k * kDeviceBlockBytes,
                      bytes = std::min<uint64_t>(end * kDeviceBlockBytes, s.bytes) - at;
       const Status read =
@@ -159,10 +159,10 @@ Status plan_rank_internal::ReadDeviceShards(PlanRank::Impl& r) {
 
 namespace {
 // `spans` of the arena's copy `copy` (from_device: of the device's live copy, `copy` ^ 1) into the
-// device's copy `copy`; the bytes copied.
-Result<uint64_t> CopySpans(PlanRank::Impl& r, int copy, std::span<const DeviceSpan> spans, bool from_device) {
+// device's copy `copy`, counted into `n`.
+Status CopySpans(PlanRank::Impl& r, int copy, std::span<const DeviceSpan> spans, bool from_device,
+                 DeviceCopied& n) {
   const std::byte* base = r.at(r.mine->CopyOffset(copy));
-  uint64_t bytes = 0;
   for (const DeviceSpan& s : spans) {
     std::byte* to = static_cast<std::byte*>(r.device_shards[copy][s.shard].get()) + s.offset;
     const Status copied =
@@ -174,9 +174,10 @@ Result<uint64_t> CopySpans(PlanRank::Impl& r, int copy, std::span<const DeviceSp
     if (!copied.ok())
       return copied.WithContext("copying " + ShardName(r, s.shard) + (from_device ? " on " : " to ") +
                                 r.options.device->name());
-    bytes += s.length;
+    n.bytes += s.length;
+    if (from_device) n.on_device += s.length;
   }
-  return bytes;
+  return Status::Ok();
 }
 
 std::span<const DeviceSpan> SpansOf(const PlanRank::Impl& r, const std::vector<uint32_t>& begin, size_t i) {
@@ -187,11 +188,8 @@ std::span<const DeviceSpan> SpansOf(const PlanRank::Impl& r, const std::vector<u
 Result<DeviceCopied> plan_rank_internal::ChunksToDevice(PlanRank::Impl& r, int staging,
                                                         const std::vector<size_t>& chunks, bool kept) {
   DeviceCopied n;
-  for (size_t c : chunks) {
-    WP_ASSIGN_OR_RETURN(uint64_t bytes, CopySpans(r, staging, SpansOf(r, r.chunk_device_begin, c), kept));
-    n.bytes += bytes;
-    if (kept) n.on_device += bytes;
-  }
+  for (size_t c : chunks)
+    WP_RETURN_IF_ERROR(CopySpans(r, staging, SpansOf(r, r.chunk_device_begin, c), kept, n));
   return n;
 }
 
@@ -203,12 +201,10 @@ Result<DeviceCopied> plan_rank_internal::RestToDevice(PlanRank::Impl& r, int sta
                     std::to_string(r.band_device_begin.size() - 1) + " bands, " +
                     std::to_string(r.in_quantize.size()) + " quantised");
   DeviceCopied n;
-  WP_ASSIGN_OR_RETURN(n.bytes, CopySpans(r, staging, r.device_tail_spans, false));
+  WP_RETURN_IF_ERROR(CopySpans(r, staging, r.device_tail_spans, false, n));
   for (size_t j = 0; j < r.in_quantize.size(); ++j) {
-    const bool reused = j < reused_bands.size() && reused_bands[j] != 0;
-    WP_ASSIGN_OR_RETURN(uint64_t bytes, CopySpans(r, staging, SpansOf(r, r.band_device_begin, j), reused));
-    n.bytes += bytes;
-    if (reused) n.on_device += bytes;
+    const bool reused = !reused_bands.empty() && reused_bands[j] != 0;
+    WP_RETURN_IF_ERROR(CopySpans(r, staging, SpansOf(r, r.band_device_begin, j), reused, n));
   }
   return n;
 }

@@ -51,37 +51,45 @@ TEST(PlanRankDevice, TheDeviceLiveCopyChangesOnlyOnCommit) {
   g.ExpectLive(2);
 }
 
-// Counts what is copied to the device, and how many operations the destination's transport had
-// issued at each copy.
-class RecordingDevice final : public DeviceMemory {
+// The host stand-in, each call forwarded: the test devices below override what they watch or break.
+class StandInDevice : public DeviceMemory {
  public:
-  explicit RecordingDevice(std::shared_ptr<FaultPlan> faults) : faults_(std::move(faults)) {}
-  std::string name() const override { return "recording device"; }
   Result<std::shared_ptr<void>> Allocate(size_t bytes) override { return host_->Allocate(bytes); }
   Status ToHost(const void* device, std::span<std::byte> host) override {
     return host_->ToHost(device, host);
   }
   Status ToDevice(std::span<const std::byte> host, void* device) override {
+    return host_->ToDevice(host, device);
+  }
+  Status CopyOnDevice(const void* from, void* to, size_t bytes) override {
+    return host_->CopyOnDevice(from, to, bytes);
+  }
+  Result<std::vector<uint64_t>> ChunkHashes(const void* device, size_t bytes, uint64_t chunk) override {
+    return host_->ChunkHashes(device, bytes, chunk);
+  }
+
+ private:
+  std::shared_ptr<DeviceMemory> host_ = HostStandInMemory();
+};
+
+// Counts what is copied to the device, and how many operations the destination's transport had
+// issued at each copy.
+class RecordingDevice final : public StandInDevice {
+ public:
+  explicit RecordingDevice(std::shared_ptr<FaultPlan> faults) : faults_(std::move(faults)) {}
+  std::string name() const override { return "recording device"; }
+  Status ToDevice(std::span<const std::byte> host, void* device) override {
     std::lock_guard<std::mutex> lock(mu_);
     ops_at_copy.push_back(faults_->stats().ops);
     bytes += host.size();
-    return host_->ToDevice(host, device);
-  }
-  Status CopyOnDevice(const void* from, void* to, size_t n) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    on_device_bytes += n;
-    return host_->CopyOnDevice(from, to, n);
-  }
-  Result<std::vector<uint64_t>> ChunkHashes(const void* device, size_t n, uint64_t chunk) override {
-    return host_->ChunkHashes(device, n, chunk);
+    return StandInDevice::ToDevice(host, device);
   }
   std::vector<uint64_t> ops_at_copy;
-  uint64_t bytes = 0, on_device_bytes = 0;
+  uint64_t bytes = 0;
 
  private:
   std::mutex mu_;
   std::shared_ptr<FaultPlan> faults_;
-  std::shared_ptr<DeviceMemory> host_ = HostStandInMemory();
 };
 
 uint64_t ShardBytes(const RankBuffer& b) {
@@ -210,29 +218,22 @@ TEST(PlanRankDevice, AShardQuantisedInSeveralBandsReachesTheDevice) {
 }
 
 // A device that fails a copy: Publish and Receive say which shard, which tensor, which device.
-class FailingDevice final : public DeviceMemory {
+class FailingDevice final : public StandInDevice {
  public:
   std::string name() const override { return "flaky device"; }
-  Result<std::shared_ptr<void>> Allocate(size_t bytes) override { return host_->Allocate(bytes); }
   Status ToHost(const void* device, std::span<std::byte> host) override {
     if (fail_to_host || to_host_left == 0) return DataLoss("ECC error");
     if (to_host_left > 0) --to_host_left;
-    return host_->ToHost(device, host);
+    return StandInDevice::ToHost(device, host);
   }
   Status ToDevice(std::span<const std::byte> host, void* device) override {
-    return fail_to_device ? DataLoss("ECC error") : host_->ToDevice(host, device);
+    return fail_to_device ? DataLoss("ECC error") : StandInDevice::ToDevice(host, device);
   }
   Status CopyOnDevice(const void* from, void* to, size_t bytes) override {
-    return fail_to_device ? DataLoss("ECC error") : host_->CopyOnDevice(from, to, bytes);
-  }
-  Result<std::vector<uint64_t>> ChunkHashes(const void* device, size_t bytes, uint64_t chunk) override {
-    return host_->ChunkHashes(device, bytes, chunk);
+    return fail_to_device ? DataLoss("ECC error") : StandInDevice::CopyOnDevice(from, to, bytes);
   }
   bool fail_to_host = false, fail_to_device = false;
   int to_host_left = -1;  // copies from the device that succeed before they fail; -1: no limit
-
- private:
-  std::shared_ptr<DeviceMemory> host_ = HostStandInMemory();
 };
 
 TEST(PlanRankDevice, AFailedCopyNamesTheShardAndTheDeviceAndLosesNothing) {

@@ -118,8 +118,8 @@ void plan_rank_internal::MapBandsToChunks(PlanRank::Impl& r) {
   }
 }
 
-LandedQuantize plan_rank_internal::QuantizeLanded(PlanRank::Impl& r, int staging,
-                                                  const std::vector<uint8_t>& kept) {
+std::vector<uint8_t> plan_rank_internal::QuantizeLanded(PlanRank::Impl& r, int staging,
+                                                        const std::vector<uint8_t>& kept) {
   const int live = staging ^ 1;
   std::byte* to = r.at(r.mine->CopyOffset(staging));
   const std::byte* from = r.at(r.mine->CopyOffset(live));
@@ -148,11 +148,7 @@ LandedQuantize plan_rank_internal::QuantizeLanded(PlanRank::Impl& r, int staging
     Quantize(to, q, r.in_gathers, scratch);
     hashes[j] = BandOutputHash(to, q);
   });
-  LandedQuantize out;
-  out.reused = static_cast<uint64_t>(std::count(reused.begin(), reused.end(), 1));
-  out.quantized = n - out.reused;
-  out.reused_bands = std::move(reused);
-  return out;
+  return reused;
 }
 
 }  // namespace weightport

@@ -266,15 +266,12 @@ namespace plan_rank_internal {
 // Fills band_chunk_begin / band_chunks: the incoming chunks whose runs land in what each
 // in_quantize band gathers.
 void MapBandsToChunks(PlanRank::Impl& r);
-struct LandedQuantize {
-  uint64_t quantized = 0, reused = 0;  // bands
-  std::vector<uint8_t> reused_bands;   // per band: copied from the live copy
-};
 // On a keeper thread, once every piece of a receive into copy `staging` is verified: quantises each
 // in_quantize band, except that a band whose chunks were all kept from the live copy (kept[chunk])
 // is copied from there when the live copy holds the version before and that band's output there
-// still hashes as it did when it was made. Records the staging copy's band hashes.
-LandedQuantize QuantizeLanded(PlanRank::Impl& r, int staging, const std::vector<uint8_t>& kept);
+// still hashes as it did when it was made. Records the staging copy's band hashes. Per band, 1
+// where it was copied (reused), 0 where it was quantised.
+std::vector<uint8_t> QuantizeLanded(PlanRank::Impl& r, int staging, const std::vector<uint8_t>& kept);
 // PlanRankOptions::device: every shard's device memory (per copy at a destination); at a
 // destination, the spans of each shard that each incoming chunk fills once verified (converted),
 // and the rest, so that every byte of every shard is in exactly one span; and its device copier.

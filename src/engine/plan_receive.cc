@@ -53,12 +53,7 @@ struct KeptChunk {
 class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
  public:
   ReceiveRun(PlanRank::Impl& r, uint64_t version, std::function<void(Result<ReceiveStats>)> done)
-      : r_(r),
-        v_(version),
-        staging_(r.live ^ 1),
-        done_(std::move(done)),
-        start_(Clock::now()),
-        device_(r.device_copier != nullptr) {
+      : r_(r), v_(version), staging_(r.live ^ 1), done_(std::move(done)), start_(Clock::now()) {
     stats_.version = version;
     attempts_.assign(r.in_chunks.size(), 0);
     pending_runs_.assign(r.in_chunks.size(), 0);
@@ -532,7 +527,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   // PlanRankOptions::device: `copy` (ChunksToDevice, RestToDevice) on the device copier's thread;
   // back on the loop, what it copied is counted or the receive fails.
   void OnDeviceCopier(std::function<Result<DeviceCopied>()> copy) {
-    if (!device_ || failed_) return;
+    if (!r_.device_copier || failed_) return;
     ++device_in_flight_;
     auto self = shared_from_this();
     r_.device_copier->Submit([self, copy = std::move(copy)] {
@@ -601,18 +596,19 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
       ++in_flight_;
       auto self = shared_from_this();
       r_.keepers->Submit([self] {
-        const LandedQuantize done = QuantizeLanded(self->r_, self->staging_, self->kept_);
-        self->r_.loop->Post([self, done](Transport&) {
+        std::vector<uint8_t> reused = QuantizeLanded(self->r_, self->staging_, self->kept_);
+        self->r_.loop->Post([self, reused = std::move(reused)](Transport&) {
           --self->in_flight_;
-          self->stats_.bands_quantized += done.quantized;
-          self->stats_.bands_reused += done.reused;
-          self->reused_bands_ = done.reused_bands;
+          const auto n = static_cast<uint64_t>(std::count(reused.begin(), reused.end(), 1));
+          self->stats_.bands_reused += n;
+          self->stats_.bands_quantized += reused.size() - n;
+          self->reused_bands_ = reused;
           self->MaybeFinish();
         });
       });
       return;
     }
-    if (!failed_ && device_ && !device_tail_) {  // the host has it all: the rest to the device
+    if (!failed_ && r_.device_copier && !device_tail_) {  // the host has it all: the rest to the device
       device_tail_ = true;
       host_done_ = Clock::now();
       OnDeviceCopier([this, reused = reused_bands_] { return RestToDevice(r_, staging_, reused); });
@@ -621,8 +617,9 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     reported_ = true;
     r_.cancel_receive = nullptr;
     r_.peer_lost_receive = nullptr;
-    stats_.elapsed = Clock::now() - start_;
-    if (device_tail_) stats_.to_device = Clock::now() - host_done_;
+    const auto now = Clock::now();
+    stats_.elapsed = now - start_;
+    if (device_tail_) stats_.to_device = now - host_done_;
     auto done = std::move(done_);
     auto keep = std::move(keep_);  // pending timers keep their own references
     if (failed_) {
@@ -671,7 +668,6 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   size_t verified_count_ = 0;
   bool failed_ = false;
   bool quantized_ = false;              // the shards quantised here are (in_quantize)
-  const bool device_;                   // PlanRankOptions::device: chunks go on to the device once verified
   size_t device_in_flight_ = 0;         // device copier tasks not yet back on the loop
   std::atomic<bool> abandoned_{false};  // failed: device copier tasks not yet started do nothing
   bool device_tail_ = false;            // the copy of what no chunk fills is submitted
