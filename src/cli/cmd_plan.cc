@@ -185,7 +185,8 @@ Command AddPlanCommand(CLI::App& app) {
                       "GLOB=DTYPE (repeatable): destinations store the matching tensors as DTYPE\n"
                       "(f32, bf16, f16), converted in flight where fewer bytes travel; f8e4m3:\n"
                       "quantised in 128x128 blocks, at the sources where their slices hold whole\n"
-                      "blocks, else at each destination (destination slices on block boundaries)");
+                      "blocks, else at each destination (destination slices on block boundaries);\n"
+                      "f8e4m3:tensor: one scale per tensor (each destination holds the tensor whole)");
   auto* compressor = sub->add_option("--compressor-gbps", o->compressor_gbps, kCompressorHelp)
                          ->check(CLI::Range(0.0, 1e6))
                          ->capture_default_str();

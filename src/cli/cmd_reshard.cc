@@ -52,7 +52,8 @@ Command AddReshardCommand(CLI::App& app) {
       "--convert", o->plan.convert,
       "GLOB=DTYPE (repeatable): destinations store the matching tensors as DTYPE (f32, bf16,\n"
       "f16, or f8e4m3: quantised in 128x128 blocks where the fewer bytes travel, the scales written\n"
-      "beside each shard as <tensor>_scale_inv), converted in flight; every process\n"
+      "beside each shard as <tensor>_scale_inv; f8e4m3:tensor: one scale per tensor, for tensors\n"
+      "each destination holds whole), converted in flight; every process\n"
       "must be given the same rules");
   sub->add_option("--compressor-gbps", o->plan.compressor_gbps, kCompressorHelp)
       ->check(CLI::Range(0.0, 1e6))

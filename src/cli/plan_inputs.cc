@@ -9,6 +9,7 @@
 #include "core/json_util.h"
 #include "weightport/core/manifest.h"
 #include "weightport/core/placement_builders.h"
+#include "weightport/plan/quantized.h"
 
 namespace weightport::cli {
 namespace {
@@ -310,9 +311,19 @@ Result<std::vector<TransformRule>> ParseConvertRules(const std::vector<std::stri
     const size_t eq = v.rfind('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
       return InvalidArgument("--convert '" + v + "': expected GLOB=DTYPE, e.g. '*.mlp.*=bf16'");
-    auto dtype = ParseDTypeName(v.substr(eq + 1));
+    // f8e4m3 takes its scaling after a colon: f8e4m3 (128x128 blocks), f8e4m3:tensor.
+    std::string to = v.substr(eq + 1), scaling = "block128";
+    if (const size_t colon = to.find(':'); colon != std::string::npos) {
+      scaling = to.substr(colon + 1);
+      to.resize(colon);
+    }
+    auto dtype = ParseDTypeName(to);
     if (!dtype.ok()) return dtype.status().WithContext("--convert '" + v + "'");
-    rules.push_back({v.substr(0, eq), *dtype});
+    auto parsed = ParseFp8Scaling(scaling);
+    if (!parsed.ok()) return parsed.status().WithContext("--convert '" + v + "'");
+    if (*parsed != kernels::Fp8Scaling::kBlock128 && *dtype != DType::kF8E4M3)
+      return InvalidArgument("--convert '" + v + "': only f8e4m3 takes a scaling (f8e4m3:tensor)");
+    rules.push_back({v.substr(0, eq), *dtype, *parsed});
   }
   return rules;
 }

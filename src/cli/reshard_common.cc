@@ -130,14 +130,15 @@ Status CheckQuantizedShardVersion(const Plan& plan, const PlannedShard& shard, c
                                   std::span<const std::byte> bytes) {
   const TensorMeta& t = plan.tensors[shard.tensor];
   const std::string what = "tensor '" + t.name + "' " + shard.slice.ToString();
-  WP_ASSIGN_OR_RETURN(const QuantizedMatrix m, QuantizedMatrixOf(shard.slice, t.shape));
+  WP_ASSIGN_OR_RETURN(const QuantizedMatrix m,
+                      QuantizedMatrixOf(shard.slice, t.shape, plan.Fp8ScalingOf(shard.tensor)));
   if (m.scales == 0) return Status::Ok();  // an empty shard
   std::vector<std::byte> values(static_cast<size_t>(m.rows * m.cols) * DTypeSize(t.dtype));
   WriteShardVersion(plan, shard, model, version, scheme, values);
   std::vector<uint8_t> want(static_cast<size_t>(m.rows * m.cols));
   std::vector<float> scales(static_cast<size_t>(m.scales));
-  WP_RETURN_IF_ERROR(kernels::QuantizeE4m3(t.dtype, values.data(), m.rows, m.cols,
-                                           kernels::Fp8Scaling::kBlock128, want.data(), scales.data()));
+  WP_RETURN_IF_ERROR(
+      kernels::QuantizeE4m3(t.dtype, values.data(), m.rows, m.cols, m.scaling, want.data(), scales.data()));
   const uint64_t scale_at = StoredScaleOffset(m.rows * m.cols);
   if (bytes.size() != scale_at + scales.size() * 4)
     return DataLoss(what + ": " + std::to_string(bytes.size()) + " bytes stored, a quantised shard has " +
@@ -211,13 +212,14 @@ Status WriteShardsFile(const std::string& path, const Plan& plan, const RankBuff
     const TensorMeta& t = plan.tensors[s.tensor];
     WP_RETURN_IF_ERROR(add(t.name, i, s.slice, source ? t.dtype : plan.destination_dtypes[s.tensor], 0));
     if (source || !plan.Quantized(s.tensor)) continue;
-    // Its block scales, as FP8 checkpoints name them: "<tensor>_scale_inv", f32, one per 128x128 block.
+    // Its scales, as FP8 checkpoints name them: "<tensor>_scale_inv", f32, one per 128x128 block (or
+    // one for the tensor).
     for (const TensorMeta& other : plan.tensors)
       if (other.name == t.name + "_scale_inv")
         return InvalidArgument(path + ": tensor '" + t.name +
                                "' is quantised in flight, and the model has a '" + other.name +
                                "' of its own: its scales would take that name");
-    WP_ASSIGN_OR_RETURN(Slice blocks, ScaleGridSlice(s.slice, t.shape));
+    WP_ASSIGN_OR_RETURN(Slice blocks, ScaleGridSlice(s.slice, t.shape, plan.Fp8ScalingOf(s.tensor)));
     WP_RETURN_IF_ERROR(
         add(t.name + "_scale_inv", i, blocks, DType::kF32, StoredScaleOffset(s.slice.num_elements())));
   }

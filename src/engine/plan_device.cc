@@ -2,7 +2,7 @@
 // the arena and the device per version. Sources copy device -> arena in Publish. Destinations copy
 // each incoming chunk's shard bytes to the device's staging copy as soon as the chunk is verified,
 // on the device copier's thread, so that the copies run while later chunks are still on the wire;
-// what only exists once every chunk is in (shards quantised here) follows at the end. What delta
+// a band quantised here goes as soon as it is quantised, while the others still are. What delta
 // kept from the version before (chunks, reused bands) is copied on the device from its live copy,
 // not from the host: a 1% update copies ~1% of the bytes across the host-device link.
 #include <algorithm>
@@ -193,19 +193,21 @@ Result<DeviceCopied> plan_rank_internal::ChunksToDevice(PlanRank::Impl& r, int s
   return n;
 }
 
-Result<DeviceCopied> plan_rank_internal::RestToDevice(PlanRank::Impl& r, int staging,
-                                                      const std::vector<uint8_t>& reused_bands) {
-  if (r.band_device_begin.size() != r.in_quantize.size() + 1 ||
-      (!reused_bands.empty() && reused_bands.size() != r.in_quantize.size()))
+Result<DeviceCopied> plan_rank_internal::BandToDevice(PlanRank::Impl& r, int staging, size_t band,
+                                                      bool reused) {
+  if (r.band_device_begin.size() != r.in_quantize.size() + 1 || band >= r.in_quantize.size())
     return Internal(r.me.ToString() + ": device spans mapped for " +
                     std::to_string(r.band_device_begin.size() - 1) + " bands, " +
-                    std::to_string(r.in_quantize.size()) + " quantised");
+                    std::to_string(r.in_quantize.size()) + " quantised, band " + std::to_string(band) +
+                    " copied");
+  DeviceCopied n;
+  WP_RETURN_IF_ERROR(CopySpans(r, staging, SpansOf(r, r.band_device_begin, band), reused, n));
+  return n;
+}
+
+Result<DeviceCopied> plan_rank_internal::TailToDevice(PlanRank::Impl& r, int staging) {
   DeviceCopied n;
   WP_RETURN_IF_ERROR(CopySpans(r, staging, r.device_tail_spans, false, n));
-  for (size_t j = 0; j < r.in_quantize.size(); ++j) {
-    const bool reused = !reused_bands.empty() && reused_bands[j] != 0;
-    WP_RETURN_IF_ERROR(CopySpans(r, staging, SpansOf(r, r.band_device_begin, j), reused, n));
-  }
   return n;
 }
 

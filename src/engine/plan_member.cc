@@ -53,7 +53,8 @@ PlanShardView ShardView(const Plan& plan, Endpoint me, size_t i, std::span<std::
   if (me.side == PlanSide::kDestination && plan.Quantized(s.tensor)) {
     v.quantized = true;
     v.scale_offset = StoredScaleOffset(s.slice.num_elements());
-    v.scale_blocks = *ScaleGridSlice(s.slice, t.shape);  // the plan was validated
+    v.scale_blocks =
+        *ScaleGridSlice(s.slice, t.shape, plan.Fp8ScalingOf(s.tensor));  // the plan was validated
   }
   return v;
 }

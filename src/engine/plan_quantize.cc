@@ -23,6 +23,14 @@ void plan_rank_internal::SplitIntoBands(std::vector<QuantizeJob>& jobs, std::vec
   std::vector<QuantizeJob> out_jobs;
   std::vector<Run> out_gathers;
   for (const QuantizeJob& job : jobs) {
+    if (job.scaling == kernels::Fp8Scaling::kPerTensor) {
+      out_jobs.push_back(job);
+      out_jobs.back().gather_begin = static_cast<uint32_t>(out_gathers.size());
+      out_gathers.insert(out_gathers.end(), gathers.begin() + job.gather_begin,
+                         gathers.begin() + job.gather_end);
+      out_jobs.back().gather_end = static_cast<uint32_t>(out_gathers.size());
+      continue;
+    }
     const uint64_t row_bytes = static_cast<uint64_t>(job.cols) * DTypeSize(job.from);
     const int64_t band_rows =
         std::max<int64_t>(kBlock, static_cast<int64_t>(band_bytes / row_bytes) / kBlock * kBlock);
@@ -75,7 +83,7 @@ void Quantize(std::byte* base, const QuantizeJob& q, const std::vector<Run>& gat
   for (uint32_t i = q.gather_begin; i < q.gather_end; ++i)
     std::memcpy(scratch.matrix.data() + gathers[i].to, base + gathers[i].from, gathers[i].length);
   scratch.scales.resize(static_cast<size_t>(q.scales));
-  kernels::QuantizeE4m3(q.from, scratch.matrix.data(), q.rows, q.cols, kernels::Fp8Scaling::kBlock128,
+  kernels::QuantizeE4m3(q.from, scratch.matrix.data(), q.rows, q.cols, q.scaling,
                         reinterpret_cast<uint8_t*>(base + q.out), scratch.scales.data())
       .IgnoreError();
   std::memcpy(base + q.scales_at, scratch.scales.data(), scratch.scales.size() * sizeof(float));
@@ -118,8 +126,9 @@ void plan_rank_internal::MapBandsToChunks(PlanRank::Impl& r) {
   }
 }
 
-std::vector<uint8_t> plan_rank_internal::QuantizeLanded(PlanRank::Impl& r, int staging,
-                                                        const std::vector<uint8_t>& kept) {
+std::vector<uint8_t> plan_rank_internal::QuantizeLanded(
+    PlanRank::Impl& r, int staging, const std::vector<uint8_t>& kept,
+    const std::function<void(size_t band, bool reused)>& band_done) {
   const int live = staging ^ 1;
   std::byte* to = r.at(r.mine->CopyOffset(staging));
   const std::byte* from = r.at(r.mine->CopyOffset(live));
@@ -143,10 +152,12 @@ std::vector<uint8_t> plan_rank_internal::QuantizeLanded(PlanRank::Impl& r, int s
       std::memcpy(to + q.scales_at, from + q.scales_at, static_cast<size_t>(q.scales) * sizeof(float));
       hashes[j] = BandOutputHash(to, q);
       reused[j] = hashes[j] == r.band_hashes[live][j];
-      if (reused[j]) return;
     }
-    Quantize(to, q, r.in_gathers, scratch);
-    hashes[j] = BandOutputHash(to, q);
+    if (!reused[j]) {
+      Quantize(to, q, r.in_gathers, scratch);
+      hashes[j] = BandOutputHash(to, q);
+    }
+    if (band_done) band_done(j, reused[j] != 0);
   });
   return reused;
 }

@@ -103,11 +103,12 @@ Status CompileConversion(const Plan& plan, const PlanLayout& mine, const PlanSte
 // A quantising step at its source: the runs that gather the piece from the shard, and its shape.
 Status CompileQuantize(const Plan& plan, const PlanLayout& mine, const PlanStep& s, PlanRank::Impl& impl) {
   const TensorMeta& t = plan.tensors[s.tensor];
-  WP_ASSIGN_OR_RETURN(const QuantizedMatrix m, QuantizedMatrixOf(s.piece, t.shape));
+  WP_ASSIGN_OR_RETURN(const QuantizedMatrix m,
+                      QuantizedMatrixOf(s.piece, t.shape, plan.Fp8ScalingOf(s.tensor)));
   QuantizeJob job;
   job.out = mine.area_offset.at(s.id);
   job.scales_at = job.out + static_cast<uint64_t>(m.rows * m.cols);  // after the e4m3 bytes, on the wire
-  job.rows = m.rows, job.cols = m.cols, job.scales = m.scales, job.from = t.dtype;
+  job.rows = m.rows, job.cols = m.cols, job.scales = m.scales, job.from = t.dtype, job.scaling = m.scaling;
   job.gather_begin = static_cast<uint32_t>(impl.out_gathers.size());
   const uint64_t element = DTypeSize(t.dtype);
   WP_RETURN_IF_ERROR(ForEachConvertRun(plan, s, [&](const ConvertRun& r) {
@@ -137,8 +138,9 @@ Status CompileShardQuantize(const Plan& plan, const RankBuffer& me,
   for (const auto& [index, runs] : gathers) {
     const PlannedShard& shard = me.shards.at(index);
     const DType from = plan.tensors[shard.tensor].dtype;
-    WP_ASSIGN_OR_RETURN(const QuantizedMatrix m,
-                        QuantizedMatrixOf(shard.slice, plan.tensors[shard.tensor].shape));
+    WP_ASSIGN_OR_RETURN(
+        const QuantizedMatrix m,
+        QuantizedMatrixOf(shard.slice, plan.tensors[shard.tensor].shape, plan.Fp8ScalingOf(shard.tensor)));
     uint64_t gathered = 0;
     for (const Run& r : runs) gathered += r.length;
     if (gathered != static_cast<uint64_t>(m.rows * m.cols) * DTypeSize(from))
@@ -146,7 +148,7 @@ Status CompileShardQuantize(const Plan& plan, const RankBuffer& me,
     QuantizeJob job;
     job.out = shard.offset;
     job.scales_at = shard.offset + StoredScaleOffset(m.rows * m.cols);
-    job.rows = m.rows, job.cols = m.cols, job.scales = m.scales, job.from = from;
+    job.rows = m.rows, job.cols = m.cols, job.scales = m.scales, job.from = from, job.scaling = m.scaling;
     job.gather_begin = static_cast<uint32_t>(impl.in_gathers.size());
     impl.in_gathers.insert(impl.in_gathers.end(), runs.begin(), runs.end());
     job.gather_end = static_cast<uint32_t>(impl.in_gathers.size());

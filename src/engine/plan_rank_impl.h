@@ -100,6 +100,7 @@ struct QuantizeJob {
   uint64_t out = 0, scales_at = 0;
   int64_t rows = 0, cols = 0, scales = 0;
   DType from = DType::kBF16;
+  kernels::Fp8Scaling scaling = kernels::Fp8Scaling::kBlock128;
   uint32_t gather_begin = 0, gather_end = 0;
 };
 // Runs `jobs` on the copy of the arena at `base`, shared among `pool`'s threads (nullptr: on the
@@ -108,6 +109,7 @@ void RunQuantizeJobs(std::byte* base, const std::vector<QuantizeJob>& jobs, cons
                      WorkerPool* pool);
 // Cuts each job into bands of whole block rows of about `band_bytes` of input, so that the threads
 // quantising share a large shard; gathers are cut at the bands' edges and rebased into their band.
+// A job with one scale per tensor is one band: its scale needs all of it.
 void SplitIntoBands(std::vector<QuantizeJob>& jobs, std::vector<Run>& gathers, uint64_t band_bytes);
 // A quantised band's output (e4m3 bytes, scales) in the copy at `base`, hashed: tells whether it is
 // still what was quantised there.
@@ -270,8 +272,10 @@ void MapBandsToChunks(PlanRank::Impl& r);
 // in_quantize band, except that a band whose chunks were all kept from the live copy (kept[chunk])
 // is copied from there when the live copy holds the version before and that band's output there
 // still hashes as it did when it was made. Records the staging copy's band hashes. Per band, 1
-// where it was copied (reused), 0 where it was quantised.
-std::vector<uint8_t> QuantizeLanded(PlanRank::Impl& r, int staging, const std::vector<uint8_t>& kept);
+// where it was copied (reused), 0 where it was quantised. `band_done(j, reused)`, when given, is
+// called on the thread that finished band j as soon as its output is in the staging copy.
+std::vector<uint8_t> QuantizeLanded(PlanRank::Impl& r, int staging, const std::vector<uint8_t>& kept,
+                                    const std::function<void(size_t band, bool reused)>& band_done = {});
 // PlanRankOptions::device: every shard's device memory (per copy at a destination); at a
 // destination, the spans of each shard that each incoming chunk fills once verified (converted),
 // and the rest, so that every byte of every shard is in exactly one span; and its device copier.
@@ -284,15 +288,16 @@ Status ReadDeviceShards(PlanRank::Impl& r);
 // On the device copier's thread, into the device's copy `staging`: the shard bytes of verified
 // `chunks`, from the arena's copy `staging`, or, kept by delta, from the live device copy (the
 // device's copies are written by the engine only: the live one still holds what it was given);
-// and the rest once every chunk is in: the in_quantize bands (those reused from the live copy,
-// `reused_bands`, from the live device copy) and the bytes no chunk or band fills. The bytes
-// copied, of them on the device; or the error naming the rank, shard, tensor and device.
+// an in_quantize band as soon as it is quantised (`reused` from the live copy: from the live device
+// copy); and, once every chunk and band is in, the bytes no chunk or band fills. The bytes copied,
+// of them on the device; or the error naming the rank, shard, tensor and device.
 struct DeviceCopied {
   uint64_t bytes = 0, on_device = 0;
 };
 Result<DeviceCopied> ChunksToDevice(PlanRank::Impl& r, int staging, const std::vector<size_t>& chunks,
                                     bool kept);
-Result<DeviceCopied> RestToDevice(PlanRank::Impl& r, int staging, const std::vector<uint8_t>& reused_bands);
+Result<DeviceCopied> BandToDevice(PlanRank::Impl& r, int staging, size_t band, bool reused);
+Result<DeviceCopied> TailToDevice(PlanRank::Impl& r, int staging);
 }  // namespace plan_rank_internal
 
 // Runs one Receive on the loop thread; calls `done` there exactly once, after nothing it started

@@ -60,15 +60,15 @@ inline void CopySlice(const Plan& plan, const PlannedShard& s, DType dtype, std:
 inline void ExpectQuantizedShard(const Plan& plan, const PlannedShard& s, std::span<const std::byte> whole,
                                  std::span<const std::byte> stored) {
   const TensorMeta& t = plan.tensors[s.tensor];
-  auto m = QuantizedMatrixOf(s.slice, t.shape);
+  auto m = QuantizedMatrixOf(s.slice, t.shape, plan.Fp8ScalingOf(s.tensor));
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   std::vector<std::byte> values(static_cast<size_t>(s.slice.num_elements()) * DTypeSize(t.dtype));
   CopySlice(plan, s, t.dtype, values, whole, true);
   std::vector<uint8_t> want(static_cast<size_t>(m->rows * m->cols));
   std::vector<float> scales(static_cast<size_t>(m->scales));
-  ASSERT_TRUE(kernels::QuantizeE4m3(t.dtype, values.data(), m->rows, m->cols, kernels::Fp8Scaling::kBlock128,
-                                    want.data(), scales.data())
-                  .ok());
+  ASSERT_TRUE(
+      kernels::QuantizeE4m3(t.dtype, values.data(), m->rows, m->cols, m->scaling, want.data(), scales.data())
+          .ok());
   ASSERT_EQ(stored.size(), StoredScaleOffset(s.slice.num_elements()) + scales.size() * 4);
   EXPECT_EQ(std::memcmp(stored.data(), want.data(), want.size()), 0) << t.name << " e4m3 bytes";
   EXPECT_EQ(std::memcmp(stored.data() + StoredScaleOffset(s.slice.num_elements()), scales.data(),

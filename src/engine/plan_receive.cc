@@ -524,8 +524,8 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     MaybeFinish();
   }
 
-  // PlanRankOptions::device: `copy` (ChunksToDevice, RestToDevice) on the device copier's thread;
-  // back on the loop, what it copied is counted or the receive fails.
+  // PlanRankOptions::device: `copy` (ChunksToDevice, BandToDevice, TailToDevice) on the device
+  // copier's thread; back on the loop, what it copied is counted or the receive fails.
   void OnDeviceCopier(std::function<Result<DeviceCopied>()> copy) {
     if (!r_.device_copier || failed_) return;
     ++device_in_flight_;
@@ -596,13 +596,24 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
       ++in_flight_;
       auto self = shared_from_this();
       r_.keepers->Submit([self] {
-        std::vector<uint8_t> reused = QuantizeLanded(self->r_, self->staging_, self->kept_);
+        // On a device, each band is copied there as soon as it is quantised, while the rest are.
+        // Its post reaches the loop before the one below (the loop's queue is FIFO, and every band
+        // is done before QuantizeLanded returns), so the tail is never copied before a band is.
+        std::function<void(size_t, bool)> band_done;
+        if (self->r_.device_copier)
+          band_done = [self](size_t j, bool reused) {
+            self->r_.loop->Post([self, j, reused](Transport&) {
+              self->OnDeviceCopier([r = &self->r_, staging = self->staging_, j, reused] {
+                return BandToDevice(*r, staging, j, reused);
+              });
+            });
+          };
+        std::vector<uint8_t> reused = QuantizeLanded(self->r_, self->staging_, self->kept_, band_done);
         self->r_.loop->Post([self, reused = std::move(reused)](Transport&) {
           --self->in_flight_;
           const auto n = static_cast<uint64_t>(std::count(reused.begin(), reused.end(), 1));
           self->stats_.bands_reused += n;
           self->stats_.bands_quantized += reused.size() - n;
-          self->reused_bands_ = reused;
           self->MaybeFinish();
         });
       });
@@ -611,7 +622,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     if (!failed_ && r_.device_copier && !device_tail_) {  // the host has it all: the rest to the device
       device_tail_ = true;
       host_done_ = Clock::now();
-      OnDeviceCopier([this, reused = reused_bands_] { return RestToDevice(r_, staging_, reused); });
+      OnDeviceCopier([this] { return TailToDevice(r_, staging_); });
     }
     if (device_in_flight_ > 0) return;  // a failed receive too: they read the staging copy
     reported_ = true;
@@ -671,7 +682,6 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   size_t device_in_flight_ = 0;         // device copier tasks not yet back on the loop
   std::atomic<bool> abandoned_{false};  // failed: device copier tasks not yet started do nothing
   bool device_tail_ = false;            // the copy of what no chunk fills is submitted
-  std::vector<uint8_t> reused_bands_;   // per in_quantize band: copied from the live copy
   Clock::time_point host_done_;         // every chunk verified (and quantised) in the staging copy
   bool reported_ = false;
   Status failure_;

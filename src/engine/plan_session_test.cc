@@ -219,7 +219,7 @@ TEST(PlanSession, AQuantisedShardSaysWhereItsScalesAre) {
       const PlanShardView s = sub.shard_info(i);
       ASSERT_TRUE(s.quantized) << s.tensor;
       EXPECT_EQ(s.dtype, DType::kF8E4M3);
-      auto m = QuantizedMatrixOf(s.slice, s.shape);
+      auto m = QuantizedMatrixOf(s.slice, s.shape, kernels::Fp8Scaling::kBlock128);
       ASSERT_TRUE(m.ok());
       std::vector<float> values(static_cast<size_t>(m->rows * m->cols));
       ForEachElement(s, [&](size_t k, int64_t flat) { values[k] = Value(s.tensor, flat, v); });

@@ -109,15 +109,21 @@ bool Plan::Quantized(uint32_t tensor) const {
          Quantizes(tensors[tensor].dtype, destination_dtypes[tensor]);
 }
 
+kernels::Fp8Scaling Plan::Fp8ScalingOf(uint32_t tensor) const {
+  return tensor < destination_scaling.size() ? destination_scaling[tensor] : kernels::Fp8Scaling::kBlock128;
+}
+
 Result<uint64_t> Plan::StoredBytes(PlanSide side, uint32_t tensor, const Slice& slice) const {
   const TensorMeta& t = tensors.at(tensor);
-  if (side == PlanSide::kDestination && Quantized(tensor)) return StoredQuantizedBytes(slice, t.shape);
+  if (side == PlanSide::kDestination && Quantized(tensor))
+    return StoredQuantizedBytes(slice, t.shape, Fp8ScalingOf(tensor));
   const DType dtype = side == PlanSide::kSource ? t.dtype : destination_dtypes.at(tensor);
   return static_cast<uint64_t>(slice.num_elements()) * DTypeSize(dtype);
 }
 
 Result<uint64_t> Plan::WireBytes(uint32_t tensor, DType wire, const Slice& piece) const {
-  if (wire == DType::kF8E4M3 && Quantized(tensor)) return WireQuantizedBytes(piece, tensors.at(tensor).shape);
+  if (wire == DType::kF8E4M3 && Quantized(tensor))
+    return WireQuantizedBytes(piece, tensors.at(tensor).shape, Fp8ScalingOf(tensor));
   return static_cast<uint64_t>(piece.num_elements()) * DTypeSize(wire);
 }
 
@@ -175,6 +181,9 @@ Status Plan::Validate() const {
   if (destination_dtypes.size() != tensors.size())
     return InvalidArgument("plan: " + std::to_string(destination_dtypes.size()) + " destination dtypes for " +
                            std::to_string(tensors.size()) + " tensors");
+  if (!destination_scaling.empty() && destination_scaling.size() != tensors.size())
+    return InvalidArgument("plan: " + std::to_string(destination_scaling.size()) +
+                           " destination scalings for " + std::to_string(tensors.size()) + " tensors");
   WP_RETURN_IF_ERROR(ValidateBuffers(*this, sources, PlanSide::kSource));
   WP_RETURN_IF_ERROR(ValidateBuffers(*this, destinations, PlanSide::kDestination));
   for (size_t i = 0; i < steps.size(); ++i) {
@@ -267,13 +276,14 @@ Status ForEachStepRun(const Plan& plan, const PlanStep& step,
                                     to_packed ? step.piece : ts.slice, cut(from_base, to_base)));
   if (wire != DType::kF8E4M3 || !plan.Quantized(step.tensor)) return Status::Ok();
   // The piece's scales follow its e4m3 bytes on the wire and sit after them in a stored shard.
-  WP_ASSIGN_OR_RETURN(const Shape grid, ScaleGridShape(t.shape));
-  WP_ASSIGN_OR_RETURN(const Slice piece_blocks, ScaleGridSlice(step.piece, t.shape));
-  WP_ASSIGN_OR_RETURN(const Slice to_blocks, ScaleGridSlice(ts.slice, t.shape));
+  const kernels::Fp8Scaling scaling = plan.Fp8ScalingOf(step.tensor);
+  WP_ASSIGN_OR_RETURN(const Shape grid, ScaleGridShape(t.shape, scaling));
+  WP_ASSIGN_OR_RETURN(const Slice piece_blocks, ScaleGridSlice(step.piece, t.shape, scaling));
+  WP_ASSIGN_OR_RETURN(const Slice to_blocks, ScaleGridSlice(ts.slice, t.shape, scaling));
   const uint64_t to_scales = ts.offset + StoredScaleOffset(ts.slice.num_elements());
   if (from_packed)
     return ForEachCopyRun(piece_blocks, grid, 4, piece_blocks, to_blocks, cut(piece_offset, to_scales));
-  WP_ASSIGN_OR_RETURN(const Slice from_blocks, ScaleGridSlice(fs.slice, t.shape));
+  WP_ASSIGN_OR_RETURN(const Slice from_blocks, ScaleGridSlice(fs.slice, t.shape, scaling));
   return ForEachCopyRun(piece_blocks, grid, 4, from_blocks, to_blocks,
                         cut(fs.offset + StoredScaleOffset(fs.slice.num_elements()), to_scales));
 }

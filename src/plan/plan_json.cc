@@ -7,6 +7,7 @@
 #include "core/json_util.h"
 #include "weightport/plan/plan.h"
 #include "weightport/plan/planner.h"
+#include "weightport/plan/quantized.h"
 
 namespace weightport {
 namespace {
@@ -15,8 +16,11 @@ using namespace json_util;
 
 Json OptionsToJson(const PlanOptions& o) {
   Json transforms = Json::array();
-  for (const TransformRule& r : o.transforms)
-    transforms.push_back({{"glob", r.glob}, {"to", DTypeName(r.to)}});
+  for (const TransformRule& r : o.transforms) {
+    Json rule = {{"glob", r.glob}, {"to", DTypeName(r.to)}};
+    if (r.scaling != kernels::Fp8Scaling::kBlock128) rule["scaling"] = Fp8ScalingName(r.scaling);
+    transforms.push_back(std::move(rule));
+  }
   return {{"chunk_bytes", o.chunk_bytes},         {"relay_fanout", o.relay_fanout},
           {"split_bytes", o.split_bytes},         {"per_chunk_overhead_s", o.per_chunk_overhead_s},
           {"compressor_gbps", o.compressor_gbps}, {"transforms", std::move(transforms)}};
@@ -65,10 +69,16 @@ Result<PlanOptions> OptionsFromJson(const Json& j, const std::string& path) {
   WP_ASSIGN_OR_RETURN(const Json* transforms, GetArray(j, "transforms", path));
   for (size_t i = 0; i < transforms->size(); ++i) {
     const std::string at = At(path + ".transforms", i);
-    WP_RETURN_IF_ERROR(CheckKeys((*transforms)[i], {"glob", "to"}, at));
+    WP_RETURN_IF_ERROR(CheckKeys((*transforms)[i], {"glob", "to", "scaling"}, at));
     TransformRule rule;
     WP_ASSIGN_OR_RETURN(rule.glob, GetString((*transforms)[i], "glob", at));
     WP_ASSIGN_OR_RETURN(rule.to, ReadDType((*transforms)[i], "to", at));
+    if ((*transforms)[i].contains("scaling")) {
+      WP_ASSIGN_OR_RETURN(const std::string scaling, GetString((*transforms)[i], "scaling", at));
+      auto parsed = ParseFp8Scaling(scaling);
+      if (!parsed.ok()) return parsed.status().WithContext(at + ".scaling");
+      rule.scaling = *parsed;
+    }
     o.transforms.push_back(std::move(rule));
   }
   return o;
@@ -190,18 +200,24 @@ nlohmann::json Plan::ToJson() const {
   for (DType d : destination_dtypes) dtypes.push_back(DTypeName(d));
   Json step_list = Json::array();
   for (const PlanStep& s : steps) step_list.push_back(StepToJson(s));
-  return {{"format", "weightport-plan"},       {"version", 1},
-          {"options", OptionsToJson(options)}, {"topology", topology.ToJson()},
-          {"tensors", std::move(tensor_list)}, {"destination_dtypes", std::move(dtypes)},
-          {"sources", BuffersToJson(sources)}, {"destinations", BuffersToJson(destinations)},
-          {"steps", std::move(step_list)},     {"estimate", EstimateToJson(estimate)}};
+  Json out = {{"format", "weightport-plan"},       {"version", 1},
+              {"options", OptionsToJson(options)}, {"topology", topology.ToJson()},
+              {"tensors", std::move(tensor_list)}, {"destination_dtypes", std::move(dtypes)},
+              {"sources", BuffersToJson(sources)}, {"destinations", BuffersToJson(destinations)},
+              {"steps", std::move(step_list)},     {"estimate", EstimateToJson(estimate)}};
+  if (!destination_scaling.empty()) {  // absent when every f8e4m3 tensor has block scales
+    Json scaling = Json::array();
+    for (kernels::Fp8Scaling s : destination_scaling) scaling.push_back(Fp8ScalingName(s));
+    out["destination_scaling"] = std::move(scaling);
+  }
+  return out;
 }
 
 Result<Plan> Plan::FromJson(const nlohmann::json& json) {
   const std::string root = "plan";
   WP_RETURN_IF_ERROR(CheckKeys(json,
                                {"format", "version", "options", "topology", "tensors", "destination_dtypes",
-                                "sources", "destinations", "steps", "estimate"},
+                                "destination_scaling", "sources", "destinations", "steps", "estimate"},
                                root));
   WP_ASSIGN_OR_RETURN(std::string format, GetString(json, "format", root));
   WP_ASSIGN_OR_RETURN(uint64_t version, GetU64(json, "version", root));
@@ -226,6 +242,15 @@ Result<Plan> Plan::FromJson(const nlohmann::json& json) {
     auto dtype = ParseDTypeName(d.get<std::string>());
     if (!dtype.ok()) return dtype.status().WithContext(At(root + ".destination_dtypes", i));
     plan.destination_dtypes.push_back(*dtype);
+  }
+  if (json.contains("destination_scaling")) {
+    WP_ASSIGN_OR_RETURN(const Json* scaling, GetArray(json, "destination_scaling", root));
+    for (size_t i = 0; i < scaling->size(); ++i) {
+      const Json& s = (*scaling)[i];
+      auto parsed = ParseFp8Scaling(s.is_string() ? s.get<std::string>() : std::string("(not a string)"));
+      if (!parsed.ok()) return parsed.status().WithContext(At(root + ".destination_scaling", i));
+      plan.destination_scaling.push_back(*parsed);
+    }
   }
   WP_ASSIGN_OR_RETURN(const Json* sources, Field(json, "sources", root));
   WP_ASSIGN_OR_RETURN(plan.sources, BuffersFromJson(*sources, root + ".sources", PlanSide::kSource));

@@ -295,7 +295,8 @@ std::vector<TransformKind> RootTransforms(const Plan& plan) {
   std::vector<bool> whole_blocks(plan.tensors.size(), true);  // every source shard, where quantised
   for (const RankBuffer& b : plan.sources)
     for (const PlannedShard& s : b.shards)
-      if (plan.Quantized(s.tensor) && !ScaleGridSlice(s.slice, plan.tensors[s.tensor].shape).ok())
+      if (plan.Quantized(s.tensor) &&
+          !ScaleGridSlice(s.slice, plan.tensors[s.tensor].shape, plan.Fp8ScalingOf(s.tensor)).ok())
         whole_blocks[s.tensor] = false;
   std::vector<TransformKind> out;
   for (uint32_t t = 0; t < plan.tensors.size(); ++t) {

@@ -56,12 +56,12 @@ inline void DestinationElement(const Plan& plan, uint32_t t, int64_t flat, std::
 
 // `values` (a slice of tensor `t` in its source dtype, row-major) quantised as one matrix: the e4m3
 // bytes at `out`, the scales at `scales_at`. False when the slice has no block layout.
-inline bool QuantizeSlice(const TensorMeta& t, const Slice& slice, const std::vector<std::byte>& values,
-                          std::byte* out, std::byte* scales_at) {
-  const Result<QuantizedMatrix> m = QuantizedMatrixOf(slice, t.shape);
+inline bool QuantizeSlice(const TensorMeta& t, const Slice& slice, kernels::Fp8Scaling scaling,
+                          const std::vector<std::byte>& values, std::byte* out, std::byte* scales_at) {
+  const Result<QuantizedMatrix> m = QuantizedMatrixOf(slice, t.shape, scaling);
   if (!m.ok()) return false;
   std::vector<float> scales(m->scales);
-  if (!kernels::QuantizeE4m3(t.dtype, values.data(), m->rows, m->cols, kernels::Fp8Scaling::kBlock128,
+  if (!kernels::QuantizeE4m3(t.dtype, values.data(), m->rows, m->cols, scaling,
                              reinterpret_cast<uint8_t*>(out), scales.data())
            .ok())
     return false;
@@ -78,7 +78,8 @@ inline void FillQuantizedShard(const Plan& plan, const PlannedShard& s, std::byt
   ForEachElement(s.slice, t.shape, [&](int64_t flat) {
     for (uint64_t b = 0; b < es; ++b) values.push_back(ElementByte(s.tensor, flat, b));
   });
-  if (!QuantizeSlice(t, s.slice, values, out, out + StoredScaleOffset(s.slice.num_elements())))
+  if (!QuantizeSlice(t, s.slice, plan.Fp8ScalingOf(s.tensor), values, out,
+                     out + StoredScaleOffset(s.slice.num_elements())))
     std::memset(out, 0xee, s.bytes);
 }
 
@@ -93,7 +94,9 @@ inline std::vector<std::byte> QuantizedPiece(const Plan& plan, const PlanStep& s
   });
   std::vector<std::byte> out(step.bytes);
   const uint64_t e4m3 = static_cast<uint64_t>(step.piece.num_elements());
-  if (!st.ok() || !QuantizeSlice(t, step.piece, values, out.data(), out.data() + e4m3)) return {};
+  if (!st.ok() ||
+      !QuantizeSlice(t, step.piece, plan.Fp8ScalingOf(step.tensor), values, out.data(), out.data() + e4m3))
+    return {};
   return out;
 }
 
@@ -217,7 +220,7 @@ inline std::string RunPlanInMemory(const Plan& plan) {
     }
     std::byte* out = dst[at.first].data() + shard.offset;
     const uint64_t scale_at = StoredScaleOffset(shard.slice.num_elements());
-    if (!QuantizeSlice(t, shard.slice, values, out, out + scale_at))
+    if (!QuantizeSlice(t, shard.slice, plan.Fp8ScalingOf(shard.tensor), values, out, out + scale_at))
       return "quantising dst shard of tensor '" + t.name + "' failed";
     for (uint64_t i = 0; i < shard.bytes; ++i)
       if (i < static_cast<uint64_t>(shard.slice.num_elements()) || i >= scale_at)

@@ -58,7 +58,9 @@ Result<std::vector<RankBuffer>> BuildBuffers(const Placement& placement, PlanSid
 // dtypes (the destination placement's, then the transform rules'); errors on disagreements.
 Result<std::vector<int>> MatchTensors(const Placement& src, const Placement& dst, Plan& plan) {
   plan.destination_dtypes.clear();
+  plan.destination_scaling.clear();
   for (const TensorMeta& t : plan.tensors) plan.destination_dtypes.push_back(t.dtype);
+  std::vector<kernels::Fp8Scaling> scaling(plan.tensors.size(), kernels::Fp8Scaling::kBlock128);
   std::vector<int> index(dst.tensors().size(), -1);
   for (size_t i = 0; i < dst.tensors().size(); ++i) {
     const TensorMeta& d = dst.tensors()[i];
@@ -74,6 +76,7 @@ Result<std::vector<int>> MatchTensors(const Placement& src, const Placement& dst
     for (const TransformRule& rule : plan.options.transforms)
       if (GlobMatch(rule.glob, name)) {
         plan.destination_dtypes[t] = rule.to;
+        if (Quantizes(plan.tensors[t].dtype, rule.to)) scaling[t] = rule.scaling;
         break;
       }
     const DType from = plan.tensors[t].dtype, to = plan.destination_dtypes[t];
@@ -81,8 +84,10 @@ Result<std::vector<int>> MatchTensors(const Placement& src, const Placement& dst
       return InvalidArgument("tensor '" + name + "': sources hold " + std::string(DTypeName(from)) +
                              ", destinations want " + std::string(DTypeName(to)) +
                              " (conversions in flight: between f32, bf16 and f16, and f32 or bf16 to "
-                             "f8e4m3 in 128x128 blocks)");
+                             "f8e4m3 in 128x128 blocks or per tensor)");
   }
+  if (std::count(scaling.begin(), scaling.end(), kernels::Fp8Scaling::kPerTensor) > 0)
+    plan.destination_scaling = std::move(scaling);
   return index;
 }
 
@@ -375,6 +380,9 @@ Status CheckOptions(const PlanOptions& o) {
       return InvalidArgument("plan options: transform rule '" + r.glob + "' converts to " +
                              std::string(DTypeName(r.to)) +
                              " (conversions in flight: f32, bf16, f16, f8e4m3)");
+    if (r.scaling == kernels::Fp8Scaling::kPerTensor && r.to != DType::kF8E4M3)
+      return InvalidArgument("plan options: transform rule '" + r.glob + "' asks for per-tensor scales of " +
+                             std::string(DTypeName(r.to)) + " (only f8e4m3 has scales)");
   }
   return Status::Ok();
 }

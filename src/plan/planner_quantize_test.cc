@@ -94,13 +94,13 @@ TEST(PlannerQuantize, AStoredShardKeepsItsScalesAlignedAfterItsE4m3Bytes) {
   auto plan = Quantizing(Trainers(DType::kBF16), Replicas(DType::kBF16));
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   for (const PlannedShard& s : plan->destinations[1].shards) {
-    auto m = QuantizedMatrixOf(s.slice, plan->tensors[s.tensor].shape);
+    auto m = QuantizedMatrixOf(s.slice, plan->tensors[s.tensor].shape, kernels::Fp8Scaling::kBlock128);
     ASSERT_TRUE(m.ok());
     EXPECT_EQ(StoredScaleOffset(s.slice.num_elements()) % 4, 0u);
     EXPECT_EQ(s.bytes, StoredScaleOffset(s.slice.num_elements()) + 4 * static_cast<uint64_t>(m->scales));
   }
   // dst rank 1 holds columns 256..300 of the 200x300 matrix: one partial block column, two rows.
-  auto m = QuantizedMatrixOf(Slice::MakeBox({0, 256}, {200, 44}), {200, 300});
+  auto m = QuantizedMatrixOf(Slice::MakeBox({0, 256}, {200, 44}), {200, 300}, kernels::Fp8Scaling::kBlock128);
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(m->rows, 200);
   EXPECT_EQ(m->cols, 44);
@@ -117,7 +117,8 @@ TEST(PlannerQuantize, APieceSeveralSourcesHoldIsSplitInWholeBlockRows) {
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   size_t up = 0;
   for (const PlanStep& s : plan->steps) {
-    ASSERT_TRUE(ScaleGridSlice(s.piece, plan->tensors[s.tensor].shape).ok()) << s.piece.ToString();
+    ASSERT_TRUE(ScaleGridSlice(s.piece, plan->tensors[s.tensor].shape, kernels::Fp8Scaling::kBlock128).ok())
+        << s.piece.ToString();
     up += plan->tensors[s.tensor].name == "layers.0.mlp.up_proj.weight";
   }
   EXPECT_EQ(up, 3u) << "512 rows are 4 block rows, among 3 sources";
@@ -200,6 +201,69 @@ TEST(PlannerQuantize, SourcesOffBlockBoundariesSendTheirDtypeAndEachReceiverQuan
     EXPECT_TRUE(CheckCoverage(*plan).ok());
     EXPECT_EQ(plan_test::RunPlanInMemory(*plan), "");
   }
+}
+
+// One scale per tensor: its scale grid is one f32, and only the whole tensor is whole blocks.
+TEST(PlannerQuantize, APerTensorScaleGridIsOneScaleForTheWholeTensor) {
+  constexpr auto kPerTensor = kernels::Fp8Scaling::kPerTensor;
+  EXPECT_EQ(*ScaleGridShape({200, 300}, kPerTensor), (Shape{1, 1}));
+  EXPECT_EQ(*ScaleGridShape({300}, kPerTensor), (Shape{1}));
+  auto whole = QuantizedMatrixOf(Slice::Full({200, 300}), {200, 300}, kPerTensor);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ(whole->scales, 1);
+  EXPECT_EQ(*StoredQuantizedBytes(Slice::Full({200, 300}), {200, 300}, kPerTensor), 200u * 300u + 4u);
+  auto half = ScaleGridSlice(Slice::MakeBox({0, 0}, {128, 300}), {200, 300}, kPerTensor);
+  ASSERT_FALSE(half.ok());
+  EXPECT_NE(half.status().message().find("not the whole tensor"), std::string::npos)
+      << half.status().ToString();
+  EXPECT_EQ(ScaleGridSlice(Slice::MakeBox({128, 0}, {0, 300}), {200, 300}, kPerTensor)->num_elements(), 0);
+  EXPECT_EQ(*ParseFp8Scaling(Fp8ScalingName(kPerTensor)), kPerTensor);
+  EXPECT_FALSE(ParseFp8Scaling("block64").ok());
+}
+
+// Per-tensor scales for destinations that split a tensor (TP) are refused naming the tensor; for
+// whole replicas each tensor is quantised where it is whole: at the sources for the vector they
+// hold whole, at each receiver for the matrices they split by rows.
+TEST(PlannerQuantize, PerTensorScalesAreQuantisedWhereTheTensorIsWhole) {
+  PlanOptions o;
+  o.chunk_bytes = 1000;
+  o.transforms = {{"*", DType::kF8E4M3, kernels::Fp8Scaling::kPerTensor}};
+  auto split = MakePlan(Trainers(DType::kBF16), Replicas(DType::kBF16), Topology(), o);
+  ASSERT_FALSE(split.ok());
+  EXPECT_NE(split.status().message().find("layers.0.mlp.up_proj.weight"), std::string::npos)
+      << split.status().ToString();
+  EXPECT_NE(split.status().message().find("whole tensor"), std::string::npos) << split.status().ToString();
+
+  auto plan = MakePlan(Trainers(DType::kBF16), Layout(DType::kBF16, {{}, {}, {}}), Topology(), o);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  for (const PlanStep& s : plan->steps) {
+    const bool vector = plan->tensors[s.tensor].shape.size() == 1;
+    if (vector) {
+      EXPECT_EQ(s.transform, s.after < 0 ? TransformKind::kConvertAtSender : TransformKind::kIdentity)
+          << s.id;
+      EXPECT_EQ(s.bytes, 300u + 4u) << "e4m3 and one scale";
+    } else {
+      EXPECT_EQ(s.transform, TransformKind::kConvertAtReceiver) << s.id;
+    }
+  }
+  for (const PlannedShard& s : plan->destinations[0].shards)
+    EXPECT_EQ(s.bytes, StoredScaleOffset(s.slice.num_elements()) + 4);
+  EXPECT_TRUE(CheckCoverage(*plan).ok());
+  EXPECT_EQ(plan_test::RunPlanInMemory(*plan), "");
+  auto round = Plan::FromJson(plan->ToJson());
+  ASSERT_TRUE(round.ok()) << round.status().ToString();
+  EXPECT_EQ(round->Digest(), plan->Digest());
+  EXPECT_EQ(round->Fp8ScalingOf(0), kernels::Fp8Scaling::kPerTensor);
+  EXPECT_EQ(round->options.transforms.at(0).scaling, kernels::Fp8Scaling::kPerTensor);
+  // Plans with block scales only are written as before (their digests do not change).
+  auto block = Quantizing(Trainers(DType::kBF16), Replicas(DType::kBF16));
+  ASSERT_TRUE(block.ok());
+  EXPECT_FALSE(block->ToJson().contains("destination_scaling"));
+  EXPECT_FALSE(block->ToJson()["options"]["transforms"][0].contains("scaling"));
+  nlohmann::json bad = plan->ToJson();
+  bad["destination_scaling"][1] = "block64";
+  EXPECT_NE(Plan::FromJson(bad).status().message().find("destination_scaling[1]"), std::string::npos)
+      << Plan::FromJson(bad).status().ToString();
 }
 
 TEST(PlannerQuantize, ValidateRefusesAShardQuantisedBothWays) {

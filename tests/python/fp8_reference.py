@@ -26,3 +26,11 @@ def quantise(x):
         scales = scales.reshape(-1)
     q = (x.float() / expand(scales, list(x.shape))).to(torch.float8_e4m3fn)
     return q.view(torch.uint8), scales
+
+
+def quantise_per_tensor(x):
+    """x -> (e4m3 values as uint8, its one f32 scale in a scale grid of ones: [1, 1] or [1])."""
+    amax = x.float().abs().amax()
+    scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+    q = (x.float() / scale).to(torch.float8_e4m3fn)
+    return q.view(torch.uint8), scale.reshape([1] * x.ndim)

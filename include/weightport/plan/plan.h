@@ -29,6 +29,7 @@
 #include "weightport/core/slice.h"
 #include "weightport/core/status.h"
 #include "weightport/core/tensor_meta.h"
+#include "weightport/kernels/convert.h"
 #include "weightport/plan/topology.h"
 
 namespace weightport {
@@ -44,16 +45,19 @@ inline constexpr uint64_t kPlanAlignment = 64;
 // into its shard. A relay forwards what it received: after a conversion at the source, from its
 // shard (identity); after conversions at receivers, from its landing area (converting again itself).
 // So every hop carries the same, narrower bytes, and the root's chunk hashes hold on every hop.
-// Quantising to f8e4m3 in 128x128 blocks (quantized.h) needs whole blocks: at the sources when
-// every source shard holds whole blocks (fewer bytes travel), else at each receiver, which lands
-// every piece of a shard in the sources' dtype and quantises the whole shard once all are verified.
+// Quantising to f8e4m3 in 128x128 blocks or with one scale per tensor (quantized.h) needs whole
+// blocks: at the sources when every source shard holds whole blocks (fewer bytes travel), else at
+// each receiver, which lands every piece of a shard in the sources' dtype and quantises the whole
+// shard once all are verified.
 enum class TransformKind : uint8_t { kIdentity, kConvertAtSender, kConvertAtReceiver };
 const char* TransformName(TransformKind kind);  // "identity", "convert_at_sender", "convert_at_receiver"
 
-// Destinations store the tensors whose names match `glob` (GlobMatch syntax) as `to`.
+// Destinations store the tensors whose names match `glob` (GlobMatch syntax) as `to`; f8e4m3 with
+// `scaling`'s scales.
 struct TransformRule {
   std::string glob;
   DType to = DType::kBF16;
+  kernels::Fp8Scaling scaling = kernels::Fp8Scaling::kBlock128;
 };
 
 struct PlanOptions {
@@ -141,9 +145,11 @@ struct Plan {
   Topology topology;
   std::vector<TensorMeta> tensors;        // as the sources hold them
   std::vector<DType> destination_dtypes;  // per tensor: as the destinations store it
-  std::vector<RankBuffer> sources;        // ascending rank
-  std::vector<RankBuffer> destinations;   // ascending rank
-  std::vector<PlanStep> steps;            // every step after the one it depends on
+  // Per tensor, the scales of one stored as f8e4m3; empty when every one has 128x128 block scales.
+  std::vector<kernels::Fp8Scaling> destination_scaling;
+  std::vector<RankBuffer> sources;       // ascending rank
+  std::vector<RankBuffer> destinations;  // ascending rank
+  std::vector<PlanStep> steps;           // every step after the one it depends on
   PlanEstimate estimate;
 
   // nullptr when there is no such rank.
@@ -154,9 +160,11 @@ struct Plan {
   DType WireDType(const PlanStep& step) const;
   // Bytes one copy of the destination needs: sum of destination shard bytes.
   uint64_t DestinationBytes() const;
-  // The destinations store `tensor` as f8e4m3 with block scales quantised from the sources' f32 or
-  // bf16 (quantized.h): its destination shards and the pieces of its steps carry their scales.
+  // The destinations store `tensor` as f8e4m3 with block (or per-tensor: Fp8ScalingOf) scales
+  // quantised from the sources' f32 or bf16 (quantized.h): its destination shards and the pieces of its steps
+  // carry their scales.
   bool Quantized(uint32_t tensor) const;
+  kernels::Fp8Scaling Fp8ScalingOf(uint32_t tensor) const;
   // Bytes of a shard of `tensor` as `side` stores it, and of `piece` on the wire in `wire` dtype.
   // Errors for a quantised tensor's slice that is not on block boundaries.
   Result<uint64_t> StoredBytes(PlanSide side, uint32_t tensor, const Slice& slice) const;
