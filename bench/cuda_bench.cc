@@ -6,7 +6,10 @@
 //   - the staging pipeline (CudaStager, 8 MiB pinned chunks, both ways) against one cudaMemcpy of
 //     the whole buffer to or from pinned memory (goal >= 0.85x);
 //   - CUDA IPC: a second process (this program again, --ipc-peer) maps the source buffer and copies
-//     it into its own memory, against a device copy within that process (goal >= 0.9x).
+//     it into its own memory, against a device copy within that process (goal >= 0.9x);
+//   - UCX: with a CUDA-aware UCX (scripts/setup --ucx-cuda), a Put of the source buffer from one UCX
+//     transport's registration into another's, device memory handed to UCX as it is, against a
+//     device copy (cuda_bench_ucx.h).
 // Needs a GPU; says why and exits 77 (skip) without one.
 #include <unistd.h>
 
@@ -20,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_util.h"
+#include "cuda_bench_ucx.h"
 #include "weightport/cuda/convert.h"
 #include "weightport/cuda/device_buffer.h"
 #include "weightport/cuda/device_query.h"
@@ -214,6 +218,16 @@ int Run(uint64_t src_bytes, int runs, bool json) {
     if (!json)
       std::printf("%-22s %12.1f %12.1f %8.2f\n", "CUDA IPC (2 processes)", (*ipc)["ipc_gbps"].get<double>(),
                   (*ipc)["copy_gbps"].get<double>(), ipc_ratio);
+  }
+  auto ucx = MeasureUcxPut(*src, *dst, runs);
+  if (!ucx.ok()) {
+    std::cerr << "ucx: " << ucx.status().ToString() << "\n";
+    report["ucx"] = {{"error", ucx.status().ToString()}};
+  } else {
+    report["ucx"] = *ucx;
+    if (!json)
+      std::printf("%-22s %12.1f %12.1f %8.2f\n", "UCX put (device)", (*ucx)["put_gbps"].get<double>(),
+                  (*ucx)["copy_gbps"].get<double>(), (*ucx)["ratio"].get<double>());
   }
   if (json) std::cout << report.dump(2) << "\n";
   return 0;

@@ -38,7 +38,7 @@ struct UcxOptions {
   // this long. Zero: UCX's default (20 s in UCX 1.13).
   std::chrono::milliseconds keepalive_interval{0};
   // Further UCX settings, passed to ucp_config_modify as given (names without the "UCX_" prefix,
-  // e.g. {"RNDV_THRESH", "64K"} or, for a UCT setting, {"TX_SEG_SIZE", "256K"}).
+  // e.g. {"RNDV_THRESH", "64K"} or, for a UCT setting, {"TCP_TX_SEG_SIZE", "256K"}).
   std::vector<std::pair<std::string, std::string>> config;
   // For this long after UCX last made progress, an idle wait yields the CPU instead of sleeping:
   // shared-memory traffic needs the peer process's CPU and comes in bursts, and a sleep/wakeup per
@@ -69,5 +69,8 @@ std::string UcxDescribeTransport(Transport& transport);
 // memory goes to UCX directly only where "cuda" is listed; elsewhere a rank stages it through the
 // host (PlanRankOptions::device).
 Result<std::vector<std::string>> UcxMemoryTypes();
+// Ok when this UCX lists "cuda"; FailedPrecondition naming the memory types it has and how to get
+// a CUDA-aware one otherwise.
+Status UcxTakesCudaMemory();
 
 }  // namespace weightport

@@ -32,4 +32,16 @@ Result<std::vector<std::string>> UcxMemoryTypes() {
   return out;
 }
 
+Status UcxTakesCudaMemory() {
+  WP_ASSIGN_OR_RETURN(std::vector<std::string> types, UcxMemoryTypes());
+  std::string names;
+  for (const std::string& t : types) {
+    if (t == "cuda") return Status::Ok();
+    names += (names.empty() ? "" : ", ") + t;
+  }
+  return FailedPrecondition(
+      "this UCX is built without CUDA (memory types: " + names +
+      "); scripts/setup --ucx-cuda, then cmake -DWEIGHTPORT_UCX_ROOT=.deps/ucx-cuda/libucx");
+}
+
 }  // namespace weightport

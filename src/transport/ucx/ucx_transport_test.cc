@@ -111,6 +111,16 @@ TEST(UcxTransport, MemoryTypesListHostMemory) {
   ASSERT_TRUE(types.ok()) << types.status().ToString();
   EXPECT_NE(std::find(types->begin(), types->end(), "host"), types->end());
   for (const std::string& t : *types) EXPECT_FALSE(t.empty());
+  // Whether device memory may go to this UCX follows from the list; without "cuda" the refusal
+  // names what there is and how to get a CUDA-aware UCX.
+  const Status cuda = UcxTakesCudaMemory();
+  if (std::find(types->begin(), types->end(), "cuda") != types->end()) {
+    EXPECT_TRUE(cuda.ok()) << cuda.ToString();
+  } else {
+    EXPECT_EQ(cuda.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(cuda.message().find("memory types: host"), std::string::npos) << cuda.ToString();
+    EXPECT_NE(cuda.message().find("--ucx-cuda"), std::string::npos) << cuda.ToString();
+  }
 }
 
 TEST(UcxTransport, RejectsBadOptions) {
