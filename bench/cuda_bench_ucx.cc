@@ -13,12 +13,14 @@
 namespace weightport::bench {
 namespace {
 
-// One transport on its loop thread, with one registration released there before the loop stops.
+// One transport on its loop thread, with one registration and maybe a connection, released there
+// before the loop stops, on every way out of MeasureUcxPut.
 struct Side {
   std::unique_ptr<ProgressLoop> loop;
   std::unique_ptr<MemoryRegion> region;
+  std::shared_ptr<Connection> conn;
   ~Side() {
-    if (loop) loop->Call([this](Transport&) { region.reset(); });
+    if (loop) loop->Call([this](Transport&) { conn.reset(), region.reset(); });
   }
 };
 
@@ -43,8 +45,7 @@ Result<nlohmann::json> MeasureUcxPut(const DeviceBuffer& src, const DeviceBuffer
   const Bytes address = b->loop->Call([](Transport& t) { return t.address(); });
   WP_ASSIGN_OR_RETURN(const RemoteKey key,
                       RemoteKey::Deserialize(b->region->remote_key().Serialize(), "bench-b"));
-  WP_ASSIGN_OR_RETURN(std::shared_ptr<Connection> conn,
-                      a->loop->Call([&](Transport& t) { return t.Connect(address, "bench-b"); }));
+  WP_ASSIGN_OR_RETURN(a->conn, a->loop->Call([&](Transport& t) { return t.Connect(address, "bench-b"); }));
   const uint64_t n = src.size();
   // A Put of everything and a Flush; both complete on the loop thread, the first error wins.
   auto put = [&]() -> Result<double> {
@@ -57,8 +58,8 @@ Result<nlohmann::json> MeasureUcxPut(const DeviceBuffer& src, const DeviceBuffer
     };
     const auto t0 = Clock::now();
     a->loop->Post([&](Transport&) {
-      conn->Put(*a->region, 0, key, 0, n, complete);
-      conn->Flush(complete);
+      a->conn->Put(*a->region, 0, key, 0, n, complete);
+      a->conn->Flush(complete);
     });
     WP_RETURN_IF_ERROR(done.get_future().get());
     return Seconds(Clock::now() - t0);
@@ -74,7 +75,6 @@ Result<nlohmann::json> MeasureUcxPut(const DeviceBuffer& src, const DeviceBuffer
     put_gbps.push_back(2.0 * n / p / 1e9);
     copy_gbps.push_back(2.0 * n / c / 1e9);
   }
-  a->loop->Call([&](Transport&) { conn.reset(); });
   const double put_median = Summarize(put_gbps).median, copy_median = Summarize(copy_gbps).median;
   return nlohmann::json{
       {"put_gbps", put_median}, {"copy_gbps", copy_median}, {"ratio", put_median / copy_median}};

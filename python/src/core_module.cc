@@ -195,8 +195,8 @@ class PySubscriber {
       : sub_(JoinAs<PlanSubscriber>(secret, args, false)) {}
   size_t num_shards() const { return sub_->num_shards(); }
   ShardInfo shard_info(size_t i) const { return InfoOf(sub_->shard_info(CheckShard(i, sub_->num_shards()))); }
-  // A shard quantised in flight: (where its f32 block scales start in its bytes, its scale grid's
-  // lengths); None for any other shard.
+  // A shard quantised in flight: (where its f32 scales start in its bytes, its scale grid's lengths:
+  // one per 128x128 block, or [1, 1] for one per tensor); None for any other shard.
   std::optional<std::pair<uint64_t, std::vector<int64_t>>> shard_scales(size_t i) const {
     const PlanShardView v = sub_->shard_info(CheckShard(i, sub_->num_shards()));
     if (!v.quantized) return std::nullopt;

@@ -125,7 +125,7 @@ def view_as(array: np.ndarray, dtype: str, shape: list[int], like: Any = None):
 def shard_views(array: np.ndarray, dtype: str, shape: list[int], like: Any = None, scales: Any = None):
     """A received shard as (values, scales). A tensor quantised in flight (bound as f8e4m3 while the
     publisher holds f32 or bf16) is stored as its e4m3 values, then one f32 scale per 128x128 block
-    that dequantises it (values * scale): `scales` is where, as the engine says (offset in the shard's
+    (a plan may also give one for the whole tensor: a grid of ones) that dequantises it (values * scale): `scales` is where, as the engine says (offset in the shard's
     bytes, the scale grid's lengths), or None for every other shard."""
     if scales is None:
         return view_as(array, dtype, shape, like), None

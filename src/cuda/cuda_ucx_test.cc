@@ -28,15 +28,24 @@ std::string NoCudaUcxReason() {
   return ucx.ok() ? "" : ucx.message();
 }
 
+// GPU memory registered with `peer`'s transport; the registration is released on that transport's
+// loop thread, as TestPeer's own are, whichever way the test ends.
 struct DeviceRegion {
+  TestPeer* peer = nullptr;
   DeviceBuffer buffer;
   std::unique_ptr<MemoryRegion> region;
   RemoteKey key;
+  DeviceRegion() = default;
+  DeviceRegion(DeviceRegion&&) = default;
+  ~DeviceRegion() {
+    if (peer != nullptr && region != nullptr) peer->loop().Call([this](Transport&) { region.reset(); });
+  }
 };
 
 // `bytes` of device memory registered with `peer`'s transport, filled from `host` when given.
 Result<DeviceRegion> RegisterDevice(TestPeer& peer, size_t bytes, const std::vector<std::byte>* host) {
   DeviceRegion d;
+  d.peer = &peer;
   WP_ASSIGN_OR_RETURN(d.buffer, DeviceBuffer::Allocate(bytes));
   std::vector<std::byte> zeros(bytes);
   WP_RETURN_IF_ERROR(d.buffer.CopyFrom(host ? *host : zeros));
@@ -66,15 +75,16 @@ TEST(CudaUcx, DeviceMemoryRegisteredWithACudaAwareUcxIsMovedByUcx) {
   WP_ASSERT_OK_AND_ASSIGN(DeviceRegion back, RegisterDevice(*a, kBytes, nullptr));
   WP_ASSERT_OK_AND_ASSIGN(Connection * conn, a->Connect(*b));
   Tally put(2);
-  a->loop().Post([&, conn](Transport&) {
-    conn->Put(*src.region, kOffset, dst.key, kOffset, kLength, put.callback(0));
+  // What the posted tasks use is captured by value: after a failed wait they may still run.
+  a->loop().Post([conn, from = src.region.get(), to = dst.key, put](Transport&) {
+    conn->Put(*from, kOffset, to, kOffset, kLength, put.callback(0));
     conn->Flush(put.callback(1));
   });
   ASSERT_TRUE(put.WaitAll());
   ASSERT_TRUE(IsOk(put.status(0))) << put.status(0).ToString();
   Tally get(1);
-  a->loop().Post([&, conn](Transport&) {
-    conn->Get(*back.region, kOffset, dst.key, kOffset, kLength, get.callback(0));
+  a->loop().Post([conn, into = back.region.get(), from = dst.key, get](Transport&) {
+    conn->Get(*into, kOffset, from, kOffset, kLength, get.callback(0));
   });
   ASSERT_TRUE(get.WaitAll());
   ASSERT_TRUE(IsOk(get.status(0))) << get.status(0).ToString();
@@ -86,9 +96,6 @@ TEST(CudaUcx, DeviceMemoryRegisteredWithACudaAwareUcxIsMovedByUcx) {
       return x == std::byte{0};
     })) << "bytes before the range were written";
   }
-  // Registrations are released on their transport's loop thread, as TestPeer's own are.
-  a->loop().Call([&](Transport&) { src.region.reset(), back.region.reset(); });
-  b->loop().Call([&](Transport&) { dst.region.reset(); });
 }
 
 }  // namespace

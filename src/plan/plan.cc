@@ -181,9 +181,20 @@ Status Plan::Validate() const {
   if (destination_dtypes.size() != tensors.size())
     return InvalidArgument("plan: " + std::to_string(destination_dtypes.size()) + " destination dtypes for " +
                            std::to_string(tensors.size()) + " tensors");
-  if (!destination_scaling.empty() && destination_scaling.size() != tensors.size())
-    return InvalidArgument("plan: " + std::to_string(destination_scaling.size()) +
-                           " destination scalings for " + std::to_string(tensors.size()) + " tensors");
+  if (!destination_scaling.empty()) {  // written only when some quantised tensor has one scale
+    if (destination_scaling.size() != tensors.size())
+      return InvalidArgument("plan: " + std::to_string(destination_scaling.size()) +
+                             " destination scalings for " + std::to_string(tensors.size()) + " tensors");
+    bool per_tensor = false;
+    for (uint32_t t = 0; t < tensors.size(); ++t) {
+      if (destination_scaling[t] != kernels::Fp8Scaling::kPerTensor) continue;
+      if (!Quantized(t))
+        return InvalidArgument("plan: tensor '" + tensors[t].name +
+                               "' has per-tensor scales but is not quantised to f8e4m3");
+      per_tensor = true;
+    }
+    if (!per_tensor) return InvalidArgument("plan: destination_scaling given with no per-tensor scale in it");
+  }
   WP_RETURN_IF_ERROR(ValidateBuffers(*this, sources, PlanSide::kSource));
   WP_RETURN_IF_ERROR(ValidateBuffers(*this, destinations, PlanSide::kDestination));
   for (size_t i = 0; i < steps.size(); ++i) {

@@ -247,7 +247,9 @@ Result<Plan> Plan::FromJson(const nlohmann::json& json) {
     WP_ASSIGN_OR_RETURN(const Json* scaling, GetArray(json, "destination_scaling", root));
     for (size_t i = 0; i < scaling->size(); ++i) {
       const Json& s = (*scaling)[i];
-      auto parsed = ParseFp8Scaling(s.is_string() ? s.get<std::string>() : std::string("(not a string)"));
+      if (!s.is_string())
+        return InvalidArgument(At(root + ".destination_scaling", i) + ": expected block128 or tensor");
+      auto parsed = ParseFp8Scaling(s.get<std::string>());
       if (!parsed.ok()) return parsed.status().WithContext(At(root + ".destination_scaling", i));
       plan.destination_scaling.push_back(*parsed);
     }

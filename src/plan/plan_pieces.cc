@@ -219,8 +219,13 @@ class PieceFinder {
     if (sources.size() > 1 && bytes > split) {
       const uint64_t want = std::min<uint64_t>(sources.size(), (bytes + split - 1) / split);
       const bool blocks = transform == TransformKind::kConvertAtSender && plan_.Quantized(tensor);
-      WP_ASSIGN_OR_RETURN(parts, blocks ? SplitInBlocks(slice, static_cast<int>(want))
-                                        : SplitSlice(slice, static_cast<int>(want)));
+      if (!blocks) {
+        WP_ASSIGN_OR_RETURN(parts, SplitSlice(slice, static_cast<int>(want)));
+      } else if (plan_.Fp8ScalingOf(tensor) == kernels::Fp8Scaling::kBlock128) {
+        WP_ASSIGN_OR_RETURN(parts, SplitInBlocks(slice, static_cast<int>(want)));
+      } else {
+        parts.push_back(std::move(slice));  // one scale for the whole tensor: one source quantises it
+      }
     } else {
       parts.push_back(std::move(slice));
     }

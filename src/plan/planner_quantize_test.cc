@@ -260,10 +260,30 @@ TEST(PlannerQuantize, PerTensorScalesAreQuantisedWhereTheTensorIsWhole) {
   ASSERT_TRUE(block.ok());
   EXPECT_FALSE(block->ToJson().contains("destination_scaling"));
   EXPECT_FALSE(block->ToJson()["options"]["transforms"][0].contains("scaling"));
+  // Sources that all hold every tensor whole (data parallel): a large piece is not split among them
+  // (no part of it would be whole); one source quantises each tensor.
+  auto replicated =
+      MakePlan(Layout(DType::kBF16, {{}, {}}), Layout(DType::kBF16, {{}, {}, {}}), Topology(), o);
+  ASSERT_TRUE(replicated.ok()) << replicated.status().ToString();
+  for (const PlanStep& s : replicated->steps) {
+    EXPECT_EQ(s.piece, Slice::Full(replicated->tensors[s.tensor].shape)) << s.id;
+    EXPECT_EQ(s.transform, s.after < 0 ? TransformKind::kConvertAtSender : TransformKind::kIdentity) << s.id;
+  }
+  EXPECT_EQ(plan_test::RunPlanInMemory(*replicated), "");
   nlohmann::json bad = plan->ToJson();
   bad["destination_scaling"][1] = "block64";
   EXPECT_NE(Plan::FromJson(bad).status().message().find("destination_scaling[1]"), std::string::npos)
       << Plan::FromJson(bad).status().ToString();
+  Plan wrong = *plan;
+  wrong.destination_dtypes[2] = DType::kBF16;  // the vector, no longer quantised, keeps its one scale
+  EXPECT_NE(
+      wrong.Validate().message().find("'layers.0.norm.weight' has per-tensor scales but is not quantised"),
+      std::string::npos)
+      << wrong.Validate().ToString();
+  wrong = *plan;
+  std::fill(wrong.destination_scaling.begin(), wrong.destination_scaling.end(),
+            kernels::Fp8Scaling::kBlock128);
+  EXPECT_NE(wrong.Validate().message().find("no per-tensor scale"), std::string::npos);
 }
 
 TEST(PlannerQuantize, ValidateRefusesAShardQuantisedBothWays) {
