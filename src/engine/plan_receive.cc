@@ -598,7 +598,8 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
       r_.keepers->Submit([self] {
         // On a device, each band is copied there as soon as it is quantised, while the rest are.
         // Its post reaches the loop before the one below (the loop's queue is FIFO, and every band
-        // is done before QuantizeLanded returns), so the tail is never copied before a band is.
+        // is done before QuantizeLanded returns), so every band's copy is counted in
+        // device_in_flight_ before the receive can finish.
         std::function<void(size_t, bool)> band_done;
         if (self->r_.device_copier)
           band_done = [self](size_t j, bool reused) {
