@@ -21,7 +21,8 @@ namespace {
 struct Case {
   std::string name;
   DType from, to;
-  bool fp8 = false;  // to e4m3fn with 128x128 block scales
+  bool fp8 = false;  // to e4m3fn, with `scaling`'s scales
+  kernels::Fp8Scaling scaling = kernels::Fp8Scaling::kBlock128;
 };
 
 struct CaseResult {
@@ -49,14 +50,14 @@ Result<CaseResult> Measure(const Case& c, uint64_t src_bytes, int runs) {
       WP_RETURN_IF_ERROR(kernels::Convert(DType::kF32, c.from, f32.data(), src.data(), count));
   }
   const int64_t cols = 4096, rows = static_cast<int64_t>(count) / cols;
-  std::vector<float> scales(kernels::Fp8ScaleCount(rows, cols, kernels::Fp8Scaling::kBlock128));
+  std::vector<float> scales(kernels::Fp8ScaleCount(rows, cols, c.scaling));
   std::vector<double> conv, copy;
   for (int run = 0; run < runs; ++run) {
     auto start = Clock::now();
     std::memcpy(dst.data(), src.data(), src_bytes);
     copy.push_back(static_cast<double>(src_bytes) / Seconds(Clock::now() - start) / 1e9);
     start = Clock::now();
-    Status st = c.fp8 ? kernels::QuantizeE4m3(c.from, src.data(), rows, cols, kernels::Fp8Scaling::kBlock128,
+    Status st = c.fp8 ? kernels::QuantizeE4m3(c.from, src.data(), rows, cols, c.scaling,
                                               reinterpret_cast<uint8_t*>(dst.data()), scales.data())
                       : kernels::Convert(c.from, c.to, src.data(), dst.data(), count);
     const double s = Seconds(Clock::now() - start);
@@ -97,6 +98,8 @@ int Main(int argc, char** argv) {
       {"bf16->f16", DType::kBF16, DType::kF16},
       {"bf16->e4m3 (128x128)", DType::kBF16, DType::kF8E4M3, true},
       {"f32->e4m3 (128x128)", DType::kF32, DType::kF8E4M3, true},
+      {"bf16->e4m3 (tensor)", DType::kBF16, DType::kF8E4M3, true, kernels::Fp8Scaling::kPerTensor},
+      {"f32->e4m3 (tensor)", DType::kF32, DType::kF8E4M3, true, kernels::Fp8Scaling::kPerTensor},
   };
   nlohmann::ordered_json results = nlohmann::ordered_json::array();
   if (!json) std::printf("%-22s %14s %14s %7s\n", "conversion", "convert GB/s", "memcpy GB/s", "ratio");

@@ -100,11 +100,6 @@ struct Blocks {
   int64_t rows = 0, cols = 0, block_rows = 0, block_cols = 0;  // block size in elements
   int64_t count_rows() const { return (rows + block_rows - 1) / block_rows; }
   int64_t count_cols() const { return (cols + block_cols - 1) / block_cols; }
-  // Row r's part of block column bc: its first element and its length.
-  std::pair<int64_t, int64_t> Segment(int64_t r, int64_t bc) const {
-    const int64_t c0 = bc * block_cols;
-    return {r * cols + c0, std::min(cols, c0 + block_cols) - c0};
-  }
 };
 
 Result<Blocks> MakeBlocks(int64_t rows, int64_t cols, Fp8Scaling scaling) {
@@ -137,9 +132,12 @@ Status QuantizeE4m3(DType from, const void* src, int64_t rows, int64_t cols, Fp8
   if (src == nullptr || dst == nullptr || scales == nullptr) return InvalidArgument("fp8: a null buffer");
   const auto* in32 = static_cast<const u32*>(src);
   const auto* in16 = static_cast<const u16*>(src);
-  std::vector<uint32_t> amax(b.count_cols());
-  // Block mode: the row's full 128-element blocks go through the row kernels.
-  const int64_t full = b.block_cols == kFp8Block ? cols / kFp8Block : 0;
+  // Every row goes through the row kernels in 128-column groups (a block's columns in block mode;
+  // with one scale per tensor every group gets that scale), then its partial last group.
+  const int64_t groups = (cols + kFp8Block - 1) / kFp8Block, full = cols / kFp8Block;
+  const bool per_tensor = scaling == Fp8Scaling::kPerTensor;
+  std::vector<uint32_t> amax(groups);
+  std::vector<float> tensor_scales(per_tensor ? groups : 0);  // the one scale, once per group
   const bool f32 = from == DType::kF32;
   const AmaxRow amax_row = f32 ? AmaxRowF32 : AmaxRowBf16;
   const QuantizeRow quantize_row = avx512::Available()
@@ -147,32 +145,40 @@ Status QuantizeE4m3(DType from, const void* src, int64_t rows, int64_t cols, Fp8
                                        : (f32 ? QuantizeRowF32 : QuantizeRowBf16);
   const size_t element = f32 ? 4 : 2;
   auto row = [&](int64_t r) { return static_cast<const std::byte*>(src) + r * cols * element; };
+  const int64_t tail_at = full * kFp8Block, tail = cols - tail_at;  // the partial group's columns
+  // A scale that underflows to 0 would make 0/0 NaN: the smallest normal float at least.
+  auto scale_of = [](uint32_t bits) {
+    const float m = std::bit_cast<float>(bits);
+    return m > 0 ? std::max(m / kE4m3Max, std::numeric_limits<float>::min()) : 1.0f;
+  };
   for (int64_t br = 0; br < b.count_rows(); ++br) {
     const int64_t r0 = br * b.block_rows, r1 = std::min(rows, r0 + b.block_rows);
-    // One pass for the strip's block maxima, one to quantise it.
+    // One pass for the strip's maxima, one to quantise it.
     std::fill(amax.begin(), amax.end(), 0u);
     for (int64_t r = r0; r < r1; ++r) {
       if (full > 0) amax_row(row(r), full, amax.data());
-      for (int64_t bc = full; bc < b.count_cols(); ++bc) {
-        const auto [at, n] = b.Segment(r, bc);
-        amax[bc] = f32 ? AmaxBitsF32(in32 + at, n, amax[bc]) : AmaxBitsBf16(in16 + at, n, amax[bc]);
+      if (tail > 0) {
+        const int64_t at = r * cols + tail_at;
+        amax[full] =
+            f32 ? AmaxBitsF32(in32 + at, tail, amax[full]) : AmaxBitsBf16(in16 + at, tail, amax[full]);
       }
     }
-    for (int64_t bc = 0; bc < b.count_cols(); ++bc) {
-      const float m = std::bit_cast<float>(amax[bc]);
-      // A scale that underflows to 0 would make 0/0 NaN: the smallest normal float at least.
-      scales[br * b.count_cols() + bc] =
-          m > 0 ? std::max(m / kE4m3Max, std::numeric_limits<float>::min()) : 1.0f;
+    const float* strip_scales = scales + br * groups;
+    if (per_tensor) {
+      scales[0] = scale_of(*std::max_element(amax.begin(), amax.end()));
+      std::fill(tensor_scales.begin(), tensor_scales.end(), scales[0]);
+      strip_scales = tensor_scales.data();
+    } else {
+      for (int64_t g = 0; g < groups; ++g) scales[br * groups + g] = scale_of(amax[g]);
     }
-    const float* strip_scales = scales + br * b.count_cols();
     for (int64_t r = r0; r < r1; ++r) {
       if (full > 0) quantize_row(row(r), full, strip_scales, dst + r * cols);
-      for (int64_t bc = full; bc < b.count_cols(); ++bc) {
-        const auto [at, n] = b.Segment(r, bc);
+      if (tail > 0) {
+        const int64_t at = r * cols + tail_at;
         if (f32)
-          QuantizeF32(in32 + at, n, strip_scales[bc], dst + at);
+          QuantizeF32(in32 + at, tail, strip_scales[full], dst + at);
         else
-          QuantizeBf16(in16 + at, n, strip_scales[bc], dst + at);
+          QuantizeBf16(in16 + at, tail, strip_scales[full], dst + at);
       }
     }
   }

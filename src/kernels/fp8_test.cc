@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -99,32 +101,46 @@ TEST(Fp8, BlockScalesAreAmaxOver448AndDequantiseWithinHalfAStep) {
   }
 }
 
-// The block kernels (AVX-512 intrinsics where the CPU has them, else the auto-vectorised rows, else
+// The row kernels (AVX-512 intrinsics where the CPU has them, else the auto-vectorised rows, else
 // the per-segment loops) give, element for element, F32ToE4m3(x / scale of x's block): every bf16
-// input, and random f32 bit patterns, with 128x128 blocks and a partial block at each row's end.
-TEST(Fp8, BlockKernelsRoundEveryElementAsTheScalarCodeDoes) {
+// input, and random f32 bit patterns, with 128x128 blocks and a partial block at each row's end, and
+// with one scale for the tensor (amax / 448 over its finite values), which goes through the same rows.
+TEST(Fp8, RowKernelsRoundEveryElementAsTheScalarCodeDoes) {
   const int64_t cols = 128 * 4 + 32, rows = (65536 + cols - 1) / cols;  // every bf16 value once
   std::vector<uint16_t> w16(rows * cols);
   for (size_t i = 0; i < w16.size(); ++i) w16[i] = static_cast<uint16_t>(i * 40503u);  // odd: a permutation
   std::mt19937 rng(11);
   std::vector<uint32_t> w32(rows * cols);
   for (auto& x : w32) x = static_cast<uint32_t>(rng()) >> (rng() % 4 == 0 ? 3 : 0);  // also small magnitudes
-  const int64_t n_scales = Fp8ScaleCount(rows, cols, Fp8Scaling::kBlock128);
-  for (const bool intrinsics : {true, false})
-    for (DType from : {DType::kBF16, DType::kF32}) {
-      SCOPED_TRACE(std::string(DTypeName(from)) + (intrinsics ? "" : ", portable loops"));
-      avx512::DisableForTesting(!intrinsics);
-      std::vector<uint8_t> q(rows * cols);
-      std::vector<float> scales(n_scales);
-      const void* src = from == DType::kBF16 ? static_cast<const void*>(w16.data()) : w32.data();
-      ASSERT_TRUE(QuantizeE4m3(from, src, rows, cols, Fp8Scaling::kBlock128, q.data(), scales.data()).ok());
-      const int64_t blocks_per_row = (cols + 127) / 128;
-      for (int64_t i = 0; i < rows * cols; ++i) {
-        const float x = from == DType::kBF16 ? float_bits::Bf16ToF32(w16[i]) : std::bit_cast<float>(w32[i]);
-        const float s = scales[(i / cols / 128) * blocks_per_row + (i % cols) / 128];
-        ASSERT_EQ(q[i], F32ToE4m3(x / s)) << "element " << i << " = " << std::hexfloat << x << " / " << s;
+  for (const Fp8Scaling scaling : {Fp8Scaling::kBlock128, Fp8Scaling::kPerTensor})
+    for (const bool intrinsics : {true, false})
+      for (DType from : {DType::kBF16, DType::kF32}) {
+        const bool per_tensor = scaling == Fp8Scaling::kPerTensor;
+        SCOPED_TRACE(std::string(DTypeName(from)) + (intrinsics ? "" : ", portable loops") +
+                     (per_tensor ? ", per tensor" : ""));
+        avx512::DisableForTesting(!intrinsics);
+        std::vector<uint8_t> q(rows * cols);
+        std::vector<float> scales(Fp8ScaleCount(rows, cols, scaling));
+        const void* src = from == DType::kBF16 ? static_cast<const void*>(w16.data()) : w32.data();
+        ASSERT_TRUE(QuantizeE4m3(from, src, rows, cols, scaling, q.data(), scales.data()).ok());
+        auto value = [&](int64_t i) {
+          return from == DType::kBF16 ? float_bits::Bf16ToF32(w16[i]) : std::bit_cast<float>(w32[i]);
+        };
+        if (per_tensor) {
+          ASSERT_EQ(scales.size(), 1u);
+          float amax = 0;
+          for (int64_t i = 0; i < rows * cols; ++i)
+            if (std::isfinite(value(i))) amax = std::max(amax, std::fabs(value(i)));
+          EXPECT_EQ(scales[0], std::max(amax / 448.0f, std::numeric_limits<float>::min()));
+        }
+        const int64_t blocks_per_row = (cols + 127) / 128;
+        for (int64_t i = 0; i < rows * cols; ++i) {
+          const float s =
+              per_tensor ? scales[0] : scales[(i / cols / 128) * blocks_per_row + (i % cols) / 128];
+          ASSERT_EQ(q[i], F32ToE4m3(value(i) / s))
+              << "element " << i << " = " << std::hexfloat << value(i) << " / " << s;
+        }
       }
-    }
   avx512::DisableForTesting(false);
 }
 
