@@ -24,6 +24,7 @@
 
 #include "bench_util.h"
 #include "cuda_bench_ucx.h"
+#include "cuda_bench_util.h"
 #include "weightport/cuda/convert.h"
 #include "weightport/cuda/device_buffer.h"
 #include "weightport/cuda/device_query.h"
@@ -42,15 +43,6 @@ struct Case {
 };
 
 constexpr uint64_t kHashChunk = 4 << 20;
-
-// Seconds of one call, after it finished on the device.
-template <typename F>
-Result<double> Timed(F&& call) {
-  const auto t0 = Clock::now();
-  WP_RETURN_IF_ERROR(call());
-  WP_RETURN_IF_ERROR(CudaSynchronize());
-  return Seconds(Clock::now() - t0);
-}
 
 // The second process of the IPC case: maps the buffer behind `hex` and times copying it into its
 // own memory, alternating with a copy between two buffers of its own; prints one JSON line.

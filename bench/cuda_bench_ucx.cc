@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "bench_util.h"
+#include "cuda_bench_util.h"
 #include "weightport/cuda/convert.h"
 #include "weightport/transport/progress_loop.h"
 #include "weightport/transport/ucx_transport.h"
@@ -67,10 +67,9 @@ Result<nlohmann::json> MeasureUcxPut(const DeviceBuffer& src, const DeviceBuffer
   std::vector<double> put_gbps, copy_gbps;
   for (int r = 0; r < runs + 1; ++r) {
     WP_ASSIGN_OR_RETURN(const double p, put());
-    const auto t0 = Clock::now();
-    WP_RETURN_IF_ERROR(CudaConvert(DType::kU8, DType::kU8, src.data(), dst.data(), n));
-    WP_RETURN_IF_ERROR(CudaSynchronize());
-    const double c = Seconds(Clock::now() - t0);
+    WP_ASSIGN_OR_RETURN(const double c, Timed([&] {
+                          return CudaConvert(DType::kU8, DType::kU8, src.data(), dst.data(), n);
+                        }));
     if (r == 0) continue;  // warm-up: UCX wires up and maps on the first
     put_gbps.push_back(2.0 * n / p / 1e9);
     copy_gbps.push_back(2.0 * n / c / 1e9);

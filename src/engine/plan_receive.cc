@@ -557,6 +557,12 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
         [this, chunks = std::move(chunks), kept] { return ChunksToDevice(r_, staging_, chunks, kept); });
   }
 
+  // A band quantised here (or reused: from the live device copy), once its output is final.
+  void BandToDevice(size_t band, bool reused) {
+    OnDeviceCopier(
+        [this, band, reused] { return plan_rank_internal::BandToDevice(r_, staging_, band, reused); });
+  }
+
   void Retry(size_t c, const Status& why, const std::string& what) {
     if (attempts_[c] >= r_.options.max_attempts)
       return Fail(Status(
@@ -603,11 +609,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
         std::function<void(size_t, bool)> band_done;
         if (self->r_.device_copier)
           band_done = [self](size_t j, bool reused) {
-            self->r_.loop->Post([self, j, reused](Transport&) {
-              self->OnDeviceCopier([r = &self->r_, staging = self->staging_, j, reused] {
-                return BandToDevice(*r, staging, j, reused);
-              });
-            });
+            self->r_.loop->Post([self, j, reused](Transport&) { self->BandToDevice(j, reused); });
           };
         std::vector<uint8_t> reused = QuantizeLanded(self->r_, self->staging_, self->kept_, band_done);
         self->r_.loop->Post([self, reused = std::move(reused)](Transport&) {

@@ -41,6 +41,14 @@ Result<DType> ReadDType(const Json& obj, const char* key, const std::string& pat
   return dtype;
 }
 
+// A scaling name (quantized.h) at `path`.
+Result<kernels::Fp8Scaling> ReadScaling(const Json& value, const std::string& path) {
+  if (!value.is_string()) return InvalidArgument(path + ": expected block128 or tensor");
+  auto scaling = ParseFp8Scaling(value.get<std::string>());
+  if (!scaling.ok()) return scaling.status().WithContext(path);
+  return scaling;
+}
+
 Result<int> ReadInt(const Json& obj, const char* key, const std::string& path, int64_t min) {
   WP_ASSIGN_OR_RETURN(int64_t v, GetI64(obj, key, path));
   if (v < min || v > INT_MAX)
@@ -74,10 +82,7 @@ Result<PlanOptions> OptionsFromJson(const Json& j, const std::string& path) {
     WP_ASSIGN_OR_RETURN(rule.glob, GetString((*transforms)[i], "glob", at));
     WP_ASSIGN_OR_RETURN(rule.to, ReadDType((*transforms)[i], "to", at));
     if ((*transforms)[i].contains("scaling")) {
-      WP_ASSIGN_OR_RETURN(const std::string scaling, GetString((*transforms)[i], "scaling", at));
-      auto parsed = ParseFp8Scaling(scaling);
-      if (!parsed.ok()) return parsed.status().WithContext(at + ".scaling");
-      rule.scaling = *parsed;
+      WP_ASSIGN_OR_RETURN(rule.scaling, ReadScaling((*transforms)[i]["scaling"], at + ".scaling"));
     }
     o.transforms.push_back(std::move(rule));
   }
@@ -246,12 +251,9 @@ Result<Plan> Plan::FromJson(const nlohmann::json& json) {
   if (json.contains("destination_scaling")) {
     WP_ASSIGN_OR_RETURN(const Json* scaling, GetArray(json, "destination_scaling", root));
     for (size_t i = 0; i < scaling->size(); ++i) {
-      const Json& s = (*scaling)[i];
-      if (!s.is_string())
-        return InvalidArgument(At(root + ".destination_scaling", i) + ": expected block128 or tensor");
-      auto parsed = ParseFp8Scaling(s.get<std::string>());
-      if (!parsed.ok()) return parsed.status().WithContext(At(root + ".destination_scaling", i));
-      plan.destination_scaling.push_back(*parsed);
+      WP_ASSIGN_OR_RETURN(const kernels::Fp8Scaling s,
+                          ReadScaling((*scaling)[i], At(root + ".destination_scaling", i)));
+      plan.destination_scaling.push_back(s);
     }
   }
   WP_ASSIGN_OR_RETURN(const Json* sources, Field(json, "sources", root));
