@@ -95,6 +95,12 @@ Command AddReshardCommand(CLI::App& app) {
          "too, --verify checks that copy) or stand-in (host memory playing the device, no GPU needed)")
       ->check(CLI::IsMember({"none", "cuda", "stand-in"}))
       ->capture_default_str();
+  sub->add_flag(
+      "--device-direct", o->device_direct,
+      "A destination with --device: the chunks it stores as sent (not converted, quantised or\n"
+      "relayed by it) are written by the transport straight into the device copy and verified\n"
+      "there, not staged in the host arena (cuda needs a CUDA-aware UCX, scripts/setup --ucx-cuda,\n"
+      "and --transport auto: shm and tcp name transports of host memory only)");
   sub->add_flag("--json", o->json, "Print a machine-readable summary");
   return {sub, [o] { return RunReshard(*o); }};
 }

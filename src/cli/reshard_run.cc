@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -145,6 +146,7 @@ Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank,
                                   {"seconds", s},
                                   {"device_bytes", r->device_bytes},
                                   {"device_kept_bytes", r->device_kept_bytes},
+                                  {"device_direct_bytes", r->device_direct_bytes},
                                   {"device_copy_s", std::chrono::duration<double>(r->device_copy).count()},
                                   {"to_device_s", std::chrono::duration<double>(r->to_device).count()},
                                   {"gbps", Gbps(r->bytes, s)},
@@ -156,8 +158,10 @@ Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank,
     if (!o.verify) return Status::Ok();
     Status check;
     for (size_t i = 0; i < buffer.shards.size() && check.ok(); ++i) {
-      check =
-          CheckShardVersion(plan, buffer.shards[i], model, v, {o.versions, o.perturb}, rank.shard_bytes(i));
+      // With --device-direct the host arena does not hold what landed on the device.
+      if (!o.device_direct)
+        check =
+            CheckShardVersion(plan, buffer.shards[i], model, v, {o.versions, o.perturb}, rank.shard_bytes(i));
       if (check.ok() && device != nullptr) {  // the copy the device's users read
         scratch.resize(buffer.shards[i].bytes);
         check = device->ToHost(rank.device_shard(i), scratch);
@@ -176,11 +180,27 @@ Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank,
   if (o.rotate_keys) hooks.rekey = [&](uint64_t) { return move(); };
   Status s = FollowAsDestination(rank, member, milliseconds(o.timeout_s * 1000LL), hooks);
   report["committed"] = committed;
-  if (!o.out.empty())
-    WP_RETURN_IF_ERROR(WriteShardsFile(o.out, plan, buffer, [&](size_t i) {
+  if (!o.out.empty()) {
+    // With --device-direct the shards are on the device only: each read back as the file asks for
+    // it (its scales come right after it, from the same read). A failed read leaves no file.
+    const bool from_device = o.device_direct && device != nullptr;
+    size_t held = buffer.shards.size();  // the shard in `scratch`
+    Status read;
+    Status wrote = WriteShardsFile(o.out, plan, buffer, [&](size_t i) {
       auto b = rank.shard_bytes(i);
-      return std::span<const std::byte>(b.data(), b.size());
-    }));
+      if (!from_device) return std::span<const std::byte>(b.data(), b.size());
+      if (held != i && read.ok()) {
+        scratch.resize(b.size());
+        read =
+            device->ToHost(rank.device_shard(i), scratch)
+                .WithContext("--out " + o.out + ": shard " + std::to_string(i) + " from " + device->name());
+        held = i;
+      }
+      return std::span<const std::byte>(scratch);
+    });
+    if (!read.ok()) std::filesystem::remove(o.out);
+    if (s.ok()) s = !read.ok() ? read : wrote;
+  }
   return s.ok() ? aborted : s;
 }
 
@@ -197,6 +217,9 @@ Status RunReshardRank(const ReshardOptions& o) {
   ro.delta = !o.no_delta;
   ro.rotate_keys = o.rotate_keys;
   WP_ASSIGN_OR_RETURN(ro.device, DeviceOf(o.device));
+  ro.device_direct = o.device_direct;
+  if (o.device_direct && !ro.device)
+    return InvalidArgument("--device-direct needs --device cuda or stand-in");
   WP_ASSIGN_OR_RETURN(std::unique_ptr<PlanRank> rank, PlanRank::Create(plan, me, *loop, ro));
   WP_ASSIGN_OR_RETURN(Secret secret, LoadSecret(o.secret_file, false));
   // The coordinator may not listen yet: retry a refused or failed connection until the timeout; a

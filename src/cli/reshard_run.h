@@ -31,6 +31,7 @@ struct ReshardOptions {
   // PlanRankOptions::device: "none", "cuda" (the GPU) or "stand-in" (host memory playing one). A
   // source writes each version there, a destination's --verify checks the device copy too.
   std::string device = "none";
+  bool device_direct = false;  // PlanRankOptions::device_direct: --verify and --out read the device copy
   bool json = false;
 };
 

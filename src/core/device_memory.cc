@@ -5,6 +5,9 @@
 #include <cstring>
 #include <new>
 
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
+#include <xxhash.h>
+
 #include "weightport/core/hash.h"
 
 namespace weightport {
@@ -13,6 +16,7 @@ namespace {
 class HostStandIn final : public DeviceMemory {
  public:
   std::string name() const override { return "host stand-in"; }
+  std::string memory_type() const override { return "host"; }
   Result<std::shared_ptr<void>> Allocate(size_t bytes) override {
     void* p = ::operator new(bytes == 0 ? 1 : bytes, std::nothrow);
     if (p == nullptr)
@@ -36,6 +40,12 @@ class HostStandIn final : public DeviceMemory {
   Result<std::vector<uint64_t>> ChunkHashes(const void* device, size_t bytes, uint64_t chunk_bytes) override {
     if (chunk_bytes == 0) return InvalidArgument("host stand-in: chunk hashes of 0-byte chunks");
     return weightport::ChunkHashes(std::span(static_cast<const std::byte*>(device), bytes), chunk_bytes);
+  }
+  Result<uint64_t> HashConcatenated(std::span<const DeviceBytes> parts) override {
+    XXH3_state_t state;
+    XXH3_64bits_reset(&state);
+    for (const DeviceBytes& p : parts) XXH3_64bits_update(&state, p.data, p.size);
+    return XXH3_64bits_digest(&state);
   }
 };
 

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 
+#include "weightport/core/hash.h"
 #include "weightport/cuda/device_buffer.h"
 #include "weightport/cuda/device_query.h"
 #include "weightport/cuda/hash.h"
@@ -21,6 +22,7 @@ class CudaMemory final : public DeviceMemory {
       : stager_(std::move(stager)), device_(device), name_(std::move(name)) {}
 
   std::string name() const override { return name_; }
+  std::string memory_type() const override { return "cuda"; }
 
   Result<std::shared_ptr<void>> Allocate(size_t bytes) override {
     WP_RETURN_IF_ERROR(CudaUseDevice(device_));
@@ -55,18 +57,34 @@ class CudaMemory final : public DeviceMemory {
 
   Result<std::vector<uint64_t>> ChunkHashes(const void* device, size_t bytes, uint64_t chunk_bytes) override {
     if (chunk_bytes == 0) return InvalidArgument(name_ + ": chunk hashes of 0-byte chunks");
-    std::vector<uint64_t> out((bytes + chunk_bytes - 1) / chunk_bytes);
-    if (out.empty()) return out;
+    if (bytes == 0) return std::vector<uint64_t>{};
     WP_RETURN_IF_ERROR(CudaUseDevice(device_));
     std::lock_guard<std::mutex> lock(mu_);
-    // Buffers kept from call to call, grown as needed: a cudaFree per call would stall the device.
-    WP_RETURN_IF_ERROR(Reserve(hashes_, out.size() * sizeof(uint64_t)));
-    WP_RETURN_IF_ERROR(Reserve(scratch_, CudaChunkHashScratchBytes(bytes, chunk_bytes)));
-    // On the default stream, which the copy back (a cudaMemcpy) waits for.
-    WP_RETURN_IF_ERROR(CudaChunkHashes(device, bytes, chunk_bytes, static_cast<uint64_t*>(hashes_->data()),
-                                       nullptr, scratch_->data()));
-    WP_RETURN_IF_ERROR(hashes_->CopyTo(std::as_writable_bytes(std::span(out))));
-    return out;
+    return HashChunksLocked(device, bytes, chunk_bytes);
+  }
+
+  // One part is hashed where it is; several are gathered on the device first (xxh3 of a whole is
+  // no function of its parts' hashes). The engine merges adjacent parts, so one is the rule.
+  Result<uint64_t> HashConcatenated(std::span<const DeviceBytes> parts) override {
+    size_t total = 0;
+    for (const DeviceBytes& p : parts) total += p.size;
+    if (total == 0) return Xxh3(nullptr, 0);
+    WP_RETURN_IF_ERROR(CudaUseDevice(device_));
+    std::lock_guard<std::mutex> lock(mu_);
+    const void* whole = nullptr;  // the part that holds every byte, when one does
+    for (const DeviceBytes& p : parts)
+      if (p.size == total) whole = p.data;
+    if (whole == nullptr) {
+      WP_RETURN_IF_ERROR(Reserve(gather_, total));
+      auto* at = static_cast<std::byte*>(gather_->data());
+      for (const DeviceBytes& p : parts) {
+        if (p.size > 0) WP_RETURN_IF_ERROR(stager_->OnDevice(p.data, at, p.size));
+        at += p.size;
+      }
+      whole = gather_->data();
+    }
+    WP_ASSIGN_OR_RETURN(std::vector<uint64_t> hash, HashChunksLocked(whole, total, total));
+    return hash.at(0);
   }
 
  private:
@@ -78,8 +96,22 @@ class CudaMemory final : public DeviceMemory {
     return Status::Ok();
   }
 
+  // ChunkHashes of bytes > 0, with mu_ held.
+  Result<std::vector<uint64_t>> HashChunksLocked(const void* device, size_t bytes, uint64_t chunk_bytes) {
+    std::vector<uint64_t> out((bytes + chunk_bytes - 1) / chunk_bytes);
+    // Buffers kept from call to call, grown as needed: a cudaFree per call would stall the device.
+    WP_RETURN_IF_ERROR(Reserve(hashes_, out.size() * sizeof(uint64_t)));
+    WP_RETURN_IF_ERROR(Reserve(scratch_, CudaChunkHashScratchBytes(bytes, chunk_bytes)));
+    // On the default stream, which the copy back (a cudaMemcpy) waits for.
+    WP_RETURN_IF_ERROR(CudaChunkHashes(device, bytes, chunk_bytes, static_cast<uint64_t*>(hashes_->data()),
+                                       nullptr, scratch_->data()));
+    WP_RETURN_IF_ERROR(hashes_->CopyTo(std::as_writable_bytes(std::span(out))));
+    return out;
+  }
+
   std::mutex mu_;  // the stager serves one copy at a time; the hash buffers one hashing
   std::optional<DeviceBuffer> hashes_, scratch_;  // ChunkHashes' output and scratch on the device
+  std::optional<DeviceBuffer> gather_;            // HashConcatenated's parts, one after the other
   std::unique_ptr<CudaStager> stager_;
   const int device_;
   const std::string name_;

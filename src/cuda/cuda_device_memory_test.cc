@@ -10,6 +10,7 @@
 
 #include "cuda/cuda_test_util.h"
 #include "engine/plan_rank_test_util.h"
+#include "weightport/core/hash.h"
 
 namespace weightport {
 namespace {
@@ -44,6 +45,38 @@ TEST_F(CudaDeviceMemoryTest, BytesGoThereAndBackWhateverTheirSize) {
     std::fill(got.begin(), got.end(), std::byte{0});
     ASSERT_TRUE(device->ToHost(static_cast<std::byte*>(other->get()) + 3, got).ok());
     EXPECT_TRUE(got == want) << bytes << " bytes, copied on the device";
+  }
+}
+
+// What device_direct verifies a chunk with: the xxh3 of parts one after the other, on the GPU,
+// equal to the CPU's over the same bytes: one part, parts gathered, empty parts among them, none.
+TEST_F(CudaDeviceMemoryTest, HashOfConcatenatedPartsEqualsTheCpusOfTheSameBytes) {
+  EXPECT_EQ(device->memory_type(), "cuda");
+  std::mt19937_64 rng(5);
+  const size_t bytes = (size_t{3} << 20) + 29;
+  std::vector<std::byte> host(bytes);
+  for (auto& b : host) b = std::byte(rng());
+  auto memory = device->Allocate(bytes);
+  ASSERT_TRUE(memory.ok()) << memory.status().ToString();
+  ASSERT_TRUE(device->ToDevice(host, memory->get()).ok());
+  const auto* d = static_cast<const std::byte*>(memory->get());
+  auto part = [&](size_t at, size_t n) { return DeviceBytes{d + at, n}; };
+  // Parts out of order: [2 MiB, end), [7, 2 MiB), [0, 7): the CPU hashes the same sequence.
+  const std::vector<DeviceBytes> shuffled = {part(2 << 20, bytes - (2 << 20)), part(7, (2 << 20) - 7),
+                                             part(0, 0), part(0, 7)};
+  std::vector<std::byte> sequence;
+  for (const DeviceBytes& p : shuffled) {
+    const auto* at = host.data() + (static_cast<const std::byte*>(p.data) - d);
+    sequence.insert(sequence.end(), at, at + p.size);
+  }
+  for (const auto& [parts, want] : std::vector<std::pair<std::vector<DeviceBytes>, uint64_t>>{
+           {{part(0, bytes)}, Xxh3(host.data(), bytes)},
+           {{part(0, 0), part(5, 1000), part(0, 0)}, Xxh3(host.data() + 5, 1000)},
+           {shuffled, Xxh3(sequence.data(), sequence.size())},
+           {{}, Xxh3(nullptr, 0)}}) {
+    auto got = device->HashConcatenated(parts);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(*got, want) << parts.size() << " parts";
   }
 }
 

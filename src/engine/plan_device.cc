@@ -67,14 +67,24 @@ class SpanMapper {
 }  // namespace
 
 Status plan_rank_internal::AllocateDeviceShards(PlanRank::Impl& r) {
+  // One allocation per copy (one registration, where the transport writes it: device_direct), each
+  // shard at a 256-byte boundary, as cudaMalloc would give it.
+  r.device_offsets.clear();
+  r.device_bytes = 0;
+  for (const PlannedShard& s : r.buffer->shards) {
+    r.device_offsets.push_back(r.device_bytes);
+    r.device_bytes += (s.bytes + 255) & ~uint64_t{255};
+  }
   const int copies = r.is_source() ? 1 : 2;
-  for (int c = 0; c < copies; ++c)
-    for (size_t i = 0; i < r.buffer->shards.size(); ++i) {
-      auto memory = r.options.device->Allocate(r.buffer->shards[i].bytes);
-      if (!memory.ok())
-        return memory.status().WithContext(ShardName(r, i) + " on " + r.options.device->name());
-      r.device_shards[c].push_back(*std::move(memory));
-    }
+  for (int c = 0; c < copies; ++c) {
+    auto memory = r.options.device->Allocate(r.device_bytes);
+    if (!memory.ok())
+      return memory.status().WithContext(r.me.ToString() + ": " + std::to_string(r.buffer->shards.size()) +
+                                         " shards (" + std::to_string(r.device_bytes) + " bytes) on " +
+                                         r.options.device->name());
+    for (uint64_t offset : r.device_offsets)
+      r.device_shards[c].emplace_back(*memory, static_cast<std::byte*>(memory->get()) + offset);
+  }
   return Status::Ok();
 }
 

@@ -67,6 +67,10 @@ class StandInDevice : public DeviceMemory {
   Result<std::vector<uint64_t>> ChunkHashes(const void* device, size_t bytes, uint64_t chunk) override {
     return host_->ChunkHashes(device, bytes, chunk);
   }
+  std::string memory_type() const override { return host_->memory_type(); }
+  Result<uint64_t> HashConcatenated(std::span<const DeviceBytes> parts) override {
+    return host_->HashConcatenated(parts);
+  }
 
  private:
   std::shared_ptr<DeviceMemory> host_ = HostStandInMemory();

@@ -42,7 +42,9 @@ TEST(PlanQuantize, PerTensorScalesAreQuantisedWholeAtTheReceivers) {
     g.ExpectLive(2);
     EXPECT_EQ(second.bands_quantized, 2u) << "up_proj, in each replica";
     EXPECT_EQ(second.bands_reused, 2u * 2u);
-    if (on_device) EXPECT_GT(second.device_kept_bytes, 0u);
+    if (on_device) {
+      EXPECT_GT(second.device_kept_bytes, 0u);
+    }
   }
 }
 
@@ -54,7 +56,9 @@ TEST(PlanQuantize, PerTensorScalesAreQuantisedAtASourceHoldingTheTensorWhole) {
                    4096, {{"*.weight", DType::kF8E4M3, kPerTensor}}));
   for (const PlanStep& s : g.plan->steps) {
     EXPECT_FALSE(ReceiverEndPacked(s)) << s.id;
-    if (s.after < 0) EXPECT_EQ(s.transform, TransformKind::kConvertAtSender) << s.id;
+    if (s.after < 0) {
+      EXPECT_EQ(s.transform, TransformKind::kConvertAtSender) << s.id;
+    }
     EXPECT_EQ(s.bytes, static_cast<uint64_t>(s.piece.num_elements()) + 4) << s.id;
   }
   for (uint64_t v = 1; v <= 2; ++v) {

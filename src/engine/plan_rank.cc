@@ -219,15 +219,15 @@ PlanRank::~PlanRank() {
   if (impl_ && impl_->loop) {
     // Connections and the region belong to the loop's transport: release them there.
     auto* impl = impl_.get();
-    if (impl->loop->on_loop_thread()) {
+    auto release = [impl] {
       impl->connections.clear();
+      impl->device_regions = {};
       impl->arena.reset();
-    } else {
-      impl->loop->Call([impl](Transport&) {
-        impl->connections.clear();
-        impl->arena.reset();
-      });
-    }
+    };
+    if (impl->loop->on_loop_thread())
+      release();
+    else
+      impl->loop->Call([&release](Transport&) { release(); });
   }
 }
 
@@ -328,6 +328,8 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
     in.expected_hashes = in.expected_hashes - r.remote_offset + r.mirror;
   }
   // Before the arena: an error after it is registered would free it off the loop thread.
+  if (options.device_direct && !options.device)
+    return InvalidArgument(me.ToString() + ": device_direct without a device to land on");
   if (options.device) WP_RETURN_IF_ERROR(AllocateDeviceShards(*impl));
   Impl* raw = impl.get();
   WP_ASSIGN_OR_RETURN(
@@ -349,6 +351,18 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
         return RegisterArena(t, data, size, "plan arena");
       }));
   raw->base = raw->arena->data();
+  if (options.device_direct && options.device && !impl->is_source()) {
+    Status direct = loop.Call([raw](Transport& t) -> Status {
+      auto regions = RegisterDeviceCopies(*raw, t);
+      if (!regions.ok()) {
+        raw->arena.reset();  // registered on the loop thread: released there
+        return regions.status();
+      }
+      raw->device_regions = *std::move(regions);
+      return Status::Ok();
+    });
+    if (!direct.ok()) return direct;
+  }
   // Fault every page in now, once, so that no version pays first-touch faults (both copies of a
   // destination would otherwise be faulted by the first two versions).
   std::memset(raw->base, 0, raw->arena->size());
@@ -365,7 +379,8 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
   SplitIntoBands(impl->out_quantize, impl->out_gathers, kBandBytes);
   SplitIntoBands(impl->in_quantize, impl->in_gathers, kBandBytes);
   MapBandsToChunks(*impl);
-  MapDeviceSpans(*impl);  // after the bands are cut: a band's output is a span of its own
+  MapDeviceSpans(*impl);   // after the bands are cut: a band's output is a span of its own
+  MapDirectChunks(*impl);  // after MapBandsToChunks: a chunk a band reads stays on the host
   if (threads > 1 && impl->out_quantize.size() + impl->in_quantize.size() + impl->out_chunks.size() > 1)
     impl->workers = std::make_unique<WorkerPool>(threads);
   return std::unique_ptr<PlanRank>(new PlanRank(std::move(impl)));
@@ -437,18 +452,26 @@ Status PlanRank::Rekey(ProgressLoop& fresh) {
                               ": its arena belongs to its transport; a rank that moves to another one "
                               "is created with rotate_keys");
   const size_t size = impl->arena->size();
-  WP_ASSIGN_OR_RETURN(std::unique_ptr<MemoryRegion> region, fresh.Call([impl, size](Transport& t) {
-    return RegisterArena(t, impl->base, size, "plan arena");
+  using Regions = std::pair<std::unique_ptr<MemoryRegion>, std::array<std::unique_ptr<MemoryRegion>, 2>>;
+  WP_ASSIGN_OR_RETURN(Regions regions, fresh.Call([impl, size](Transport& t) -> Result<Regions> {
+    Regions out;
+    WP_ASSIGN_OR_RETURN(out.first, RegisterArena(t, impl->base, size, "plan arena"));
+    if (impl->device_regions[0]) {  // the fresh transport must take the device's memory too
+      WP_ASSIGN_OR_RETURN(out.second, RegisterDeviceCopies(*impl, t));
+    }
+    return out;
   }));
-  // The old transport's connections and registration are released on its own loop thread; the
+  // The old transport's connections and registrations are released on its own loop thread; the
   // caller then closes that transport, and with it every key peers hold for it.
   std::set<Endpoint> lost;
   impl->loop->Call([impl, &lost](Transport&) {
     impl->CloseConnections();
+    impl->device_regions = {};
     impl->arena.reset();
     lost = std::move(impl->lost_peers);
   });
-  impl->arena = std::move(region);
+  impl->arena = std::move(regions.first);
+  impl->device_regions = std::move(regions.second);
   impl->loop = &fresh;
   fresh.Call([impl, &lost](Transport&) { impl->lost_peers = std::move(lost); });
   return Status::Ok();

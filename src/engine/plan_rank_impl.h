@@ -234,8 +234,16 @@ struct PlanRank::Impl {
   // Delta: per copy, each incoming chunk's root hash in the version the copy holds, and that
   // version (0: none, or a receive is writing it). Set when a receive succeeds.
   std::array<std::vector<uint64_t>, 2> copy_hashes;
-  // PlanRankOptions::device: each shard on the device, per copy (a source has one).
+  // PlanRankOptions::device: each shard on the device, per copy (a source has one), all of a copy
+  // in one allocation (device_offsets: where each shard starts in it, device_bytes: its size).
   std::array<std::vector<std::shared_ptr<void>>, 2> device_shards;
+  std::vector<uint64_t> device_offsets;
+  uint64_t device_bytes = 0;
+  // PlanRankOptions::device_direct: each device copy registered with the transport (declared after
+  // device_shards: released before the memory), and per incoming chunk, 1 where it lands there.
+  std::array<std::unique_ptr<MemoryRegion>, 2> device_regions;
+  std::vector<uint8_t> direct_chunks;
+  std::vector<uint32_t> shards_by_offset;  // this rank's shards in arena order
   // A destination's shard bytes per incoming chunk (chunk c: device_spans[chunk_device_begin[c] ..
   // chunk_device_begin[c + 1])), copied to the device as soon as the chunk is verified; per
   // in_quantize band (band_device_begin, likewise) and the rest (padding), copied once every chunk is.
@@ -256,6 +264,9 @@ struct PlanRank::Impl {
   // A destination's copies to its device, one at a time in order (a device has one copy engine
   // each way). Declared after the arena and device_shards: its tasks read them.
   std::unique_ptr<WorkerPool> device_copier;
+  // PlanRankOptions::device_direct: hashes the chunks the transport wrote to the device, off the
+  // loop thread. Declared after device_regions: its tasks read them.
+  std::unique_ptr<WorkerPool> direct_verifier;
   uint64_t slot_bytes = 0;  // of one compressed chunk (plan_layout::SlotBytes)
 
   bool is_source() const { return me.side == PlanSide::kSource; }
@@ -281,6 +292,18 @@ std::vector<uint8_t> QuantizeLanded(PlanRank::Impl& r, int staging, const std::v
 // and the rest, so that every byte of every shard is in exactly one span; and its device copier.
 Status AllocateDeviceShards(PlanRank::Impl& r);
 void MapDeviceSpans(PlanRank::Impl& r);
+// PlanRankOptions::device_direct at a destination: registers each device copy with `t` (the loop's
+// transport, on its thread; again on a fresh one at Rekey), which must take the device's memory.
+Result<std::array<std::unique_ptr<MemoryRegion>, 2>> RegisterDeviceCopies(const PlanRank::Impl& r,
+                                                                          Transport& t);
+// Marks the incoming chunks fetched straight into the device copy (direct_chunks), once the
+// device copies are registered and the bands mapped to their chunks; starts the verifier.
+void MapDirectChunks(PlanRank::Impl& r);
+// Where [to, to + length) of a copy of the arena lies in that copy's device allocation, when it is
+// within one shard.
+std::optional<uint64_t> DeviceOffsetOf(const PlanRank::Impl& r, uint64_t to, uint64_t length);
+// xxh3-64 of direct chunk c as it landed in device copy `copy`, computed on the device.
+Result<uint64_t> HashOnDevice(PlanRank::Impl& r, int copy, size_t c);
 // A source's shards from the device into its arena (Publish): the blocks whose hash on the device
 // changed since the arena got them.
 inline constexpr uint64_t kDeviceBlockBytes = 1ull << 20;

@@ -93,8 +93,12 @@ struct Group {
   std::shared_ptr<DeviceMemory>
       device;  // PlanRankOptions::device: the trainer writes, and checks read, there
 
+  bool direct = false;  // PlanRankOptions::device_direct: a destination's device copy is its copy
+
   explicit Group(Plan p, PlanRankOptions options = {})
-      : plan(std::make_shared<const Plan>(std::move(p))), device(options.device) {
+      : plan(std::make_shared<const Plan>(std::move(p))),
+        device(options.device),
+        direct(options.device_direct) {
     if (options.timeout == PlanRankOptions{}.timeout) options.timeout = std::chrono::milliseconds(10'000);
     std::vector<Endpoint> all;
     for (const auto& b : plan->sources) all.push_back(b.endpoint);
@@ -179,6 +183,7 @@ struct Group {
       total.bands_reused += result->bands_reused;
       total.device_bytes += result->device_bytes;
       total.device_kept_bytes += result->device_kept_bytes;
+      total.device_direct_bytes += result->device_direct_bytes;
     }
     for (const RankBuffer& b : plan->destinations) EXPECT_TRUE(ranks.at(b.endpoint)->Commit(v).ok());
     return total;
@@ -193,19 +198,22 @@ struct Group {
     PlanRank& r = *ranks.at(b.endpoint);
     EXPECT_EQ(r.live_version(), v);
     for (size_t i = 0; i < b.shards.size(); ++i) {
-      if (device) {  // the device's live copy is the arena's
-        const std::span<std::byte> host = r.shard_bytes(i);
-        std::vector<std::byte> on_device(host.size());
+      std::span<std::byte> held = r.shard_bytes(i);  // the copy checked below
+      std::vector<std::byte> on_device(held.size());
+      if (device) {  // the device's live copy is the arena's, or with device_direct the one there is
         ASSERT_TRUE(device->ToHost(r.device_shard(i), on_device).ok());
-        EXPECT_EQ(std::memcmp(on_device.data(), host.data(), host.size()), 0)
-            << b.endpoint.ToString() << " shard " << i;
+        if (direct)
+          held = on_device;
+        else
+          EXPECT_EQ(std::memcmp(on_device.data(), held.data(), held.size()), 0)
+              << b.endpoint.ToString() << " shard " << i;
       }
       const uint32_t index = b.shards[i].tensor;
       const TensorMeta& t = plan->tensors[index];
       const DType dtype = plan->destination_dtypes[index];
       std::vector<std::byte> whole = bytes(t, index, content(index, v));
       if (plan->Quantized(index)) {
-        ExpectQuantizedShard(*plan, b.shards[i], whole, r.shard_bytes(i));
+        ExpectQuantizedShard(*plan, b.shards[i], whole, held);
         continue;
       }
       if (dtype != t.dtype) {  // what the destinations store: the source's elements converted
@@ -213,7 +221,7 @@ struct Group {
         ASSERT_TRUE(kernels::Convert(t.dtype, dtype, whole.data(), converted.data(), t.num_elements()).ok());
         whole = std::move(converted);
       }
-      CopySlice(*plan, b.shards[i], dtype, r.shard_bytes(i), whole, false);
+      CopySlice(*plan, b.shards[i], dtype, held, whole, false);
     }
   }
 };

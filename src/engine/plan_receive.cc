@@ -341,10 +341,13 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
                                     : RunRange{chunk.run_begin, chunk.run_end};
     const uint32_t begin = range.begin, end = range.end;
     pending_runs_[c] = end - begin;
+    const bool direct = r_.direct_chunks[c];  // straight into the device's staging copy
     for (uint32_t i = begin; i < end; ++i) {
       const Run& run = runs[i];
       ++in_flight_;
-      conn.Get(*r_.arena, local_base + run.to, key, remote_base + run.from, run.length,
+      conn.Get(direct ? *r_.device_regions[staging_] : *r_.arena,
+               direct ? *DeviceOffsetOf(r_, run.to, run.length) : local_base + run.to, key,
+               remote_base + run.from, run.length,
                [self, c](const Status& status) { self->OnRun(c, status); });
     }
   }
@@ -391,6 +394,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
         at += run.length;
       }
     }
+    if (r_.direct_chunks[c]) return OnDirectRun(c, what);
     const uint64_t got = HashRuns(copy, r_.in_runs, chunk.run_begin, chunk.run_end, &Run::to);
     if (got != ExpectedHash(c)) {
       ++stats_.corrupt_refetched;
@@ -403,6 +407,40 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     stats_.bytes += chunk.bytes;
     Verified(c);
     ToDevice({c}, /*kept=*/false);
+    Issue();
+    MaybeFinish();
+  }
+
+  // A chunk the transport wrote into the device's staging copy: hashed there, on the rank's
+  // verifier thread (a GPU's hash waits for its kernel; the loop keeps serving the transport), then
+  // back on the loop. Nothing writes the chunk's bytes meanwhile: a refetch comes after the result.
+  void OnDirectRun(size_t c, std::string what) {
+    ++in_flight_;
+    auto self = shared_from_this();
+    r_.direct_verifier->Submit([self, c, what = std::move(what)]() mutable {
+      Result<uint64_t> got = self->abandoned_.load(std::memory_order_acquire)
+                                 ? Result<uint64_t>(uint64_t{0})
+                                 : HashOnDevice(self->r_, self->staging_, c);
+      self->r_.loop->Post([self, c, what = std::move(what), got = std::move(got)](Transport&) {
+        --self->in_flight_;
+        self->OnDirectHashed(c, what, got);
+      });
+    });
+  }
+
+  void OnDirectHashed(size_t c, const std::string& what, const Result<uint64_t>& got) {
+    if (failed_) return MaybeFinish();
+    if (!got.ok())
+      return Fail(got.status().WithContext("verifying " + what + " on " + r_.options.device->name()));
+    if (*got != ExpectedHash(c)) {
+      ++stats_.corrupt_refetched;
+      return Retry(c, DataLoss("hash mismatch on " + r_.options.device->name()), what);
+    }
+    const uint64_t bytes = r_.in_chunks[c].bytes;
+    ++stats_.chunks;
+    stats_.bytes += bytes;
+    stats_.device_direct_bytes += bytes;
+    Verified(c);
     Issue();
     MaybeFinish();
   }
@@ -471,6 +509,10 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     std::vector<std::pair<size_t, bool>> kept;
     for (auto [c, expected, in_staging] : batch) {
       const InChunk& chunk = r_.in_chunks[c];
+      if (r_.direct_chunks[c]) {  // on the device only: copied there from its live copy (ToDevice)
+        kept.emplace_back(c, true);
+        continue;
+      }
       // Already there since the version the staging copy held, converted and with its frame: hashed,
       // not copied. Hashed all the same: that copy was the live one before, which readers may
       // have written to (shard_bytes).

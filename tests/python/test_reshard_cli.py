@@ -161,6 +161,32 @@ def test_shards_on_a_device_are_published_from_there_and_land_there(tmp_path, pr
         check_out(path, source)
 
 
+@pytest.mark.parametrize("transport,fanout", [("shm", 0), ("tcp", 1)])
+def test_device_direct_lands_chunks_on_the_device(tmp_path, procs, model, transport, fanout):
+    """--device stand-in --device-direct: UCX writes each chunk a destination stores as sent straight
+    into its device copy, verified there; a rank that relays a chunk to others stages it in its arena
+    and copies it over. Every byte reaches the device once per version either way, and --verify and
+    --out read the device copy (the arena does not hold what landed there)."""
+    model_dir, source = model
+    dst = columns_replicated(source, 2, 2)
+    outs, summary = run_plan(tmp_path, procs, model_dir, flat_placement(source, 3), dst, transport,
+                             fanout=fanout, versions=3, extra=("--device", "stand-in", "--device-direct"))
+    dsts = [r for r in summary["rank_reports"] if r["role"] == "dst"]
+    assert len(dsts) == 4
+    for r in dsts:
+        held = sum(2 * int(np.prod(sh["length"])) for sh in dst["ranks"][r["rank"]]["shards"])  # f16
+        assert [v.get("verified") for v in r["versions"]] == [True] * 3, r
+        assert all(v["device_direct_bytes"] + v["device_bytes"] == held for v in r["versions"]), (held, r)
+    versions = [v for r in dsts for v in r["versions"]]
+    if fanout == 0:  # nobody relays: everything direct
+        assert all(v["device_bytes"] == 0 for v in versions), dsts
+    else:  # what a rank passes on down its chain is staged, the rest direct
+        assert any(v["device_bytes"] > 0 for v in versions), dsts
+    assert sum(v["device_direct_bytes"] for v in versions) > 0, dsts
+    for path in outs.values():
+        check_out(path, source)
+
+
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU may be present")
 def test_device_cuda_without_a_gpu_says_why(tmp_path):
     """--device cuda where there is no GPU (or no CUDA in the build): the rank stops at once, naming

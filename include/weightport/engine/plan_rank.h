@@ -71,10 +71,20 @@ struct PlanRankOptions {
   size_t worker_threads = 0;
   // Shards also on a device (core/device_memory.h): a source's trainer writes device_shard(i) and
   // Publish copies it into the arena first. A destination's Receive copies each chunk's shard bytes
-  // to a second device copy as soon as the chunk is verified, on a thread of its own, so the copies
-  // overlap the transfer of later chunks; it returns once the device copy is whole, and Commit
-  // makes it live. nullptr: host only.
+  // to a second device copy as soon as the chunk is verified (with device_direct some chunks are
+  // written there by the transport instead), on a thread of its own, so the copies overlap the
+  // transfer of later chunks; it returns once the device copy is whole, and Commit makes it live.
+  // nullptr: host only.
   std::shared_ptr<DeviceMemory> device;
+  // With `device`, at a destination: the chunks that land in a shard as they are sent (not
+  // converted or quantised here, not of a step that may travel compressed, and not relayed from
+  // here to other ranks) are fetched by the transport straight into the device's staging copy and
+  // verified there (DeviceMemory::HashConcatenated, on a thread of the rank's), not staged in the
+  // arena and copied over; the rest go the staged way. The transport must take the device's memory
+  // (Transport::TakesMemory: a CUDA-aware UCX for a GPU), else Create fails. The arena's copy of
+  // those bytes is not written: the device copy is the rank's copy (shard_bytes does not hold
+  // them). Ignored at a source.
+  bool device_direct = false;
 };
 
 // What a peer needs to reach a rank: its transport address and its arena's key.
@@ -104,6 +114,9 @@ struct ReceiveStats {
   // host had every chunk (and its quantised shards): what the copies added to `elapsed`.
   uint64_t device_bytes = 0;
   uint64_t device_kept_bytes = 0;  // of them, kept by delta: copied on the device from its live copy
+  // PlanRankOptions::device_direct: bytes the transport wrote straight into the device (not in
+  // device_bytes, which counts copies).
+  uint64_t device_direct_bytes = 0;
   std::chrono::nanoseconds device_copy{0};
   std::chrono::nanoseconds to_device{0};
 };
@@ -130,16 +143,16 @@ class PlanRank {
   // now on, as if the coordinator had lost it (PeerLost). A source that cannot be is an error.
   Status Connect(const std::map<Endpoint, PlanPeer>& peers, std::vector<Endpoint>* unreachable = nullptr);
   // Moves the rank to `fresh`'s transport (created with rotate_keys): registers the same arena
-  // there and releases its connections and registration on the old transport, which the caller
-  // then closes; that revokes every key peers hold for it. peer_info() then names the new
-  // transport; Connect again before the next Receive. Not while a Receive runs; from the thread
-  // that calls PeerLost and Cancel.
+  // (and with device_direct its device copies, which `fresh` must take) there and releases its connections
+  // and registration on the old transport, which the caller then closes; that revokes every key peers hold
+  // for it. peer_info() then names the new transport; Connect again before the next Receive. Not while a
+  // Receive runs; from the thread that calls PeerLost and Cancel.
   Status Rekey(ProgressLoop& fresh);
 
   // The bytes of shard i of this rank (RankBuffer order): a source's, written by the trainer (with
   // PlanRankOptions::device, the engine's: the trainer writes device_shard(i), and Publish copies
   // only what changed there, so writes here would be published mixed in); a destination's live
-  // committed copy.
+  // committed copy (with PlanRankOptions::device_direct, without what landed on the device).
   std::span<std::byte> shard_bytes(size_t shard);
   // With PlanRankOptions::device, shard i on the device (a source's, which Publish reads; a
   // destination's live copy, which Receive leaves alone); nullptr without. A destination's is

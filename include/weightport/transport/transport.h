@@ -32,6 +32,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "weightport/core/status.h"
@@ -102,6 +103,9 @@ class Transport {
 
   // Registers [data, data + size) for remote access. One registration per arena, not per tensor.
   virtual Result<std::unique_ptr<MemoryRegion>> Register(void* data, size_t size) = 0;
+  // Whether Register takes memory of `memory_type` ("host", "cuda": UCX's names) as it is, so that
+  // peers' Gets and Puts read and write it there (a GPU's memory: a CUDA-aware UCX).
+  virtual bool TakesMemory(std::string_view memory_type) const = 0;
   // Opens a connection to the transport at `peer_address`. `peer_name` names it in errors.
   virtual Result<std::shared_ptr<Connection>> Connect(std::span<const std::byte> peer_address,
                                                       const std::string& peer_name) = 0;

@@ -202,6 +202,8 @@ class FakeTransport final : public Transport {
   }
   size_t max_message_bytes() const override { return core_->options.max_message_bytes; }
 
+  // The fake moves bytes with memcpy: host memory only.
+  bool TakesMemory(std::string_view memory_type) const override { return memory_type == "host"; }
   Result<std::unique_ptr<MemoryRegion>> Register(void* data, size_t size) override {
     if (core_->closed) return FailedPrecondition("transport '" + name() + "' is closed");
     if (data == nullptr && size > 0)

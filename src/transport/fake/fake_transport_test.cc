@@ -63,6 +63,11 @@ TEST_F(FakeTransportTest, ValidOperationCompletesOnlyInsideALaterProgress) {
   EXPECT_EQ(a_->Progress(), 0u);
 }
 
+TEST_F(FakeTransportTest, TakesHostMemoryOnly) {
+  EXPECT_TRUE(a_->TakesMemory("host"));
+  EXPECT_FALSE(a_->TakesMemory("cuda"));
+}
+
 TEST_F(FakeTransportTest, InvalidOperationFailsInsideTheCall) {
   Result1 r;
   Put(200, 100, r);

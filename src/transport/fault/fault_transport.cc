@@ -337,6 +337,7 @@ class FaultTransport final : public Transport {
   Result<std::unique_ptr<MemoryRegion>> Register(void* data, size_t size) override {
     return inner_->Register(data, size);
   }
+  bool TakesMemory(std::string_view memory_type) const override { return inner_->TakesMemory(memory_type); }
   Result<std::shared_ptr<Connection>> Connect(std::span<const std::byte> peer_address,
                                               const std::string& peer_name) override {
     if (core_->closed) return FailedPrecondition("transport '" + name() + "' is closed");

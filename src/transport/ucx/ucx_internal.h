@@ -14,6 +14,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -21,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -176,6 +178,9 @@ class UcxTransport final : public Transport {
   Bytes address() const override { return address_; }
   size_t max_message_bytes() const override { return max_message_bytes_; }
   Result<std::unique_ptr<MemoryRegion>> Register(void* data, size_t size) override;
+  bool TakesMemory(std::string_view memory_type) const override {
+    return std::find(memory_types_.begin(), memory_types_.end(), memory_type) != memory_types_.end();
+  }
   Result<std::shared_ptr<Connection>> Connect(std::span<const std::byte> peer_address,
                                               const std::string& peer_name) override;
   void SetMessageHandler(MessageHandler handler) override;
@@ -244,7 +249,8 @@ class UcxTransport final : public Transport {
   ucp_worker_h worker_ = nullptr;
   int event_fd_ = -1;
   Bytes address_;
-  std::unique_ptr<UcxRegion> liveness_;  // one word peers on this host read to see we closed
+  std::vector<std::string> memory_types_;  // what this context registers (ucp_context_query)
+  std::unique_ptr<UcxRegion> liveness_;    // one word peers on this host read to see we closed
   bool closed_ = false;
   bool tearing_down_ = false;  // in ucp_worker_destroy: callbacks only free requests
   bool worker_flushed_ = false;

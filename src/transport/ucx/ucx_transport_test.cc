@@ -123,6 +123,20 @@ TEST(UcxTransport, MemoryTypesListHostMemory) {
   }
 }
 
+// A transport takes what its own context registers: host memory always, and with no transports
+// named every memory type this UCX lists.
+TEST(UcxTransport, TakesTheMemoryItsContextRegisters) {
+  auto shm = MakeUcxTransport(Options("shm", kShm));
+  ASSERT_TRUE(shm.ok()) << shm.status().ToString();
+  EXPECT_TRUE((*shm)->TakesMemory("host"));
+  EXPECT_FALSE((*shm)->TakesMemory("no such memory"));
+  auto all = MakeUcxTransport(Options("all", {}));
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  auto types = UcxMemoryTypes();
+  ASSERT_TRUE(types.ok()) << types.status().ToString();
+  for (const std::string& t : *types) EXPECT_TRUE((*all)->TakesMemory(t)) << t;
+}
+
 TEST(UcxTransport, RejectsBadOptions) {
   EXPECT_EQ(MakeUcxTransport(Options("", kShm)).status().code(), StatusCode::kInvalidArgument);
   UcxOptions zero = Options("a", kShm);
