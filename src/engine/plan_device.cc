@@ -27,11 +27,8 @@ std::string ShardName(const PlanRank::Impl& r, size_t i) {
 // such as landing areas, are no span), sorted, adjacent spans of a shard merged.
 class SpanMapper {
  public:
-  explicit SpanMapper(const RankBuffer& buffer) : shards_(buffer.shards) {
-    for (uint32_t i = 0; i < shards_.size(); ++i) by_offset_.push_back(i);
-    std::sort(by_offset_.begin(), by_offset_.end(),
-              [&](uint32_t a, uint32_t b) { return shards_[a].offset < shards_[b].offset; });
-  }
+  explicit SpanMapper(const RankBuffer& buffer)
+      : shards_(buffer.shards), by_offset_(ShardsByOffset(buffer)) {}
 
   void Add(uint64_t begin, uint64_t length) {
     const uint64_t end = begin + length;
@@ -65,6 +62,15 @@ class SpanMapper {
   std::vector<DeviceSpan> pending_;
 };
 }  // namespace
+
+std::vector<uint32_t> plan_rank_internal::ShardsByOffset(const RankBuffer& buffer) {
+  std::vector<uint32_t> out;
+  for (uint32_t i = 0; i < buffer.shards.size(); ++i)  // an empty one holds no byte
+    if (buffer.shards[i].bytes > 0) out.push_back(i);
+  std::sort(out.begin(), out.end(),
+            [&](uint32_t a, uint32_t b) { return buffer.shards[a].offset < buffer.shards[b].offset; });
+  return out;
+}
 
 Status plan_rank_internal::AllocateDeviceShards(PlanRank::Impl& r) {
   // One allocation per copy (one registration, where the transport writes it: device_direct), each

@@ -48,11 +48,7 @@ std::optional<uint64_t> plan_rank_internal::DeviceOffsetOf(const PlanRank::Impl&
 void plan_rank_internal::MapDirectChunks(PlanRank::Impl& r) {
   r.direct_chunks.assign(r.in_chunks.size(), 0);
   if (!r.device_regions[0]) return;
-  r.shards_by_offset.clear();
-  for (uint32_t i = 0; i < r.buffer->shards.size(); ++i)  // an empty one holds no run
-    if (r.buffer->shards[i].bytes > 0) r.shards_by_offset.push_back(i);
-  std::sort(r.shards_by_offset.begin(), r.shards_by_offset.end(),
-            [&](uint32_t a, uint32_t b) { return r.buffer->shards[a].offset < r.buffer->shards[b].offset; });
+  r.shards_by_offset = ShardsByOffset(*r.buffer);
   std::vector<uint8_t> quantised_here(r.in_chunks.size(), 0);  // a band gathers from it
   for (uint32_t c : r.band_chunks) quantised_here[c] = 1;
   auto in_shards = [&](const std::vector<Run>& runs, uint32_t begin, uint32_t end) {
@@ -73,7 +69,7 @@ void plan_rank_internal::MapDirectChunks(PlanRank::Impl& r) {
     }
     r.direct_chunks[c] = direct;
   }
-  if (std::count(r.direct_chunks.begin(), r.direct_chunks.end(), 1) > 0)
+  if (std::find(r.direct_chunks.begin(), r.direct_chunks.end(), 1) != r.direct_chunks.end())
     r.direct_verifier = std::make_unique<WorkerPool>(1);
 }
 

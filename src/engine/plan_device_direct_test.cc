@@ -160,23 +160,10 @@ TEST(PlanRankDeviceDirect, AfterARekeyChunksLandOnTheDeviceThroughTheFreshTransp
 
 // Device memory standing in for a GPU's: a transport that moves host memory only cannot take it,
 // and Create says so, naming the rank, the transport and the device.
-class CudaLikeDevice final : public DeviceMemory {
+class CudaLikeDevice final : public StandInDevice {
  public:
   std::string name() const override { return "cuda-like device"; }
   std::string memory_type() const override { return "cuda"; }
-  Result<std::shared_ptr<void>> Allocate(size_t bytes) override { return host_->Allocate(bytes); }
-  Status ToHost(const void* d, std::span<std::byte> h) override { return host_->ToHost(d, h); }
-  Status ToDevice(std::span<const std::byte> h, void* d) override { return host_->ToDevice(h, d); }
-  Status CopyOnDevice(const void* f, void* t, size_t n) override { return host_->CopyOnDevice(f, t, n); }
-  Result<std::vector<uint64_t>> ChunkHashes(const void* d, size_t n, uint64_t c) override {
-    return host_->ChunkHashes(d, n, c);
-  }
-  Result<uint64_t> HashConcatenated(std::span<const DeviceBytes> parts) override {
-    return host_->HashConcatenated(parts);
-  }
-
- private:
-  std::shared_ptr<DeviceMemory> host_ = HostStandInMemory();
 };
 
 TEST(PlanRankDeviceDirect, ATransportThatCannotTakeTheDeviceMemoryIsRefusedByName) {

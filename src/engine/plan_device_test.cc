@@ -51,31 +51,6 @@ TEST(PlanRankDevice, TheDeviceLiveCopyChangesOnlyOnCommit) {
   g.ExpectLive(2);
 }
 
-// The host stand-in, each call forwarded: the test devices below override what they watch or break.
-class StandInDevice : public DeviceMemory {
- public:
-  Result<std::shared_ptr<void>> Allocate(size_t bytes) override { return host_->Allocate(bytes); }
-  Status ToHost(const void* device, std::span<std::byte> host) override {
-    return host_->ToHost(device, host);
-  }
-  Status ToDevice(std::span<const std::byte> host, void* device) override {
-    return host_->ToDevice(host, device);
-  }
-  Status CopyOnDevice(const void* from, void* to, size_t bytes) override {
-    return host_->CopyOnDevice(from, to, bytes);
-  }
-  Result<std::vector<uint64_t>> ChunkHashes(const void* device, size_t bytes, uint64_t chunk) override {
-    return host_->ChunkHashes(device, bytes, chunk);
-  }
-  std::string memory_type() const override { return host_->memory_type(); }
-  Result<uint64_t> HashConcatenated(std::span<const DeviceBytes> parts) override {
-    return host_->HashConcatenated(parts);
-  }
-
- private:
-  std::shared_ptr<DeviceMemory> host_ = HostStandInMemory();
-};
-
 // Counts what is copied to the device, and how many operations the destination's transport had
 // issued at each copy.
 class RecordingDevice final : public StandInDevice {

@@ -351,7 +351,7 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
         return RegisterArena(t, data, size, "plan arena");
       }));
   raw->base = raw->arena->data();
-  if (options.device_direct && options.device && !impl->is_source()) {
+  if (options.device_direct && !impl->is_source()) {  // with a device: refused above without
     Status direct = loop.Call([raw](Transport& t) -> Status {
       auto regions = RegisterDeviceCopies(*raw, t);
       if (!regions.ok()) {

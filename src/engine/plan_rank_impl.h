@@ -291,6 +291,8 @@ std::vector<uint8_t> QuantizeLanded(PlanRank::Impl& r, int staging, const std::v
 // destination, the spans of each shard that each incoming chunk fills once verified (converted),
 // and the rest, so that every byte of every shard is in exactly one span; and its device copier.
 Status AllocateDeviceShards(PlanRank::Impl& r);
+// The indices of `buffer`'s shards that hold bytes, in arena order.
+std::vector<uint32_t> ShardsByOffset(const RankBuffer& buffer);
 void MapDeviceSpans(PlanRank::Impl& r);
 // PlanRankOptions::device_direct at a destination: registers each device copy with `t` (the loop's
 // transport, on its thread; again on a fresh one at Rekey), which must take the device's memory.

@@ -77,6 +77,31 @@ inline void ExpectQuantizedShard(const Plan& plan, const PlannedShard& s, std::s
       << t.name << " scales";
 }
 
+// The host stand-in, each call forwarded: test devices override what they watch, break or play.
+class StandInDevice : public DeviceMemory {
+ public:
+  Result<std::shared_ptr<void>> Allocate(size_t bytes) override { return host_->Allocate(bytes); }
+  Status ToHost(const void* device, std::span<std::byte> host) override {
+    return host_->ToHost(device, host);
+  }
+  Status ToDevice(std::span<const std::byte> host, void* device) override {
+    return host_->ToDevice(host, device);
+  }
+  Status CopyOnDevice(const void* from, void* to, size_t bytes) override {
+    return host_->CopyOnDevice(from, to, bytes);
+  }
+  Result<std::vector<uint64_t>> ChunkHashes(const void* device, size_t bytes, uint64_t chunk) override {
+    return host_->ChunkHashes(device, bytes, chunk);
+  }
+  std::string memory_type() const override { return host_->memory_type(); }
+  Result<uint64_t> HashConcatenated(std::span<const DeviceBytes> parts) override {
+    return host_->HashConcatenated(parts);
+  }
+
+ private:
+  std::shared_ptr<DeviceMemory> host_ = HostStandInMemory();
+};
+
 struct Group {
   std::shared_ptr<const Plan> plan;
   std::shared_ptr<FakeFabric> fabric = std::make_shared<FakeFabric>();
@@ -199,8 +224,9 @@ struct Group {
     EXPECT_EQ(r.live_version(), v);
     for (size_t i = 0; i < b.shards.size(); ++i) {
       std::span<std::byte> held = r.shard_bytes(i);  // the copy checked below
-      std::vector<std::byte> on_device(held.size());
+      std::vector<std::byte> on_device;
       if (device) {  // the device's live copy is the arena's, or with device_direct the one there is
+        on_device.resize(held.size());
         ASSERT_TRUE(device->ToHost(r.device_shard(i), on_device).ok());
         if (direct)
           held = on_device;

@@ -36,6 +36,10 @@ namespace weightport::ucx {
 class UcxConnection;
 class UcxTransport;
 
+// The names (UCX's: "host", "cuda", ...) of the memory types in a ucp_context_attr_t memory_types
+// mask (ucx_memory_types.cc).
+std::vector<std::string> MemoryTypeNames(uint64_t mask);
+
 struct Context {
   Context(ucp_context_h h, uint64_t id) : handle(h), transport_id(id) {}
   ~Context() {

@@ -4,10 +4,18 @@
 
 #include <memory>
 
+#include "ucx_internal.h"
 #include "ucx_status.h"
 #include "weightport/transport/ucx_transport.h"
 
 namespace weightport {
+
+std::vector<std::string> ucx::MemoryTypeNames(uint64_t mask) {
+  std::vector<std::string> out;
+  for (int t = UCS_MEMORY_TYPE_HOST; t < UCS_MEMORY_TYPE_LAST; ++t)
+    if (mask & UCS_BIT(t)) out.emplace_back(ucs_memory_type_names[t]);
+  return out;
+}
 
 Result<std::vector<std::string>> UcxMemoryTypes() {
   ucp_config_t* raw_config = nullptr;
@@ -26,10 +34,7 @@ Result<std::vector<std::string>> UcxMemoryTypes() {
   attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
   if (ucs_status_t s = ucp_context_query(context.get(), &attr); s != UCS_OK)
     return ucx::UcxStatus(s, "ucx memory types: ucp_context_query");
-  std::vector<std::string> out;
-  for (int t = UCS_MEMORY_TYPE_HOST; t < UCS_MEMORY_TYPE_LAST; ++t)
-    if (attr.memory_types & UCS_BIT(t)) out.emplace_back(ucs_memory_type_names[t]);
-  return out;
+  return ucx::MemoryTypeNames(attr.memory_types);
 }
 
 Status UcxTakesCudaMemory() {

@@ -7,8 +7,6 @@
 #include <random>
 #include <string>
 
-#include <ucs/memory/memory_type.h>
-
 #include "transport/ucx/ucx_internal.h"
 #include "transport/ucx/ucx_status.h"
 
@@ -126,8 +124,7 @@ Status UcxTransport::Init(const UcxOptions& options) {
   context_attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
   if (ucs_status_t s = ucp_context_query(context, &context_attr); s != UCS_OK)
     return UcxStatus(s, Prefix() + "ucp_context_query");
-  for (int t = UCS_MEMORY_TYPE_HOST; t < UCS_MEMORY_TYPE_LAST; ++t)
-    if (context_attr.memory_types & UCS_BIT(t)) memory_types_.emplace_back(ucs_memory_type_names[t]);
+  memory_types_ = MemoryTypeNames(context_attr.memory_types);
 
   ucp_worker_params_t worker_params{};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE | UCP_WORKER_PARAM_FIELD_NAME;
