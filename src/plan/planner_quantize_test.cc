@@ -219,6 +219,8 @@ TEST(PlannerQuantize, APerTensorScaleGridIsOneScaleForTheWholeTensor) {
   EXPECT_EQ(ScaleGridSlice(Slice::MakeBox({128, 0}, {0, 300}), {200, 300}, kPerTensor)->num_elements(), 0);
   EXPECT_EQ(*ParseFp8Scaling(Fp8ScalingName(kPerTensor)), kPerTensor);
   EXPECT_FALSE(ParseFp8Scaling("block64").ok());
+  EXPECT_EQ(kernels::Fp8Scaling{}, kernels::Fp8Scaling::kBlock128)
+      << "a scaling left unset means block scales";
 }
 
 // Per-tensor scales for destinations that split a tensor (TP) are refused naming the tensor; for

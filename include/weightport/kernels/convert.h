@@ -26,7 +26,7 @@ bool CanConvert(DType from, DType to);
 // `count` elements. InvalidArgument naming both dtypes for an unsupported pair.
 Status Convert(DType from, DType to, const void* src, void* dst, size_t count);
 
-enum class Fp8Scaling : uint8_t { kPerTensor, kBlock128 };
+enum class Fp8Scaling : uint8_t { kBlock128, kPerTensor };  // value-initialised: block scales, the default
 inline constexpr int64_t kFp8Block = 128;
 inline constexpr float kE4m3Max = 448.0f;
 
