@@ -42,6 +42,14 @@ SEEDS = {
     "heartbeat": frame(14, b""),
     "bye": frame(15, b""),
     "committed": frame(16, struct.pack("<QQ", 7, 1500)),
+    # A destination's join (no device copy) and a source's that publishes on its device.
+    "plan_join": frame(17, bytes([1]) + struct.pack("<IQ", 2, 0xFEED) + s(b"ucx-addr") + s(b"arena-key")
+                       + s(b"") + s(b"")),
+    "plan_join_device": frame(17, bytes([0]) + struct.pack("<IQ", 0, 0xFEED) + s(b"ucx-addr") + s(b"arena-key")
+                              + s(b"device-key") + s("cuda")),
+    "plan_peers": frame(18, struct.pack("<I", 2)
+                        + bytes([0]) + struct.pack("<I", 0) + s(b"a0") + s(b"k0") + s(b"d0") + s("cuda")
+                        + bytes([1]) + struct.pack("<I", 3) + s(b"a3") + s(b"k3") + s(b"") + s(b"")),
 }
 
 

@@ -97,10 +97,13 @@ Command AddReshardCommand(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag(
       "--device-direct", o->device_direct,
-      "A destination with --device: the chunks it stores as sent (not converted, quantised or\n"
-      "relayed by it) are written by the transport straight into the device copy and verified\n"
-      "there, not staged in the host arena (cuda needs a CUDA-aware UCX, scripts/setup --ucx-cuda,\n"
-      "and --transport auto: shm and tcp name transports of host memory only)");
+      "With --device, the transport reads and writes the device's memory itself (cuda needs a\n"
+      "CUDA-aware UCX, scripts/setup --ucx-cuda, and --transport auto: shm and tcp name transports\n"
+      "of host memory only). A destination: the chunks it stores as sent (not converted, quantised\n"
+      "or relayed by it) are written straight into its device copy and verified there, not staged\n"
+      "in the host arena. A source: publishes into a second device copy (copied on the device; it\n"
+      "costs that much device memory) that destinations read from, so their transports must read\n"
+      "the device's memory too; only what it converts, quantises or compresses crosses to the host");
   sub->add_flag("--json", o->json, "Print a machine-readable summary");
   return {sub, [o] { return RunReshard(*o); }};
 }

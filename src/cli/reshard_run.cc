@@ -103,6 +103,7 @@ Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, Resh
     report["versions"].push_back({{"version", v},
                                   {"publish_s", publish_s},
                                   {"from_device_bytes", rank.published_from_device()},
+                                  {"on_device_bytes", rank.published_on_device()},
                                   {"committed", ok},
                                   {"reason", e.reason}});
   }
@@ -147,6 +148,7 @@ Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank,
                                   {"device_bytes", r->device_bytes},
                                   {"device_kept_bytes", r->device_kept_bytes},
                                   {"device_direct_bytes", r->device_direct_bytes},
+                                  {"source_device_bytes", r->source_device_bytes},
                                   {"device_copy_s", std::chrono::duration<double>(r->device_copy).count()},
                                   {"to_device_s", std::chrono::duration<double>(r->to_device).count()},
                                   {"gbps", Gbps(r->bytes, s)},

@@ -73,22 +73,16 @@ std::vector<uint32_t> plan_rank_internal::ShardsByOffset(const RankBuffer& buffe
 }
 
 Status plan_rank_internal::AllocateDeviceShards(PlanRank::Impl& r) {
-  // One allocation per copy (one registration, where the transport writes it: device_direct), each
-  // shard at a 256-byte boundary, as cudaMalloc would give it.
-  r.device_offsets.clear();
-  r.device_bytes = 0;
-  for (const PlannedShard& s : r.buffer->shards) {
-    r.device_offsets.push_back(r.device_bytes);
-    r.device_bytes += (s.bytes + 255) & ~uint64_t{255};
-  }
-  const int copies = r.is_source() ? 1 : 2;
+  // One allocation per copy: one registration, where the transport reads or writes it (device_direct).
+  r.device_layout = DeviceLayout::Of(*r.buffer);
+  const int copies = r.is_source() && !r.options.device_direct ? 1 : 2;
   for (int c = 0; c < copies; ++c) {
-    auto memory = r.options.device->Allocate(r.device_bytes);
+    auto memory = r.options.device->Allocate(r.device_layout.bytes);
     if (!memory.ok())
       return memory.status().WithContext(r.me.ToString() + ": " + std::to_string(r.buffer->shards.size()) +
-                                         " shards (" + std::to_string(r.device_bytes) + " bytes) on " +
+                                         " shards (" + std::to_string(r.device_layout.bytes) + " bytes) on " +
                                          r.options.device->name());
-    for (uint64_t offset : r.device_offsets)
+    for (uint64_t offset : r.device_layout.offsets)
       r.device_shards[c].emplace_back(*memory, static_cast<std::byte*>(memory->get()) + offset);
   }
   return Status::Ok();
@@ -135,8 +129,11 @@ void plan_rank_internal::MapDeviceSpans(PlanRank::Impl& r) {
 }
 
 Status plan_rank_internal::ReadDeviceShards(PlanRank::Impl& r) {
-  r.published_from_device = 0;
+  r.published_from_device = r.published_on_device = 0;
   if (r.device_shards[0].empty()) return Status::Ok();
+  // device_direct: every changed block into the published device copy, and to the arena only
+  // where host work reads the shard.
+  const bool published = r.is_source() && r.options.device_direct;
   r.device_block_hashes.resize(r.buffer->shards.size());
   for (size_t i = 0; i < r.buffer->shards.size(); ++i) {
     const PlannedShard& s = r.buffer->shards[i];
@@ -159,13 +156,24 @@ Status plan_rank_internal::ReadDeviceShards(PlanRank::Impl& r) {
       while (end < hashes->size() && !unchanged(end)) ++end;
       const uint64_t at = k * kDeviceBlockBytes,
                      bytes = std::min<uint64_t>(end * kDeviceBlockBytes, s.bytes) - at;
-      const Status read =
-          r.options.device->ToHost(device + at, std::span<std::byte>(r.at(s.offset + at), bytes));
-      if (!read.ok()) {
-        known.clear();  // the arena's copy of this shard is unknown now
-        return read.WithContext("reading " + ShardName(r, i) + " from " + r.options.device->name());
+      if (published) {
+        const Status copied = r.options.device->CopyOnDevice(
+            device + at, static_cast<std::byte*>(r.device_shards[1][i].get()) + at, bytes);
+        if (!copied.ok()) {
+          known.clear();  // the published copy of this shard is unknown now
+          return copied.WithContext("publishing " + ShardName(r, i) + " on " + r.options.device->name());
+        }
+        r.published_on_device += bytes;
       }
-      r.published_from_device += bytes;
+      if (!published || r.host_shards[i]) {
+        const Status read =
+            r.options.device->ToHost(device + at, std::span<std::byte>(r.at(s.offset + at), bytes));
+        if (!read.ok()) {
+          known.clear();  // the arena's copy of this shard is unknown now
+          return read.WithContext("reading " + ShardName(r, i) + " from " + r.options.device->name());
+        }
+        r.published_from_device += bytes;
+      }
       k = end;
     }
     known = *std::move(hashes);

@@ -93,7 +93,7 @@ TEST(PlanRankDevice, VerifiedChunksGoToTheDeviceWhileLaterOnesAreStillOnTheWire)
     g.ranks[ep] = *std::move(rank);
   }
   for (auto& [ep, r] : g.ranks) ASSERT_TRUE(r->Connect(g.table).ok()) << ep.ToString();
-  g.device = HostStandInMemory();  // the trainer's writes are not counted (same memory)
+  g.device = g.source_device = HostStandInMemory();  // the trainer's writes are not counted (same memory)
   g.faults->set_delay({0, 1.0, kFaultGet}, std::chrono::milliseconds(20));
   g.Publish(1);
   const RankBuffer& dst = g.plan->destinations.at(0);
@@ -220,7 +220,8 @@ TEST(PlanRankDevice, AFailedCopyNamesTheShardAndTheDeviceAndLosesNothing) {
   PlanRankOptions o;
   o.device = device;
   Group g(MustPlan(TensorParallel(Model(), 2), ReplicasOfTp(1, 2), 0), o);
-  g.device = HostStandInMemory();  // the test's own writes and checks do not fail (same memory)
+  g.device = g.source_device =
+      HostStandInMemory();  // the test's own writes and checks do not fail (same memory)
   g.Update(1);
   device->fail_to_host = true;
   static_cast<std::byte*>(g.ranks.at(g.plan->sources[0].endpoint)->device_shard(0))[0] ^= std::byte{1};
@@ -256,7 +257,7 @@ TEST(PlanRankDevice, APublishThatFailsPartWayCopiesTheShardWholeNextTime) {
   const std::vector<int> one_source = {0};
   const std::vector<MeshAxis> one_replica = {ReplicaAxis("dp", 1)};
   Group g(MustPlan(Replicated(big, one_source), BuildMesh(big, one_replica), 0, 1 << 20), o);
-  g.device = HostStandInMemory();  // the test's own writes do not fail (same memory)
+  g.device = g.source_device = HostStandInMemory();  // the test's own writes do not fail (same memory)
   g.content = [](uint32_t, uint64_t) { return uint64_t{1}; };
   g.Update(1);
   PlanRank& src = *g.ranks.at(g.plan->sources[0].endpoint);

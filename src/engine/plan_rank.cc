@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstring>
 #include <future>
+#include <mutex>
 #include <optional>
 
 #define XXH_STATIC_LINKING_ONLY
@@ -259,7 +260,8 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
         impl->out_chunks.push_back(
             {mine.HashOffset(s.id, k), static_cast<uint32_t>(impl->out_runs.size()),
              static_cast<uint32_t>(impl->out_runs.size()),
-             s.compress ? static_cast<int64_t>(mine.slot_offset.at(s.id) + k * impl->slot_bytes) : -1});
+             s.compress ? static_cast<int64_t>(mine.slot_offset.at(s.id) + k * impl->slot_bytes) : -1, s.id,
+             k});
       if (s.transform == TransformKind::kConvertAtSender && plan->Quantized(s.tensor))
         WP_RETURN_IF_ERROR(CompileQuantize(*plan, mine, s, *impl));
       else if (s.transform == TransformKind::kConvertAtSender)
@@ -351,7 +353,7 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
         return RegisterArena(t, data, size, "plan arena");
       }));
   raw->base = raw->arena->data();
-  if (options.device_direct && !impl->is_source()) {  // with a device: refused above without
+  if (options.device_direct) {  // with a device: refused above without
     Status direct = loop.Call([raw](Transport& t) -> Status {
       auto regions = RegisterDeviceCopies(*raw, t);
       if (!regions.ok()) {
@@ -381,6 +383,7 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
   MapBandsToChunks(*impl);
   MapDeviceSpans(*impl);   // after the bands are cut: a band's output is a span of its own
   MapDirectChunks(*impl);  // after MapBandsToChunks: a chunk a band reads stays on the host
+  MapPublishedOnDevice(*impl);
   if (threads > 1 && impl->out_quantize.size() + impl->in_quantize.size() + impl->out_chunks.size() > 1)
     impl->workers = std::make_unique<WorkerPool>(threads);
   return std::unique_ptr<PlanRank>(new PlanRank(std::move(impl)));
@@ -391,7 +394,12 @@ Endpoint PlanRank::endpoint() const { return impl_->me; }
 PlanPeer PlanRank::peer_info() const {
   Impl* impl = impl_.get();
   Bytes address = impl->loop->Call([](Transport& t) { return t.address(); });
-  return PlanPeer{std::move(address), impl->arena->remote_key()};
+  PlanPeer peer{std::move(address), impl->arena->remote_key()};
+  if (impl->is_source() && impl->device_regions[1]) {
+    peer.device_key = impl->device_regions[1]->remote_key();
+    peer.device_memory = impl->options.device->memory_type();
+  }
+  return peer;
 }
 
 std::vector<Endpoint> PlanRank::peers_needed() const {
@@ -435,6 +443,23 @@ Status PlanRank::Connect(const std::map<Endpoint, PlanPeer>& peers, std::vector<
       return conn.status().WithContext(impl->me.ToString() + ": connecting to " + ep.ToString());
     impl->connections[ep] = std::move(*conn);
     impl->keys[ep] = peer.key;
+    if (peer.device_key && ep.side == PlanSide::kSource) {
+      // Every run within its shards is read from there: this rank's transport must read that memory
+      // (a CUDA-aware UCX for a GPU's), or nothing arrives.
+      const auto [takes, transport] = impl->loop->Call(
+          [&](Transport& t) { return std::pair(t.TakesMemory(peer.device_memory), t.name()); });
+      if (!takes)
+        return FailedPrecondition(impl->me.ToString() + ": " + ep.ToString() + " publishes on its device (" +
+                                  peer.device_memory + " memory), which transport '" + transport +
+                                  "' cannot read; give every rank a transport that takes it, or start " +
+                                  ep.ToString() + " without device_direct");
+      Impl::SourceDevice device{*peer.device_key, DeviceLayout::Of(*impl->plan->Buffer(ep))};
+      if (peer.device_key->length < device.layout.bytes)
+        return InvalidArgument(ep.ToString() + ": its published device copy is " +
+                               std::to_string(peer.device_key->length) + " bytes, the plan needs " +
+                               std::to_string(device.layout.bytes) + " (a different plan?)");
+      impl->source_devices[ep] = std::move(device);
+    }
   }
   return Status::Ok();
 }
@@ -443,6 +468,7 @@ void PlanRank::Impl::CloseConnections() {
   for (auto& [ep, c] : connections) c->Close();
   connections.clear();
   keys.clear();
+  source_devices.clear();
 }
 
 Status PlanRank::Rekey(ProgressLoop& fresh) {
@@ -456,7 +482,7 @@ Status PlanRank::Rekey(ProgressLoop& fresh) {
   WP_ASSIGN_OR_RETURN(Regions regions, fresh.Call([impl, size](Transport& t) -> Result<Regions> {
     Regions out;
     WP_ASSIGN_OR_RETURN(out.first, RegisterArena(t, impl->base, size, "plan arena"));
-    if (impl->device_regions[0]) {  // the fresh transport must take the device's memory too
+    if (impl->device_regions[0] || impl->device_regions[1]) {  // the fresh transport must take it too
       WP_ASSIGN_OR_RETURN(out.second, RegisterDeviceCopies(*impl, t));
     }
     return out;
@@ -485,6 +511,7 @@ std::span<std::byte> PlanRank::shard_bytes(size_t shard) {
 }
 uint64_t PlanRank::live_version() const { return impl_->live_version; }
 uint64_t PlanRank::published_from_device() const { return impl_->published_from_device; }
+uint64_t PlanRank::published_on_device() const { return impl_->published_on_device; }
 void* PlanRank::device_shard(size_t shard) const {
   const auto& copy = impl_->device_shards[impl_->is_source() ? 0 : impl_->live];
   return copy.empty() ? nullptr : copy.at(shard).get();
@@ -505,10 +532,31 @@ Status PlanRank::Publish(uint64_t version) {
   struct Scratch {
     std::vector<std::byte> chunk, frame;  // a compressed step's chunk, gathered, and its frame
   };
+  std::mutex mu;
+  Status failed;  // the first device hash that failed
+  auto fail = [&](const Status& s, const OutChunk& c) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (failed.ok())
+      failed = s.WithContext(r.me.ToString() + ": hashing " + r.StepName(c.step) + " chunk " +
+                             std::to_string(c.k) + " on " + r.options.device->name());
+  };
+  // device_direct: runs of a step's chunks one after the other on the device, one call each.
+  ForEachIndex<Scratch>(r.workers.get(), r.out_device_batches.size(), [&](size_t b, Scratch&) {
+    const Status s = HashPublishedBatch(r, b);
+    if (!s.ok()) fail(s, r.out_chunks[r.out_device_batches[b].first_chunk]);
+  });
   // Each chunk writes only its own hash entry and slot: shared among the workers.
-  ForEachIndex<Scratch>(r.workers.get(), r.out_chunks.size(), [&r](size_t i, Scratch& s) {
+  ForEachIndex<Scratch>(r.workers.get(), r.out_chunks.size(), [&](size_t i, Scratch& s) {
     const OutChunk& c = r.out_chunks[i];
-    const uint64_t h = HashRuns(r.at(0), r.out_runs, c.run_begin, c.run_end, &Run::from);
+    if (r.out_on_device[i] == 2) return;  // hashed in its batch
+    uint64_t h = 0;
+    if (r.out_on_device[i]) {  // device_direct: peers read it from the published device copy
+      Result<uint64_t> on_device = HashPublishedOnDevice(r, i);
+      if (!on_device.ok()) return fail(on_device.status(), c);
+      h = *on_device;
+    } else {
+      h = HashRuns(r.at(0), r.out_runs, c.run_begin, c.run_end, &Run::from);
+    }
     std::memcpy(r.at(c.hash_offset), &h, 8);
     uint64_t compressed = 0;  // 0: the chunk travels as is
     if (c.slot >= 0) {
@@ -525,6 +573,7 @@ Status PlanRank::Publish(uint64_t version) {
     }
     std::memcpy(r.at(c.hash_offset + 8), &compressed, 8);
   });
+  WP_RETURN_IF_ERROR(failed);  // the header says "not published"
   StoreWord(header + 8, HashAreaCheck(version, header, r.mine->hash_bytes));
   StoreWord(header, version);
   return Status::Ok();

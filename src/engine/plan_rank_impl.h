@@ -119,7 +119,8 @@ uint64_t BandOutputHash(const std::byte* base, const QuantizeJob& q);
 struct OutChunk {
   uint64_t hash_offset = 0;  // in this rank's arena: its {hash, compressed length} entry
   uint32_t run_begin = 0, run_end = 0;
-  int64_t slot = -1;  // a compressed step's: where its frame goes, in this rank's arena
+  int64_t slot = -1;         // a compressed step's: where its frame goes, in this rank's arena
+  uint32_t step = 0, k = 0;  // its step's id and its index in the step: errors name them
 };
 
 // An incoming step of a destination.
@@ -162,6 +163,31 @@ struct InChunk {
   uint64_t bytes = 0;
   uint32_t convert_begin = 0, convert_end = 0;  // into in_converts: landing area -> shard, once verified
   uint32_t detour_ranges = 0;  // into detour_ranges: per detour level, the chunk's runs in detour_runs
+};
+
+// Where a rank's shards lie in a device copy of them: one allocation per copy, each shard at a
+// 256-byte boundary (as cudaMalloc would give it), in RankBuffer order. Every rank derives it from
+// the plan alone, so a destination finds a source's bytes in the source's published device copy
+// (PlanRankOptions::device_direct) from the source's RankBuffer.
+struct DeviceLayout {
+  const RankBuffer* buffer = nullptr;
+  std::vector<uint64_t> offsets;    // per shard: where it starts in the allocation
+  std::vector<uint32_t> by_offset;  // the shards that hold bytes, in arena order
+  uint64_t bytes = 0;               // the allocation's size
+
+  static DeviceLayout Of(const RankBuffer& buffer);
+  // Where [at, at + length) of a copy of the rank's arena lies in the device allocation, when it is
+  // within one shard.
+  std::optional<uint64_t> OffsetOf(uint64_t at, uint64_t length) const;
+};
+
+// Consecutive chunks of one step that lie one after the other in a source's published device copy,
+// all but the last of one size: hashed in one DeviceMemory::ChunkHashes call (one kernel on a GPU)
+// instead of one call each.
+struct DeviceHashBatch {
+  uint32_t first_chunk = 0, chunks = 0;  // out_chunks [first_chunk, first_chunk + chunks)
+  uint64_t offset = 0, bytes = 0;        // in the published copy
+  uint64_t chunk_bytes = 0;
 };
 
 // Bytes of shard `shard` (RankBuffer order) from `offset` within it: what a destination copies to
@@ -234,16 +260,29 @@ struct PlanRank::Impl {
   // Delta: per copy, each incoming chunk's root hash in the version the copy holds, and that
   // version (0: none, or a receive is writing it). Set when a receive succeeds.
   std::array<std::vector<uint64_t>, 2> copy_hashes;
-  // PlanRankOptions::device: each shard on the device, per copy (a source has one), all of a copy
-  // in one allocation (device_offsets: where each shard starts in it, device_bytes: its size).
+  // PlanRankOptions::device: each shard on the device, per copy, all of a copy in one allocation
+  // laid out by device_layout. A destination's copies are its live and staging ones; a source's
+  // copy 0 is the trainer's, and with device_direct copy 1 is what it published, read by peers.
   std::array<std::vector<std::shared_ptr<void>>, 2> device_shards;
-  std::vector<uint64_t> device_offsets;
-  uint64_t device_bytes = 0;
-  // PlanRankOptions::device_direct: each device copy registered with the transport (declared after
-  // device_shards: released before the memory), and per incoming chunk, 1 where it lands there.
+  plan_rank_internal::DeviceLayout device_layout;
+  // PlanRankOptions::device_direct: the device copies the transport reads or writes, registered
+  // with it (both of a destination's, a source's copy 1; declared after device_shards: released
+  // before the memory), and per incoming chunk, 1 where it lands there.
   std::array<std::unique_ptr<MemoryRegion>, 2> device_regions;
   std::vector<uint8_t> direct_chunks;
-  std::vector<uint32_t> shards_by_offset;  // this rank's shards in arena order
+  // A source's device_direct: per out chunk, 1 where Publish hashes it in the published device copy
+  // (its runs are in shards as they are, it is not compressed), 2 where it does so in one of
+  // out_device_batches; per shard, 1 where host work reads it from the arena (a conversion, a
+  // quantised band, a compressed chunk), so Publish copies it there too.
+  std::vector<uint8_t> out_on_device, host_shards;
+  std::vector<plan_rank_internal::DeviceHashBatch> out_device_batches;
+  uint64_t published_on_device = 0;  // bytes the last Publish copied on the device
+  // A destination's: the sources that publish a device copy, its key and where their shards are in it.
+  struct SourceDevice {
+    RemoteKey key;
+    plan_rank_internal::DeviceLayout layout;
+  };
+  std::map<Endpoint, SourceDevice> source_devices;  // like `keys`: set by Connect
   // A destination's shard bytes per incoming chunk (chunk c: device_spans[chunk_device_begin[c] ..
   // chunk_device_begin[c + 1])), copied to the device as soon as the chunk is verified; per
   // in_quantize band (band_device_begin, likewise) and the rest (padding), copied once every chunk is.
@@ -294,20 +333,26 @@ Status AllocateDeviceShards(PlanRank::Impl& r);
 // The indices of `buffer`'s shards that hold bytes, in arena order.
 std::vector<uint32_t> ShardsByOffset(const RankBuffer& buffer);
 void MapDeviceSpans(PlanRank::Impl& r);
-// PlanRankOptions::device_direct at a destination: registers each device copy with `t` (the loop's
-// transport, on its thread; again on a fresh one at Rekey), which must take the device's memory.
+// PlanRankOptions::device_direct: registers the device copies the transport reads or writes (a
+// destination's two, a source's published one) with `t` (the loop's transport, on its thread; again
+// on a fresh one at Rekey), which must take the device's memory.
 Result<std::array<std::unique_ptr<MemoryRegion>, 2>> RegisterDeviceCopies(const PlanRank::Impl& r,
                                                                           Transport& t);
 // Marks the incoming chunks fetched straight into the device copy (direct_chunks), once the
 // device copies are registered and the bands mapped to their chunks; starts the verifier.
 void MapDirectChunks(PlanRank::Impl& r);
-// Where [to, to + length) of a copy of the arena lies in that copy's device allocation, when it is
-// within one shard.
-std::optional<uint64_t> DeviceOffsetOf(const PlanRank::Impl& r, uint64_t to, uint64_t length);
+// A source's device_direct: which out chunks Publish hashes on the device and which shards it copies
+// to the arena as well (out_on_device, host_shards).
+void MapPublishedOnDevice(PlanRank::Impl& r);
+// A source's device_direct, in Publish once the device copy holds the version: the hash of out
+// chunk i there (out_on_device[i] == 1), or of each chunk of batch b, written to their entries.
+Result<uint64_t> HashPublishedOnDevice(PlanRank::Impl& r, size_t i);
+Status HashPublishedBatch(PlanRank::Impl& r, size_t b);
 // xxh3-64 of direct chunk c as it landed in device copy `copy`, computed on the device.
 Result<uint64_t> HashOnDevice(PlanRank::Impl& r, int copy, size_t c);
-// A source's shards from the device into its arena (Publish): the blocks whose hash on the device
-// changed since the arena got them.
+// A source's shards from the trainer's device copy into its arena (Publish): the blocks whose hash
+// on the device changed since the arena got them. With device_direct, into the published device
+// copy instead (on the device), and into the arena too only for host_shards.
 inline constexpr uint64_t kDeviceBlockBytes = 1ull << 20;
 Status ReadDeviceShards(PlanRank::Impl& r);
 // On the device copier's thread, into the device's copy `staging`: the shard bytes of verified

@@ -233,30 +233,6 @@ TEST(PlanRank, CorruptionOnRelayHopsIsRepaired) {
   EXPECT_GT(g.faults->stats().corrupted, 0u);
 }
 
-// Bytes zstd shrinks by about half: only their low four bits vary.
-std::vector<std::byte> CompressibleBytes(const TensorMeta& t, size_t index, uint64_t version) {
-  std::vector<std::byte> out = plan_rank_test::TensorBytes(t, index, version);
-  for (auto& b : out) b &= std::byte{0x0f};
-  return out;
-}
-
-// Sources on a fast host, three TP-2 replicas on hosts behind 100 Mbit/s links: the planner
-// compresses the steps into the slow hosts.
-Plan SlowLinkPlan(std::vector<TransformRule> rules = {}) {
-  auto topo = Topology::Make({{"trainer", 100, {0, 1}, {}},
-                              {"edge0", 0.1, {}, {0, 1}},
-                              {"edge1", 0.1, {}, {2, 3}},
-                              {"edge2", 0.1, {}, {4, 5}}});
-  EXPECT_TRUE(topo.ok()) << topo.status().ToString();
-  PlanOptions o;
-  o.chunk_bytes = 1024;
-  o.compressor_gbps = 5;
-  o.transforms = std::move(rules);
-  auto plan = MakePlan(*FsdpFlat(Model(), 2), *ReplicasOfTp(3, 2), *topo, o);
-  EXPECT_TRUE(plan.ok()) << plan.status().ToString();
-  return std::move(*plan);
-}
-
 // Compressed steps: chunks that shrink travel as frames (also down the relay chain), the rest as
 // is, and every destination byte is exact; a corrupted frame is fetched again.
 TEST(PlanRank, CompressedChunksTravelAsFramesThroughRelays) {

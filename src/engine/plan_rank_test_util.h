@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "weightport/core/device_memory.h"
@@ -115,16 +116,18 @@ struct Group {
   // The bytes of a tensor in a version: random unless a test wants them compressible.
   std::function<std::vector<std::byte>(const TensorMeta&, size_t, uint64_t)> bytes = TensorBytes;
 
-  std::shared_ptr<DeviceMemory>
-      device;  // PlanRankOptions::device: the trainer writes, and checks read, there
-
+  std::shared_ptr<DeviceMemory> device;  // the destinations' PlanRankOptions::device: checks read there
   bool direct = false;  // PlanRankOptions::device_direct: a destination's device copy is its copy
+  std::shared_ptr<DeviceMemory> source_device;  // the sources': the trainer writes there
 
-  explicit Group(Plan p, PlanRankOptions options = {})
+  // Every rank with `options`, or the sources with `sources` where given.
+  explicit Group(Plan p, PlanRankOptions options = {}, std::optional<PlanRankOptions> sources = std::nullopt)
       : plan(std::make_shared<const Plan>(std::move(p))),
         device(options.device),
-        direct(options.device_direct) {
-    if (options.timeout == PlanRankOptions{}.timeout) options.timeout = std::chrono::milliseconds(10'000);
+        direct(options.device_direct),
+        source_device(sources ? sources->device : options.device) {
+    for (PlanRankOptions* o : {&options, sources ? &*sources : nullptr})
+      if (o && o->timeout == PlanRankOptions{}.timeout) o->timeout = std::chrono::milliseconds(10'000);
     std::vector<Endpoint> all;
     for (const auto& b : plan->sources) all.push_back(b.endpoint);
     for (const auto& b : plan->destinations) all.push_back(b.endpoint);
@@ -134,7 +137,8 @@ struct Group {
       auto f = MakeFaultInjectingTransport(std::move(*t), faults);
       EXPECT_TRUE(f.ok());
       loops[ep] = std::make_unique<ProgressLoop>(std::move(*f));
-      auto rank = PlanRank::Create(plan, ep, *loops[ep], options);
+      auto rank = PlanRank::Create(plan, ep, *loops[ep],
+                                   ep.side == PlanSide::kSource && sources ? *sources : options);
       EXPECT_TRUE(rank.ok()) << rank.status().ToString();
       table[ep] = (*rank)->peer_info();
       ranks[ep] = std::move(*rank);
@@ -144,6 +148,21 @@ struct Group {
   ~Group() {
     ranks.clear();
     for (auto& [ep, l] : loops) l->Stop();
+  }
+
+  // Rank `ep` (created with rotate_keys) moves to a fresh transport named `name`; every rank connects
+  // again with its new address and keys.
+  void Rekey(Endpoint ep, const std::string& name) {
+    auto made = MakeFakeTransport(fabric, name);
+    ASSERT_TRUE(made.ok());
+    auto faulty = MakeFaultInjectingTransport(*std::move(made), faults);
+    ASSERT_TRUE(faulty.ok());
+    auto fresh = std::make_unique<ProgressLoop>(*std::move(faulty));
+    ASSERT_TRUE(ranks.at(ep)->Rekey(*fresh).ok());
+    loops.at(ep)->Stop();
+    loops[ep] = std::move(fresh);
+    table[ep] = ranks.at(ep)->peer_info();
+    for (auto& [e, rank] : ranks) ASSERT_TRUE(rank->Connect(table).ok()) << e.ToString();
   }
 
   // Rank `ep` goes away with its transport: its address leads nowhere.
@@ -162,13 +181,13 @@ struct Group {
         const uint32_t index = b.shards[i].tensor;
         std::span<std::byte> into = r.shard_bytes(i);
         std::vector<std::byte> staged;  // what goes to the device
-        if (device) {
+        if (source_device) {
           staged.resize(into.size());
           into = staged;
         }
         CopySlice(*plan, b.shards[i], t.dtype, into, bytes(t, index, content(index, v)), true);
-        if (device) {
-          ASSERT_TRUE(device->ToDevice(staged, r.device_shard(i)).ok());
+        if (source_device) {
+          ASSERT_TRUE(source_device->ToDevice(staged, r.device_shard(i)).ok());
         }
       }
       ASSERT_TRUE(r.Publish(v).ok());
@@ -209,6 +228,7 @@ struct Group {
       total.device_bytes += result->device_bytes;
       total.device_kept_bytes += result->device_kept_bytes;
       total.device_direct_bytes += result->device_direct_bytes;
+      total.source_device_bytes += result->source_device_bytes;
     }
     for (const RankBuffer& b : plan->destinations) EXPECT_TRUE(ranks.at(b.endpoint)->Commit(v).ok());
     return total;
@@ -280,5 +300,29 @@ inline std::vector<TensorMeta> BlockModel(DType dtype) {
 
 // Three replicas of TP-2.
 inline std::vector<MeshAxis> TpReplicas() { return {ReplicaAxis("dp", 3), TensorParallelAxis("tp", 2)}; }
+
+// Bytes zstd shrinks by about half: only their low four bits vary.
+inline std::vector<std::byte> CompressibleBytes(const TensorMeta& t, size_t index, uint64_t version) {
+  std::vector<std::byte> out = plan_rank_test::TensorBytes(t, index, version);
+  for (auto& b : out) b &= std::byte{0x0f};
+  return out;
+}
+
+// Sources on a fast host, three TP-2 replicas on hosts behind 100 Mbit/s links: the planner
+// compresses the steps into the slow hosts.
+inline Plan SlowLinkPlan(std::vector<TransformRule> rules = {}) {
+  auto topo = Topology::Make({{"trainer", 100, {0, 1}, {}},
+                              {"edge0", 0.1, {}, {0, 1}},
+                              {"edge1", 0.1, {}, {2, 3}},
+                              {"edge2", 0.1, {}, {4, 5}}});
+  EXPECT_TRUE(topo.ok()) << topo.status().ToString();
+  PlanOptions o;
+  o.chunk_bytes = 1024;
+  o.compressor_gbps = 5;
+  o.transforms = std::move(rules);
+  auto plan = MakePlan(*FsdpFlat(Model(), 2), *ReplicasOfTp(3, 2), *topo, o);
+  EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+  return std::move(*plan);
+}
 
 }  // namespace weightport::plan_rank_test

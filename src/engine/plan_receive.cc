@@ -57,6 +57,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     stats_.version = version;
     attempts_.assign(r.in_chunks.size(), 0);
     pending_runs_.assign(r.in_chunks.size(), 0);
+    from_source_device_.assign(r.in_chunks.size(), 0);
     run_error_.resize(r.in_chunks.size());
     verified_.assign(r.in_chunks.size(), 0);
     keeping_.assign(r.in_chunks.size(), 0);
@@ -342,12 +343,20 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     const uint32_t begin = range.begin, end = range.end;
     pending_runs_[c] = end - begin;
     const bool direct = r_.direct_chunks[c];  // straight into the device's staging copy
+    // A source that publishes on its device: what lies within its shards is read from there.
+    auto device = r_.source_devices.find(from);
+    const PlanRank::Impl::SourceDevice* source =
+        device == r_.source_devices.end() ? nullptr : &device->second;
+    from_source_device_[c] = 0;
     for (uint32_t i = begin; i < end; ++i) {
       const Run& run = runs[i];
+      const std::optional<uint64_t> at_source =
+          source ? source->layout.OffsetOf(run.from, run.length) : std::nullopt;
+      if (at_source) from_source_device_[c] += run.length;
       ++in_flight_;
       conn.Get(direct ? *r_.device_regions[staging_] : *r_.arena,
-               direct ? *DeviceOffsetOf(r_, run.to, run.length) : local_base + run.to, key,
-               remote_base + run.from, run.length,
+               direct ? *r_.device_layout.OffsetOf(run.to, run.length) : local_base + run.to,
+               at_source ? source->key : key, at_source ? *at_source : remote_base + run.from, run.length,
                [self, c](const Status& status) { self->OnRun(c, status); });
     }
   }
@@ -450,6 +459,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
     const InStep& step = r_.in_steps[chunk.in_step];
     verified_[c] = 1;
     ++verified_count_;
+    stats_.source_device_bytes += from_source_device_[c];
     if (step.my_counter >= 0) {  // advance the verified prefix others poll
       uint32_t& p = prefix_[chunk.in_step];
       while (p < step.chunks && verified_[step.first_chunk + p]) ++p;
@@ -697,6 +707,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   ReceiveStats stats_;
   std::vector<int> attempts_;
   std::vector<uint32_t> pending_runs_;
+  std::vector<uint64_t> from_source_device_;  // per chunk: bytes its last fetch read from a source's device
   std::vector<Status> run_error_;
   std::vector<uint8_t> verified_;
   std::vector<uint8_t> keeping_;          // delta: being copied from the live copy

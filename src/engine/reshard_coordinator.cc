@@ -41,7 +41,9 @@ struct ReshardCoordinator::Impl {
   Bytes PeerTable(const std::map<Endpoint, PlanJoinMsg>& joins) const {
     PlanPeersMsg table;
     for (const auto& [ep, j] : joins)
-      if (!lost.count(ep)) table.peers.push_back({j.side, j.rank, j.transport_address, j.remote_key});
+      if (!lost.count(ep))
+        table.peers.push_back(
+            {j.side, j.rank, j.transport_address, j.remote_key, j.device_key, j.device_memory});
     return table.Encode();
   }
 

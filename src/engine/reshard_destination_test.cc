@@ -36,7 +36,7 @@ class HandCoordinator {
   // A table naming source rank 0 at `source`.
   Status SendPeers(const PlanPeer& source) {
     PlanPeersMsg m;
-    m.peers.push_back({0, 0, source.address, source.key.Serialize()});
+    m.peers.push_back({0, 0, source.address, source.key.Serialize(), {}, ""});
     return channel_->Send(m);
   }
   template <typename Msg>

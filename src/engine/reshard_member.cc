@@ -11,7 +11,11 @@ Result<std::map<Endpoint, PlanPeer>> DecodePeerTable(ByteView payload) {
   for (const auto& p : peers.peers) {
     const Endpoint ep{p.side == 0 ? PlanSide::kSource : PlanSide::kDestination, static_cast<int>(p.rank)};
     WP_ASSIGN_OR_RETURN(RemoteKey key, RemoteKey::Deserialize(p.remote_key, ep.ToString()));
-    table[ep] = PlanPeer{p.transport_address, std::move(key)};
+    PlanPeer& peer = table[ep] = PlanPeer{p.transport_address, std::move(key), std::nullopt, p.device_memory};
+    if (!p.device_key.empty()) {
+      WP_ASSIGN_OR_RETURN(peer.device_key,
+                          RemoteKey::Deserialize(p.device_key, ep.ToString() + " device copy"));
+    }
   }
   return table;
 }
@@ -20,8 +24,12 @@ PlanJoinMsg JoinOf(const PlanRank& rank) {
   const Endpoint me = rank.endpoint();
   const PlanPeer info = rank.peer_info();
   return PlanJoinMsg{static_cast<uint8_t>(me.side == PlanSide::kSource ? 0 : 1),
-                     static_cast<uint32_t>(me.rank), rank.plan().Digest(), info.address,
-                     info.key.Serialize()};
+                     static_cast<uint32_t>(me.rank),
+                     rank.plan().Digest(),
+                     info.address,
+                     info.key.Serialize(),
+                     info.device_key ? info.device_key->Serialize() : Bytes{},
+                     info.device_memory};
 }
 
 }  // namespace

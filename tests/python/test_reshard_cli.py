@@ -166,13 +166,27 @@ def test_device_direct_lands_chunks_on_the_device(tmp_path, procs, model, transp
     """--device stand-in --device-direct: UCX writes each chunk a destination stores as sent straight
     into its device copy, verified there; a rank that relays a chunk to others stages it in its arena
     and copies it over. Every byte reaches the device once per version either way, and --verify and
-    --out read the device copy (the arena does not hold what landed there)."""
+    --out read the device copy (the arena does not hold what landed there). The sources publish on
+    their devices: UCX reads every chunk they send from there, and nothing crosses to their hosts."""
     model_dir, source = model
     dst = columns_replicated(source, 2, 2)
     outs, summary = run_plan(tmp_path, procs, model_dir, flat_placement(source, 3), dst, transport,
                              fanout=fanout, versions=3, extra=("--device", "stand-in", "--device-direct"))
+    srcs = [r for r in summary["rank_reports"] if r["role"] == "src"]
+    assert len(srcs) == 3
+    for r in srcs:  # no conversion: the host arena's shards are not needed
+        assert all(v["from_device_bytes"] == 0 and v["on_device_bytes"] > 0 for v in r["versions"]), r
     dsts = [r for r in summary["rank_reports"] if r["role"] == "dst"]
     assert len(dsts) == 4
+    # The first version (no delta yet): with fanout 0 every rank reads all it holds from the
+    # sources' devices; with relays each byte the sources published is read from there once.
+    first = [r["versions"][0] for r in dsts]
+    if fanout == 0:
+        held = [sum(2 * int(np.prod(sh["length"])) for sh in dst["ranks"][r["rank"]]["shards"]) for r in dsts]
+        assert [v["source_device_bytes"] for v in first] == held, dsts
+    else:
+        published = sum(r["versions"][0]["on_device_bytes"] for r in srcs)
+        assert sum(v["source_device_bytes"] for v in first) == published, (published, dsts)
     for r in dsts:
         held = sum(2 * int(np.prod(sh["length"])) for sh in dst["ranks"][r["rank"]]["shards"])  # f16
         assert [v.get("verified") for v in r["versions"]] == [True] * 3, r

@@ -259,7 +259,9 @@ struct PlanJoinMsg {
   uint32_t rank = 0;
   uint64_t plan_digest = 0;
   Bytes transport_address;
-  Bytes remote_key;  // RemoteKey::Serialize() of the rank's arena
+  Bytes remote_key;           // RemoteKey::Serialize() of the rank's arena
+  Bytes device_key;           // of a source's published device copy (PlanPeer::device_key); empty: none
+  std::string device_memory;  // its memory type (PlanPeer::device_memory)
   Bytes Encode() const;
   static Result<PlanJoinMsg> Decode(ByteView payload);
   friend bool operator==(const PlanJoinMsg&, const PlanJoinMsg&) = default;
@@ -273,6 +275,8 @@ struct PlanPeersMsg {
     uint32_t rank = 0;
     Bytes transport_address;
     Bytes remote_key;
+    Bytes device_key;  // empty: none
+    std::string device_memory;
     friend bool operator==(const Peer&, const Peer&) = default;
   };
   std::vector<Peer> peers;

@@ -5,13 +5,16 @@
 // by chunk; every rank: the slots of the chunk hashes it originates and of the "chunk verified"
 // counters of the steps others relay from it), allocates ONE arena and registers it once. Every rank
 // derives every other rank's arena layout from the same plan (src/engine/plan_layout.h), so peers
-// exchange only a transport address and one RemoteKey each (PlanPeer), once, before Connect.
+// exchange only a transport address and one RemoteKey each (PlanPeer; a source publishing on its
+// device, PlanRankOptions::device_direct, a second for that copy), once, before Connect.
 //
 // Per version v:
-//   source       the trainer writes the rank's shards (shard_bytes), then Publish(v) hashes every
-//                chunk of every step sent from this source (xxh3-64 over the step's runs in piece
-//                order) into its hash area and marks it as v. The bytes must not change until every
-//                destination committed or aborted v.
+//   source       the trainer writes the rank's shards (shard_bytes, or with a device device_shard),
+//                then Publish(v) hashes every chunk of every step sent from this source (xxh3-64
+//                over the step's runs in piece order) into its hash area and marks it as v. The
+//                bytes published (the arena's, or a device's published copy) must not change until
+//                every destination committed or aborted v; with a device, the trainer's own copy
+//                may change as soon as Publish returns.
 //   destination  Receive(v) pulls its incoming steps with receiver-driven one-sided Gets (bounded
 //                window, retries with backoff, corrupt chunks fetched again), checking each chunk
 //                against the hash published by the step's root source. A relayed step's chunk k is
@@ -32,6 +35,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -70,7 +74,8 @@ struct PlanRankOptions {
   // at most 8; at most 64 when given.
   size_t worker_threads = 0;
   // Shards also on a device (core/device_memory.h): a source's trainer writes device_shard(i) and
-  // Publish copies it into the arena first. A destination's Receive copies each chunk's shard bytes
+  // Publish copies it into the arena first (with device_direct into a published device copy). A
+  // destination's Receive copies each chunk's shard bytes
   // to a second device copy as soon as the chunk is verified (with device_direct some chunks are
   // written there by the transport instead), on a thread of its own, so the copies overlap the
   // transfer of later chunks; it returns once the device copy is whole, and Commit makes it live.
@@ -80,17 +85,26 @@ struct PlanRankOptions {
   // converted or quantised here, not of a step that may travel compressed, and not relayed from
   // here to other ranks) are fetched by the transport straight into the device's staging copy and
   // verified there (DeviceMemory::HashConcatenated, on a thread of the rank's), not staged in the
-  // arena and copied over; the rest go the staged way. The transport must take the device's memory
-  // (Transport::TakesMemory: a CUDA-aware UCX for a GPU), else Create fails. The arena's copy of
-  // those bytes is not written: the device copy is the rank's copy (shard_bytes does not hold
-  // them). Ignored at a source.
+  // arena and copied over; the rest go the staged way. The arena's copy of those bytes is not
+  // written: the device copy is the rank's copy (shard_bytes does not hold them).
+  // At a source: Publish copies what changed on the device into a second device copy (the
+  // trainer may write its own as soon as Publish returns, as before) and hashes there the chunks
+  // sent as they are; destinations read them from there (PlanPeer::device_key, whose memory their
+  // transports must read, else their Connect fails). Only shards that host work reads (converted,
+  // quantised or compressed at the source) are copied to the arena too. It costs the source a
+  // second device copy of its shards.
+  // Either side: the transport must take the device's memory (Transport::TakesMemory: a
+  // CUDA-aware UCX for a GPU), else Create fails.
   bool device_direct = false;
 };
 
-// What a peer needs to reach a rank: its transport address and its arena's key.
+// What a peer needs to reach a rank: its transport address and its arena's key, and a source's
+// published device copy's key when it has one (PlanRankOptions::device_direct).
 struct PlanPeer {
   Bytes address;
   RemoteKey key;
+  std::optional<RemoteKey> device_key;
+  std::string device_memory;  // with device_key: the copy's memory type (DeviceMemory::memory_type)
 };
 
 struct ReceiveStats {
@@ -117,6 +131,8 @@ struct ReceiveStats {
   // PlanRankOptions::device_direct: bytes the transport wrote straight into the device (not in
   // device_bytes, which counts copies).
   uint64_t device_direct_bytes = 0;
+  // Bytes of verified chunks read from a source's published device copy (its device_direct).
+  uint64_t source_device_bytes = 0;
   std::chrono::nanoseconds device_copy{0};
   std::chrono::nanoseconds to_device{0};
 };
@@ -151,7 +167,8 @@ class PlanRank {
 
   // The bytes of shard i of this rank (RankBuffer order): a source's, written by the trainer (with
   // PlanRankOptions::device, the engine's: the trainer writes device_shard(i), and Publish copies
-  // only what changed there, so writes here would be published mixed in); a destination's live
+  // only what changed there, so writes here would be published mixed in; with device_direct it
+  // copies only the shards host work reads, the others stay as they were); a destination's live
   // committed copy (with PlanRankOptions::device_direct, without what landed on the device).
   std::span<std::byte> shard_bytes(size_t shard);
   // With PlanRankOptions::device, shard i on the device (a source's, which Publish reads; a
@@ -166,10 +183,13 @@ class PlanRank {
   // Source: hashes this version's chunks into the hash area. Version >= 1. With
   // PlanRankOptions::device it first copies from the device the 1 MiB blocks of each shard whose
   // hash there changed since the last Publish (the arena's shards are then the engine's: the
-  // trainer writes device_shard(i), and not while Publish runs).
+  // trainer writes device_shard(i), and not while Publish runs); with device_direct it copies them
+  // on the device into the copy peers read, and to the host only what host work needs.
   Status Publish(uint64_t version);
-  // Bytes the last Publish copied from the device.
+  // Bytes the last Publish copied from the device to the host (the arena).
   uint64_t published_from_device() const;
+  // Bytes the last Publish copied on the device into the published copy (device_direct).
+  uint64_t published_on_device() const;
   // Destination: fetches and verifies every incoming chunk into the staging copy.
   Result<ReceiveStats> Receive(uint64_t version);
   // Destination: makes Receive(version), in progress on another thread or about to start, fail with

@@ -77,15 +77,19 @@ class Reader {
   }
   // Peer names end up in logs and error messages: printable ASCII only, so a peer cannot forge lines.
   Result<std::string> Name(std::string_view field) {
-    WP_ASSIGN_OR_RETURN(std::string name, Str(field, kMaxNameSize));
+    WP_ASSIGN_OR_RETURN(std::string name, Printable(field, kMaxNameSize));
     if (name.empty()) return InvalidArgument(std::string(msg_) + ": " + std::string(field) + " is empty");
-    for (char c : name) {
+    return name;
+  }
+  Result<std::string> Printable(std::string_view field, size_t max_size) {
+    WP_ASSIGN_OR_RETURN(std::string text, Str(field, max_size));
+    for (char c : text) {
       if (c < 0x20 || c > 0x7e) {
         return InvalidArgument(std::string(msg_) + ": " + std::string(field) +
                                " contains a non-printable byte");
       }
     }
-    return name;
+    return text;
   }
   size_t remaining() const { return in_.size() - pos_; }
   Status Done() const {
@@ -343,6 +347,7 @@ Result<ByeMsg> ByeMsg::Decode(ByteView payload) {
 
 namespace {
 constexpr size_t kMaxAddressSize = 64 << 10;  // transport addresses and packed keys
+constexpr size_t kMaxMemoryTypeSize = 64;     // "host", "cuda"
 constexpr size_t kMaxPlanPeers = 1 << 16;
 
 Result<uint8_t> ReadSide(Reader& r) {
@@ -359,6 +364,8 @@ Bytes PlanJoinMsg::Encode() const {
   w.U64(plan_digest);
   w.Blob(transport_address);
   w.Blob(remote_key);
+  w.Blob(device_key);
+  w.Str(device_memory);
   return w.Take();
 }
 Result<PlanJoinMsg> PlanJoinMsg::Decode(ByteView payload) {
@@ -370,6 +377,8 @@ Result<PlanJoinMsg> PlanJoinMsg::Decode(ByteView payload) {
   WP_ASSIGN_OR_RETURN(m.plan_digest, r.U64("plan_digest"));
   WP_ASSIGN_OR_RETURN(m.transport_address, r.BlobCopy("transport_address", kMaxAddressSize));
   WP_ASSIGN_OR_RETURN(m.remote_key, r.BlobCopy("remote_key", kMaxAddressSize));
+  WP_ASSIGN_OR_RETURN(m.device_key, r.BlobCopy("device_key", kMaxAddressSize));
+  WP_ASSIGN_OR_RETURN(m.device_memory, r.Printable("device_memory", kMaxMemoryTypeSize));
   WP_RETURN_IF_ERROR(r.Done());
   return m;
 }
@@ -382,6 +391,8 @@ Bytes PlanPeersMsg::Encode() const {
     w.U32(p.rank);
     w.Blob(p.transport_address);
     w.Blob(p.remote_key);
+    w.Blob(p.device_key);
+    w.Str(p.device_memory);
   }
   return w.Take();
 }
@@ -397,6 +408,8 @@ Result<PlanPeersMsg> PlanPeersMsg::Decode(ByteView payload) {
     p.rank = static_cast<uint32_t>(rank);
     WP_ASSIGN_OR_RETURN(p.transport_address, r.BlobCopy("transport_address", kMaxAddressSize));
     WP_ASSIGN_OR_RETURN(p.remote_key, r.BlobCopy("remote_key", kMaxAddressSize));
+    WP_ASSIGN_OR_RETURN(p.device_key, r.BlobCopy("device_key", kMaxAddressSize));
+    WP_ASSIGN_OR_RETURN(p.device_memory, r.Printable("device_memory", kMaxMemoryTypeSize));
     m.peers.push_back(std::move(p));
   }
   WP_RETURN_IF_ERROR(r.Done());

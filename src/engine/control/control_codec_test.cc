@@ -47,9 +47,12 @@ TEST(ControlCodecTest, EveryMessageRoundTripsStrictly) {
   ExpectStrictRoundTrip(UpdateBeginMsg{42, 0x0102030405060708ull, 3});
   ExpectStrictRoundTrip(ChunksVerifiedMsg{42, 1000, 1ull << 33, 123456789, 2});
   ExpectStrictRoundTrip(CommittedMsg{42, 1500});
-  ExpectStrictRoundTrip(PlanJoinMsg{1, 3, 0xfeedULL, Bytes(5, std::byte{7}), Bytes(9, std::byte{1})});
-  ExpectStrictRoundTrip(PlanPeersMsg{{{0, 0, Bytes(3, std::byte{2}), Bytes(4, std::byte{3})},
-                                      {1, 7, Bytes(1, std::byte{4}), Bytes(2, std::byte{5})}}});
+  ExpectStrictRoundTrip(PlanJoinMsg{1, 3, 0xfeedULL, Bytes(5, std::byte{7}), Bytes(9, std::byte{1}), {}, ""});
+  ExpectStrictRoundTrip(PlanJoinMsg{0, 3, 0xfeedULL, Bytes(5, std::byte{7}), Bytes(9, std::byte{1}),
+                                    Bytes(6, std::byte{8}), "cuda"});
+  ExpectStrictRoundTrip(
+      PlanPeersMsg{{{0, 0, Bytes(3, std::byte{2}), Bytes(4, std::byte{3}), Bytes(5, std::byte{6}), "cuda"},
+                    {1, 7, Bytes(1, std::byte{4}), Bytes(2, std::byte{5}), {}, ""}}});
   ExpectStrictRoundTrip(PlanReadyMsg{9});
   ExpectStrictRoundTrip(PeerLostMsg{1, 7});
   ExpectStrictRoundTrip(RekeyMsg{12});
