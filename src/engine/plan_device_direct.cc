@@ -113,8 +113,8 @@ void MarkShards(const DeviceLayout& layout, uint64_t at, uint64_t length, std::v
 }
 
 // Groups the device-hashed chunks of each step that follow one another on the device, each one
-// part there, all but the last of one size (a step's piece contiguous in its shard: a flat FSDP
-// shard's, whole rows), into DeviceHashBatch.
+// range there, all but the last of one size (a step's piece contiguous in its shard: a whole
+// shard, whole rows), into DeviceHashBatch.
 void BatchPublishedHashes(PlanRank::Impl& r) {
   auto range = [&](size_t i) -> std::optional<DeviceRange> {
     if (r.out_on_device[i] != 1) return std::nullopt;
@@ -162,8 +162,8 @@ void plan_rank_internal::MapPublishedOnDevice(PlanRank::Impl& r) {
   }
   for (const ConvertSpan& c : r.out_converts)
     MarkShards(r.device_layout, c.from, c.count * DTypeSize(c.from_dtype), r.host_shards);
-  BatchPublishedHashes(r);
   for (const Run& g : r.out_gathers) MarkShards(r.device_layout, g.from, g.length, r.host_shards);
+  BatchPublishedHashes(r);
 }
 
 Result<uint64_t> plan_rank_internal::HashPublishedOnDevice(PlanRank::Impl& r, size_t i) {
