@@ -117,7 +117,7 @@ void MarkShards(const DeviceLayout& layout, uint64_t at, uint64_t length, std::v
 // shard, whole rows), into DeviceHashBatch.
 void BatchPublishedHashes(PlanRank::Impl& r) {
   auto range = [&](size_t i) -> std::optional<DeviceRange> {
-    if (r.out_on_device[i] != 1) return std::nullopt;
+    if (r.out_hash[i] != OutHash::kDevice) return std::nullopt;
     const OutChunk& c = r.out_chunks[i];
     std::vector<DeviceRange> ranges =
         DeviceRanges(r.device_layout, r.out_runs, c.run_begin, c.run_end, &Run::from);
@@ -139,7 +139,7 @@ void BatchPublishedHashes(PlanRank::Impl& r) {
       if (end - i >= 2) {
         r.out_device_batches.push_back({static_cast<uint32_t>(i), static_cast<uint32_t>(end - i),
                                         first->offset, next - first->offset, first->size});
-        std::fill(r.out_on_device.begin() + i, r.out_on_device.begin() + end, 2);
+        std::fill(r.out_hash.begin() + i, r.out_hash.begin() + end, OutHash::kDeviceBatch);
       }
     }
     i = end;
@@ -148,15 +148,15 @@ void BatchPublishedHashes(PlanRank::Impl& r) {
 }  // namespace
 
 void plan_rank_internal::MapPublishedOnDevice(PlanRank::Impl& r) {
-  r.out_on_device.assign(r.out_chunks.size(), 0);
+  r.out_hash.assign(r.out_chunks.size(), OutHash::kArena);
   r.host_shards.assign(r.buffer->shards.size(), 1);
   if (!r.is_source() || !r.options.device_direct) return;
   std::fill(r.host_shards.begin(), r.host_shards.end(), 0);
   for (size_t i = 0; i < r.out_chunks.size(); ++i) {
     const OutChunk& c = r.out_chunks[i];
-    r.out_on_device[i] =
-        c.slot < 0 && InShards(r.device_layout, r.out_runs, c.run_begin, c.run_end, &Run::from);
-    if (!r.out_on_device[i])
+    if (c.slot < 0 && InShards(r.device_layout, r.out_runs, c.run_begin, c.run_end, &Run::from))
+      r.out_hash[i] = OutHash::kDevice;
+    else
       for (uint32_t j = c.run_begin; j < c.run_end; ++j)
         MarkShards(r.device_layout, r.out_runs[j].from, r.out_runs[j].length, r.host_shards);
   }
@@ -168,7 +168,7 @@ void plan_rank_internal::MapPublishedOnDevice(PlanRank::Impl& r) {
 
 Result<uint64_t> plan_rank_internal::HashPublishedOnDevice(PlanRank::Impl& r, size_t i) {
   const OutChunk& c = r.out_chunks[i];
-  // The published copy's allocation: shard 0 starts it (out_on_device: there are shards).
+  // The published copy's allocation: shard 0 starts it (a chunk hashed there: there are shards).
   const auto* block = static_cast<const std::byte*>(r.device_shards[1][0].get());
   return HashRanges(*r.options.device, block,
                     DeviceRanges(r.device_layout, r.out_runs, c.run_begin, c.run_end, &Run::from));

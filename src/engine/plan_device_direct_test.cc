@@ -9,6 +9,7 @@
 #include <optional>
 #include <tuple>
 
+#include "engine/plan_rank_impl.h"
 #include "engine/plan_rank_test_util.h"
 #include "weightport/core/device_memory.h"
 
@@ -259,6 +260,9 @@ TEST(PlanRankSourceDirect, CompressedStepsTakeFramesFromTheHostAndTheRestFromThe
   EXPECT_EQ(second.source_device_bytes, SentBySources(*g.plan, any));
 }
 
+// A ChunkHashes call on a step's chunks, not Publish's change detection over 1 MiB blocks.
+bool OfAStep(uint64_t chunk) { return chunk < plan_rank_internal::kDeviceBlockBytes; }
+
 // Counts the calls that hash chunks on the device: one per chunk (HashConcatenated), or one per
 // step's run of chunks (ChunkHashes with the plan's chunk size; 1 MiB blocks are Publish's change
 // detection).
@@ -270,7 +274,7 @@ class HashCountingDevice final : public StandInDevice {
     return StandInDevice::HashConcatenated(parts);
   }
   Result<std::vector<uint64_t>> ChunkHashes(const void* device, size_t bytes, uint64_t chunk) override {
-    if (chunk < (1u << 20)) {
+    if (OfAStep(chunk)) {
       ++batched;
       chunks += (bytes + chunk - 1) / chunk;
     }
@@ -360,7 +364,7 @@ class HashFailingDevice final : public StandInDevice {
     return IoError("the kernel failed");
   }
   Result<std::vector<uint64_t>> ChunkHashes(const void* device, size_t bytes, uint64_t chunk) override {
-    if (chunk < (1u << 20)) return IoError("the kernel failed");  // chunks of a step, not 1 MiB blocks
+    if (OfAStep(chunk)) return IoError("the kernel failed");
     return StandInDevice::ChunkHashes(device, bytes, chunk);
   }
 };

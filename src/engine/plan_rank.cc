@@ -548,9 +548,9 @@ Status PlanRank::Publish(uint64_t version) {
   // Each chunk writes only its own hash entry and slot: shared among the workers.
   ForEachIndex<Scratch>(r.workers.get(), r.out_chunks.size(), [&](size_t i, Scratch& s) {
     const OutChunk& c = r.out_chunks[i];
-    if (r.out_on_device[i] == 2) return;  // hashed in its batch
+    if (r.out_hash[i] == OutHash::kDeviceBatch) return;  // hashed in its batch
     uint64_t h = 0;
-    if (r.out_on_device[i]) {  // device_direct: peers read it from the published device copy
+    if (r.out_hash[i] == OutHash::kDevice) {  // device_direct: peers read it from the published device copy
       Result<uint64_t> on_device = HashPublishedOnDevice(r, i);
       if (!on_device.ok()) return fail(on_device.status(), c);
       h = *on_device;

@@ -181,6 +181,13 @@ struct DeviceLayout {
   std::optional<uint64_t> OffsetOf(uint64_t at, uint64_t length) const;
 };
 
+// Where a source's Publish hashes an out chunk.
+enum class OutHash : uint8_t {
+  kArena,        // in the arena (no device_direct; converted, quantised or compressed)
+  kDevice,       // in the published device copy, alone
+  kDeviceBatch,  // in the published device copy, with its neighbours (DeviceHashBatch)
+};
+
 // Consecutive chunks of one step that lie one after the other in a source's published device copy,
 // all but the last of one size: hashed in one DeviceMemory::ChunkHashes call (one kernel on a GPU)
 // instead of one call each.
@@ -270,11 +277,12 @@ struct PlanRank::Impl {
   // before the memory), and per incoming chunk, 1 where it lands there.
   std::array<std::unique_ptr<MemoryRegion>, 2> device_regions;
   std::vector<uint8_t> direct_chunks;
-  // A source's device_direct: per out chunk, 1 where Publish hashes it in the published device copy
-  // (its runs are in shards as they are, it is not compressed), 2 where it does so in one of
-  // out_device_batches; per shard, 1 where host work reads it from the arena (a conversion, a
-  // quantised band, a compressed chunk), so Publish copies it there too.
-  std::vector<uint8_t> out_on_device, host_shards;
+  // A source's device_direct: per out chunk, where Publish hashes it (on the device where its runs
+  // are in shards as they are and it is not compressed); per shard, 1 where host work reads it
+  // from the arena (a conversion, a quantised band, a compressed chunk), so Publish copies it
+  // there too.
+  std::vector<plan_rank_internal::OutHash> out_hash;
+  std::vector<uint8_t> host_shards;
   std::vector<plan_rank_internal::DeviceHashBatch> out_device_batches;
   uint64_t published_on_device = 0;  // bytes the last Publish copied on the device
   // A destination's: the sources that publish a device copy, its key and where their shards are in it.
@@ -342,10 +350,10 @@ Result<std::array<std::unique_ptr<MemoryRegion>, 2>> RegisterDeviceCopies(const 
 // device copies are registered and the bands mapped to their chunks; starts the verifier.
 void MapDirectChunks(PlanRank::Impl& r);
 // A source's device_direct: which out chunks Publish hashes on the device and which shards it copies
-// to the arena as well (out_on_device, host_shards).
+// to the arena as well (out_hash, host_shards).
 void MapPublishedOnDevice(PlanRank::Impl& r);
 // A source's device_direct, in Publish once the device copy holds the version: the hash of out
-// chunk i there (out_on_device[i] == 1), or of each chunk of batch b, written to their entries.
+// chunk i there (OutHash::kDevice), or of each chunk of batch b, written to their entries.
 Result<uint64_t> HashPublishedOnDevice(PlanRank::Impl& r, size_t i);
 Status HashPublishedBatch(PlanRank::Impl& r, size_t b);
 // xxh3-64 of direct chunk c as it landed in device copy `copy`, computed on the device.
