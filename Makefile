@@ -21,7 +21,9 @@ $(BUILD)/build.ninja:
 build: setup $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j$(JOBS)
 
-demo: build
+# Only what the demo runs: the weightport command and the libraries it links.
+demo: setup $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j$(JOBS) --target weightport_cli
 	./$(BUILD)/weightport demo
 
 # Every test: unit tests, Python cross-checks, the sanitizer build, and each fuzzer for FUZZ_SECONDS.

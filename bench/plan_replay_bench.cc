@@ -20,7 +20,7 @@
 
 #include "bench_util.h"
 #include "weightport/core/placement_builders.h"
-#include "weightport/engine/plan_rank.h"
+#include "weightport/engine/rank/plan_rank.h"
 #include "weightport/format/synthetic_model.h"
 #include "weightport/plan/planner.h"
 #include "weightport/transport/fake_transport.h"

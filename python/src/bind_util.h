@@ -8,8 +8,8 @@
 #include <map>
 #include <string>
 
+#include "weightport/control/auth.h"
 #include "weightport/core/status.h"
-#include "weightport/engine/control_auth.h"
 
 namespace weightport::python {
 

@@ -19,7 +19,7 @@
 
 #include "bind_util.h"
 #include "weightport/core/dtype.h"
-#include "weightport/engine/plan_session.h"
+#include "weightport/engine/session/plan_session.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;

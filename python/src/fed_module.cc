@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "bind_util.h"
-#include "weightport/engine/fed.h"
+#include "weightport/engine/fed/fed.h"
 
 namespace weightport::python {
 namespace {

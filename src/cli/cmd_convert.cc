@@ -3,9 +3,9 @@
 #include <iostream>
 #include <memory>
 
-#include "../format/model_files.h"
 #include "cli_common.h"
 #include "weightport/format/checkpoint.h"
+#include "weightport/format/model_files.h"
 #include "weightport/format/safetensors.h"
 
 namespace weightport::cli {

@@ -19,7 +19,7 @@
 #include "demo_reshard.h"
 #include "publish_loop.h"
 #include "teleport_common.h"
-#include "weightport/engine/versioned_store.h"
+#include "weightport/engine/pubsub/versioned_store.h"
 
 namespace weightport::cli {
 namespace {

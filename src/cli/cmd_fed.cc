@@ -10,7 +10,7 @@
 
 #include "cli_common.h"
 #include "teleport_common.h"
-#include "weightport/engine/fed.h"
+#include "weightport/engine/fed/fed.h"
 #include "weightport/kernels/convert.h"
 
 namespace weightport::cli {

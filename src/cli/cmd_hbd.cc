@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
-#include "core/json_util.h"
+#include "weightport/core/json_util.h"
 #include "weightport/sim/hbd/charts.h"
 #include "weightport/sim/hbd/cluster_eval.h"
 #include "weightport/sim/hbd/cost_model.h"

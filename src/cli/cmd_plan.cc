@@ -8,10 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
-#include "core/json_util.h"
 #include "plan_inputs.h"
 #include "plan_report.h"
 #include "teleport_common.h"
+#include "weightport/core/json_util.h"
 #include "weightport/format/synthetic_model.h"
 #include "weightport/plan/planner.h"
 

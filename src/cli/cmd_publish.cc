@@ -4,7 +4,7 @@
 #include "cli_common.h"
 #include "publish_loop.h"
 #include "teleport_common.h"
-#include "weightport/engine/metrics.h"
+#include "weightport/control/metrics.h"
 
 namespace weightport::cli {
 namespace {

@@ -11,7 +11,7 @@
 #include "plan_inputs.h"
 #include "reshard_common.h"
 #include "reshard_run.h"
-#include "weightport/engine/reshard.h"
+#include "weightport/engine/session/reshard.h"
 
 namespace weightport::cli {
 namespace {

@@ -7,8 +7,8 @@
 
 #include "cli_common.h"
 #include "teleport_common.h"
-#include "weightport/engine/coordinator.h"
-#include "weightport/engine/metrics.h"
+#include "weightport/control/metrics.h"
+#include "weightport/engine/pubsub/coordinator.h"
 
 namespace weightport::cli {
 namespace {

@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
-#include "core/json_util.h"
 #include "teleport_common.h"
 #include "topology_args.h"
+#include "weightport/core/json_util.h"
 #include "weightport/sim/scenarios.h"
 #include "weightport/sim/simulator.h"
 

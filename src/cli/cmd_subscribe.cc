@@ -10,7 +10,7 @@
 
 #include "cli_common.h"
 #include "teleport_common.h"
-#include "weightport/engine/subscriber.h"
+#include "weightport/engine/pubsub/subscriber.h"
 #include "weightport/format/safetensors.h"
 
 namespace weightport::cli {

@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
-#include "core/json_util.h"
 #include "topology_args.h"
+#include "weightport/core/json_util.h"
 #include "weightport/topology/presets.h"
 #include "weightport/topology/render.h"
 #include "weightport/topology/routing.h"

@@ -3,10 +3,10 @@
 #include <iostream>
 
 #include "cli_common.h"
-#include "core/json_util.h"
 #include "reshard_run.h"
+#include "weightport/control/channel.h"
+#include "weightport/core/json_util.h"
 #include "weightport/core/placement_builders.h"
-#include "weightport/engine/control_channel.h"
 
 namespace weightport::cli {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/json_util.h"
+#include "weightport/core/json_util.h"
 #include "weightport/core/manifest.h"
 #include "weightport/core/placement_builders.h"
 #include "weightport/plan/quantized.h"

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "weightport/core/status.h"
-#include "weightport/engine/publisher.h"
+#include "weightport/engine/pubsub/publisher.h"
 
 namespace weightport::cli {
 

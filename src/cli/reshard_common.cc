@@ -6,8 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/json_util.h"
 #include "plan_inputs.h"
+#include "weightport/core/json_util.h"
 #include "weightport/core/placement.h"
 #include "weightport/format/safetensors.h"
 #include "weightport/kernels/convert.h"

@@ -8,8 +8,8 @@
 #include <optional>
 
 #include "cli_common.h"
+#include "weightport/control/channel.h"
 #include "weightport/cuda/device_memory.h"
-#include "weightport/engine/control_channel.h"
 #include "weightport/transport/progress_loop.h"
 
 namespace weightport::cli {

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "reshard_common.h"
-#include "weightport/engine/reshard.h"
+#include "weightport/engine/session/reshard.h"
 
 namespace weightport::cli {
 

@@ -12,11 +12,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include "weightport/control/auth.h"
+#include "weightport/control/metrics.h"
 #include "weightport/core/status.h"
 #include "weightport/core/tensor_meta.h"
-#include "weightport/engine/control_auth.h"
-#include "weightport/engine/metrics.h"
-#include "weightport/engine/session.h"
+#include "weightport/engine/common/transport_factory.h"
 
 namespace weightport::cli {
 

@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "core/json_util.h"
+#include "weightport/core/json_util.h"
 #include "weightport/topology/presets.h"
 
 namespace weightport::cli {

@@ -1,4 +1,4 @@
-#include "json_util.h"
+#include "weightport/core/json_util.h"
 
 #include <cerrno>
 #include <cstdio>

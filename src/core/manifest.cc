@@ -2,8 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "json_util.h"
 #include "weightport/core/hash.h"
+#include "weightport/core/json_util.h"
 
 namespace weightport {
 

@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "json_util.h"
+#include "weightport/core/json_util.h"
 #include "weightport/core/placement.h"
 
 namespace weightport {

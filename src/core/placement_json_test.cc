@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "json_util.h"
+#include "weightport/core/json_util.h"
 #include "weightport/core/placement.h"
 #include "weightport/core/placement_builders.h"
 

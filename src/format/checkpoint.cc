@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/json_util.h"
+#include "weightport/core/json_util.h"
 
 namespace weightport {
 namespace {

@@ -1,4 +1,4 @@
-#include "model_files.h"
+#include "weightport/format/model_files.h"
 
 #include <filesystem>
 #include <system_error>

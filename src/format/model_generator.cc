@@ -1,7 +1,7 @@
 #include <vector>
 
-#include "model_files.h"
 #include "weightport/format/checkpoint.h"
+#include "weightport/format/model_files.h"
 #include "weightport/format/safetensors.h"
 #include "weightport/format/synthetic_model.h"
 

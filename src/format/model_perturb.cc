@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "float_bits.h"
-#include "model_files.h"
 #include "weightport/format/checkpoint.h"
+#include "weightport/format/model_files.h"
 #include "weightport/format/safetensors.h"
 #include "weightport/format/synthetic_model.h"
 

@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/json_util.h"
+#include "weightport/core/json_util.h"
 #include "weightport/format/safetensors.h"
 
 namespace weightport {

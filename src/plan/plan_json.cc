@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/json_util.h"
+#include "weightport/core/json_util.h"
 #include "weightport/plan/plan.h"
 #include "weightport/plan/planner.h"
 #include "weightport/plan/quantized.h"

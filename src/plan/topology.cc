@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/json_util.h"
+#include "weightport/core/json_util.h"
 
 namespace weightport {
 namespace {

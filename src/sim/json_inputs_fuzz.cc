@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/json_util.h"
+#include "weightport/core/json_util.h"
 #include "weightport/core/placement.h"
 #include "weightport/plan/plan.h"
 #include "weightport/plan/topology.h"

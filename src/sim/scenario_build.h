@@ -6,9 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "topology/preset_params.h"
 #include "weightport/core/placement.h"
 #include "weightport/sim/scenarios.h"
+#include "weightport/topology/preset_params.h"
 
 namespace weightport::sim {
 

@@ -5,10 +5,10 @@
 
 #include "sim/scenario_build.h"
 #include "sim/scenario_models.h"
-#include "topology/preset_params.h"
 #include "weightport/core/placement_builders.h"
 #include "weightport/plan/graph_topology.h"
 #include "weightport/plan/planner.h"
+#include "weightport/topology/preset_params.h"
 #include "weightport/topology/presets.h"
 
 namespace weightport::sim {

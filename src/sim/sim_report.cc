@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <string>
 
-#include "topology/render_internal.h"
 #include "weightport/sim/simulator.h"
+#include "weightport/topology/render.h"
 
 namespace weightport::sim {
 
@@ -134,7 +134,7 @@ std::string TimelineSvg(const SimResult& result, std::string_view title) {
       w, h);
   svg += buf;
   std::snprintf(buf, sizeof buf, "<text x=\"%.0f\" y=\"22\" font-size=\"14\">", left);
-  svg += buf + topology::internal::XmlEscape(std::string(title)) + "</text>\n";
+  svg += buf + topology::XmlEscape(std::string(title)) + "</text>\n";
   // Axes with five ticks each.
   std::snprintf(buf, sizeof buf,
                 "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n"

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "core/json_util.h"
+#include "weightport/core/json_util.h"
 #include "weightport/topology/graph.h"
 
 namespace weightport::topology {

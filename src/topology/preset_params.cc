@@ -1,4 +1,4 @@
-#include "topology/preset_params.h"
+#include "weightport/topology/preset_params.h"
 
 #include <cmath>
 

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "topology/dcn.h"
-#include "topology/preset_params.h"
+#include "weightport/topology/preset_params.h"
 #include "weightport/topology/presets.h"
 
 namespace weightport::topology::internal {

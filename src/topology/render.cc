@@ -53,33 +53,6 @@ const char* KindColor(NodeKind kind, const char* unknown) {
   return unknown;
 }
 
-std::string XmlEscape(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
 std::string FormatNumber(double x) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f", x);
@@ -168,6 +141,33 @@ Drawing SelectForDrawing(const Graph& graph, const DrawOptions& options) {
 }
 
 }  // namespace internal
+
+std::string XmlEscape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
 
 nlohmann::json Summarize(const Graph& graph) {
   const auto& nodes = graph.nodes();

@@ -25,8 +25,7 @@ Drawing SelectForDrawing(const Graph& graph, const DrawOptions& options);
 
 // The fill colour of a node of this kind ("#b7e1a1" for a GPU ...); `unknown` for any other value.
 const char* KindColor(NodeKind kind, const char* unknown);
-// &, <, >, " and ' as entities.
-std::string XmlEscape(const std::string& s);
+using topology::XmlEscape;  // public: render.h
 // A number without trailing zeros ("3600", "1800", "133.33").
 std::string FormatNumber(double x);
 

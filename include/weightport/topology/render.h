@@ -23,4 +23,7 @@ struct DrawOptions {
 std::string ToDot(const Graph& graph, const DrawOptions& options = {});
 std::string ToSvg(const Graph& graph, const DrawOptions& options = {});
 
+// &, <, >, " and ' as entities: text for an SVG or XML document.
+std::string XmlEscape(const std::string& s);
+
 }  // namespace weightport::topology

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "topology/render_internal.h"
+#include "weightport/topology/render.h"
 
 namespace weightport::sim::hbd {
 namespace {
@@ -11,7 +11,7 @@ namespace {
 constexpr const char* kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd",
                                     "#8c564b", "#e377c2", "#17becf"};
 
-std::string Escape(std::string_view text) { return topology::internal::XmlEscape(std::string(text)); }
+std::string Escape(std::string_view text) { return topology::XmlEscape(std::string(text)); }
 
 std::string Format(const char* fmt, auto... args) {
   char buf[512];

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "core/json_util.h"
+#include "weightport/core/json_util.h"
 
 namespace weightport::sim::hbd {
 namespace {

@@ -6,7 +6,7 @@
 #include <random>
 #include <unordered_map>
 
-#include "core/json_util.h"
+#include "weightport/core/json_util.h"
 
 namespace weightport::sim::hbd {
 namespace {

@@ -1,0 +1,112 @@
+// FetchExecutor: pulls a list of chunks from one peer's registered memory into local registered
+// memory with one-sided Gets, verifies each chunk's xxh3-64 against the manifest, and fetches a
+// corrupt chunk again.
+//
+// Flow control: at most `window` Gets in flight on the connection. The window shrinks by half when
+// the transport reports congestion (kResourceExhausted) and grows back by one per verified chunk
+// (additive increase, multiplicative decrease). A failed or corrupt chunk is retried after an
+// exponential backoff, up to max_attempts; a lost peer fails the whole fetch at once. Errors name
+// the chunk (tensor and index) and the peer.
+//
+// Verification runs on options.verifier's threads when given, overlapped with the next Gets.
+//
+// The executor reports exactly once, through `done`, and only after no Get it started is still in
+// flight and no hash check is pending — so the caller may reuse or free the local memory as soon as `done`
+// runs.
+//
+// Thread-safety: Start, Cancel and every callback run on the ProgressLoop thread that owns the
+// connection's transport (use loop.Post to start from elsewhere).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "weightport/core/status.h"
+#include "weightport/engine/common/worker_pool.h"
+#include "weightport/transport/progress_loop.h"
+#include "weightport/transport/transport.h"
+
+namespace weightport {
+
+struct ChunkFetch {
+  uint64_t remote_offset = 0;  // in the peer's region
+  uint64_t local_offset = 0;   // in the local region
+  uint64_t length = 0;
+  uint64_t xxh3 = 0;  // expected hash of the bytes
+  std::string what;   // "tensor 'model.norm.weight' chunk 0", for errors
+};
+
+struct FetchOptions {
+  size_t window = 32;    // max Gets in flight
+  int max_attempts = 4;  // per chunk: the first try and three more
+  std::chrono::milliseconds backoff_initial{2};
+  std::chrono::milliseconds backoff_max{500};
+  std::chrono::milliseconds timeout{60'000};  // for the whole fetch
+  bool verify = true;
+  // Threads that verify hashes while the loop thread keeps copying, so that verification overlaps
+  // the next chunks' transfer instead of following each one. Null: verify on the loop thread. The
+  // caller keeps the pool alive beyond the executor (it is shared by successive fetches).
+  std::shared_ptr<WorkerPool> verifier;
+};
+
+struct FetchStats {
+  uint64_t chunks = 0;
+  uint64_t bytes = 0;
+  uint64_t corrupt_refetched = 0;  // chunks whose hash did not match, fetched again
+  uint64_t errors_retried = 0;     // Gets that failed and were retried
+  uint64_t congestion_events = 0;
+  size_t min_window = 0;
+  std::chrono::nanoseconds elapsed{0};
+};
+
+class FetchExecutor : public std::enable_shared_from_this<FetchExecutor> {
+ public:
+  using DoneFn = std::function<void(const Status&, const FetchStats&)>;
+
+  // Starts fetching; must be called on `loop`'s thread. `local` must stay registered until done.
+  static std::shared_ptr<FetchExecutor> Start(ProgressLoop& loop, std::shared_ptr<Connection> connection,
+                                              const MemoryRegion& local, RemoteKey remote,
+                                              std::vector<ChunkFetch> chunks, FetchOptions options,
+                                              DoneFn done);
+
+  // Stops issuing Gets and reports kCancelled once those in flight have completed.
+  void Cancel(const std::string& reason);
+
+ private:
+  FetchExecutor(ProgressLoop& loop, std::shared_ptr<Connection> connection, const MemoryRegion& local,
+                RemoteKey remote, std::vector<ChunkFetch> chunks, FetchOptions options, DoneFn done);
+  void Issue();
+  void OnComplete(size_t index, const Status& status);
+  void OnVerified(size_t index, bool match);
+  void Retry(size_t index, const Status& why);
+  void Fail(Status status);
+  void MaybeFinish();
+
+  ProgressLoop& loop_;
+  std::shared_ptr<Connection> connection_;
+  const MemoryRegion& local_;
+  const RemoteKey remote_;
+  const std::vector<ChunkFetch> chunks_;
+  const FetchOptions options_;
+  DoneFn done_;
+
+  std::deque<size_t> queue_;  // chunks waiting to be issued
+  std::vector<int> attempts_;
+  size_t in_flight_ = 0;  // Gets issued and not completed
+  size_t hashing_ = 0;    // chunks landed whose hash the pool is checking
+  size_t window_;
+  size_t verified_ = 0;
+  Status failure_;  // first failure; once set nothing new is issued
+  bool failed_ = false;
+  bool reported_ = false;
+  std::chrono::steady_clock::time_point start_;
+  FetchStats stats_;
+  std::shared_ptr<FetchExecutor> keep_alive_;  // set from Start until the report: callers may drop theirs
+};
+
+}  // namespace weightport

@@ -1,0 +1,288 @@
+#include "weightport/control/channel.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "socket.h"
+
+namespace weightport {
+
+using control_internal::Deadline;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+constexpr auto kRefusalSendTimeout = std::chrono::milliseconds(200);
+// A receive buffer this large is released after its frame instead of kept for the next one.
+constexpr size_t kKeepBufferBytes = 1 << 20;
+
+Status CheckName(std::string_view name, std::string_view what) {
+  // Names travel in Hello/Welcome; the strict decoder is the one definition of a valid name.
+  Status status = HelloMsg::Decode(HelloMsg{PeerRole::kObserver, std::string(name)}.Encode()).status();
+  if (!status.ok())
+    return InvalidArgument(std::string(what) + " '" + std::string(name) + "': " + status.message());
+  return Status::Ok();
+}
+}  // namespace
+
+// The two halves of the handshake (control_auth.h), run on a fresh channel before it is returned.
+struct ControlHandshake {
+  // Reads the next handshake frame, which must be `type`; a Refused frame ends the handshake.
+  static Result<Frame> Expect(ControlChannel& ch, MessageType type, Clock::time_point deadline) {
+    WP_ASSIGN_OR_RETURN(Frame frame, ch.ReadFrame(kHandshakeKey, deadline));
+    if (frame.type == MessageType::kRefused) {
+      Result<RefusedMsg> refused = RefusedMsg::Decode(frame.payload);
+      std::string reason = refused.ok() ? refused->reason : "(malformed Refused message)";
+      ch.Log(ch.peer_ + " refused the connection: " + reason);
+      ch.Close();
+      return PermissionDenied(ch.peer_ + " refused the connection: " + reason);
+    }
+    if (frame.type != type) {
+      return ch.Refuse(InvalidArgument("expected " + std::string(MessageTypeName(type)) + ", got " +
+                                       std::string(MessageTypeName(frame.type))),
+                       true, kHandshakeKey);
+    }
+    return frame;
+  }
+
+  static Status Server(ControlChannel& ch, std::string_view name, const Secret& secret) {
+    const auto deadline = Clock::now() + ch.options_.handshake_timeout;
+    WP_ASSIGN_OR_RETURN(Frame frame, Expect(ch, MessageType::kHello, deadline));
+    Result<HelloMsg> hello = HelloMsg::Decode(frame.payload);
+    if (!hello.ok()) return ch.Refuse(hello.status(), true, kHandshakeKey);
+    ch.peer_name_ = hello->name;
+    ch.peer_role_ = hello->role;
+    ch.peer_ = std::string(PeerRoleName(hello->role)) + " '" + hello->name + "' at " + ch.peer_address_;
+
+    WP_ASSIGN_OR_RETURN(Nonce server_nonce, RandomNonce());
+    WP_RETURN_IF_ERROR(
+        ch.WriteFrame(MessageType::kChallenge, ChallengeMsg{server_nonce}.Encode(), kHandshakeKey, deadline));
+    WP_ASSIGN_OR_RETURN(frame, Expect(ch, MessageType::kProof, deadline));
+    Result<ProofMsg> proof = ProofMsg::Decode(frame.payload);
+    if (!proof.ok()) return ch.Refuse(proof.status(), true, kHandshakeKey);
+    WP_ASSIGN_OR_RETURN(Digest expected, ClientProof(secret, server_nonce, proof->client_nonce, hello->name));
+    if (!ConstantTimeEqual(expected, proof->proof)) {
+      return ch.Refuse(PermissionDenied("wrong proof: the peer does not know the shared secret"), true,
+                       kHandshakeKey);
+    }
+    WelcomeMsg welcome{std::string(name), {}};
+    WP_ASSIGN_OR_RETURN(welcome.server_proof, ServerProof(secret, proof->client_nonce, server_nonce, name));
+    WP_RETURN_IF_ERROR(ch.WriteFrame(MessageType::kWelcome, welcome.Encode(), kHandshakeKey, deadline));
+    WP_ASSIGN_OR_RETURN(ch.session_key_, SessionKey(secret, server_nonce, proof->client_nonce));
+    return Status::Ok();
+  }
+
+  static Status Client(ControlChannel& ch, std::string_view name, PeerRole role, const Secret& secret,
+                       Clock::time_point deadline) {
+    WP_RETURN_IF_ERROR(ch.WriteFrame(MessageType::kHello, HelloMsg{role, std::string(name)}.Encode(),
+                                     kHandshakeKey, deadline));
+    WP_ASSIGN_OR_RETURN(Frame frame, Expect(ch, MessageType::kChallenge, deadline));
+    Result<ChallengeMsg> challenge = ChallengeMsg::Decode(frame.payload);
+    if (!challenge.ok()) return ch.Refuse(challenge.status(), true, kHandshakeKey);
+
+    ProofMsg proof;
+    WP_ASSIGN_OR_RETURN(proof.client_nonce, RandomNonce());
+    WP_ASSIGN_OR_RETURN(proof.proof, ClientProof(secret, challenge->server_nonce, proof.client_nonce, name));
+    WP_RETURN_IF_ERROR(ch.WriteFrame(MessageType::kProof, proof.Encode(), kHandshakeKey, deadline));
+    WP_ASSIGN_OR_RETURN(frame, Expect(ch, MessageType::kWelcome, deadline));
+    Result<WelcomeMsg> welcome = WelcomeMsg::Decode(frame.payload);
+    if (!welcome.ok()) return ch.Refuse(welcome.status(), true, kHandshakeKey);
+    ch.peer_name_ = welcome->server_name;
+    ch.peer_ = "coordinator '" + welcome->server_name + "' at " + ch.peer_address_;
+    // The server must prove itself too, or a rogue coordinator could feed us plans and manifests.
+    WP_ASSIGN_OR_RETURN(Digest expected, ServerProof(secret, proof.client_nonce, challenge->server_nonce,
+                                                     welcome->server_name));
+    if (!ConstantTimeEqual(expected, welcome->server_proof)) {
+      return ch.Refuse(
+          PermissionDenied("wrong server proof: the coordinator does not know the shared secret"), true,
+          kHandshakeKey);
+    }
+    WP_ASSIGN_OR_RETURN(ch.session_key_, SessionKey(secret, challenge->server_nonce, proof.client_nonce));
+    return Status::Ok();
+  }
+};
+
+ControlChannel::ControlChannel(int fd, std::string peer_address, ControlOptions options)
+    : fd_(fd), peer_address_(std::move(peer_address)), options_(std::move(options)) {}
+
+ControlChannel::~ControlChannel() {
+  Close();
+  if (fd_ >= 0) close(fd_);
+}
+
+void ControlChannel::Close() {
+  // shutdown, not close: another thread may be inside Send or Receive on this descriptor, and a
+  // closed number could be reused by an unrelated file. The destructor closes it.
+  if (!closed_.exchange(true) && fd_ >= 0) shutdown(fd_, SHUT_RDWR);
+}
+
+Status ControlChannel::Goodbye(std::chrono::milliseconds timeout) {
+  Status status = Send(ByeMsg{});
+  const auto deadline = Clock::now() + timeout;
+  while (status.ok()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      status = Timeout(peer_ + " did not close the connection within " + std::to_string(timeout.count()) +
+                       " ms of Bye");
+      break;
+    }
+    Result<ControlMessage> m = Receive(left);
+    if (!m.ok() && m.status().code() != StatusCode::kTimeout) break;  // the peer closed: done
+  }
+  Close();
+  return status;
+}
+
+void ControlChannel::Log(const std::string& line) const {
+  if (options_.log) options_.log(line);
+}
+
+Status ControlChannel::Refuse(const Status& why, bool tell_peer, ByteView key) {
+  Status named(why.code(), peer_ + ": " + why.message());
+  if (refused_.exchange(true)) return named;
+  Log("refused " + peer_ + ": " + why.message());
+  if (tell_peer && !closed_.load()) {
+    // Authentication failures tell the peer no more than that.
+    std::string reason = why.code() == StatusCode::kPermissionDenied && key.data() == kHandshakeKey.data()
+                             ? "authentication failed"
+                             : why.message();
+    std::lock_guard<std::mutex> lock(send_mu_);
+    WriteFrame(MessageType::kRefused, RefusedMsg{reason}.Encode(), key, Clock::now() + kRefusalSendTimeout)
+        .IgnoreError();
+  }
+  Close();
+  return named;
+}
+
+Status ControlChannel::WriteFrame(MessageType type, ByteView payload, ByteView key,
+                                  Clock::time_point deadline) {
+  WP_ASSIGN_OR_RETURN(Bytes frame, EncodeFrame(type, send_seq_, payload, key));
+  Status status = control_internal::SendAll(fd_, frame, Deadline(deadline), peer_);
+  // Part of a frame may be on the wire: the sending stream cannot be resumed. The receiving one
+  // is left open: a peer that refused this end sent its reason before closing, and a Send racing
+  // with that close (a heartbeat) must not throw the reason away unread.
+  if (!status.ok()) {
+    if (!send_closed_.exchange(true) && fd_ >= 0) shutdown(fd_, SHUT_WR);
+    return status;
+  }
+  ++send_seq_;
+  return Status::Ok();
+}
+
+Result<Frame> ControlChannel::ReadFrame(ByteView key, Clock::time_point deadline) {
+  const Deadline until(deadline);
+  auto fill = [&](size_t want) -> Status {
+    while (rlen_ < want) {
+      Result<size_t> n =
+          control_internal::RecvSome(fd_, std::span(rbuf_).subspan(rlen_, want - rlen_), until, peer_);
+      if (!n.ok()) {
+        if (n.status().code() == StatusCode::kTimeout) return n.status();  // resumable
+        Close();
+        if (n.status().code() == StatusCode::kUnavailable && rlen_ > 0) {
+          return Unavailable(n.status().message() + " mid-frame (" + std::to_string(rlen_) + " of " +
+                             std::to_string(want) + " bytes)");
+        }
+        return n.status();
+      }
+      rlen_ += *n;
+    }
+    return Status::Ok();
+  };
+  if (rbuf_.size() < kFrameHeaderSize) rbuf_.resize(kFrameHeaderSize);
+  WP_RETURN_IF_ERROR(fill(kFrameHeaderSize));
+  // The length is checked here, before the buffer grows to hold the payload.
+  Result<FrameHeader> header =
+      DecodeFrameHeader(std::span(rbuf_).first(kFrameHeaderSize), options_.max_payload);
+  if (!header.ok()) return Refuse(header.status(), true, key);
+  const size_t total = kFrameHeaderSize + size_t{header->payload_size} + kFrameMacSize;
+  if (rbuf_.size() != total) rbuf_.resize(total);
+  WP_RETURN_IF_ERROR(fill(total));
+  Result<Frame> frame = DecodeFrame(rbuf_, key, recv_seq_, options_.max_payload);
+  rlen_ = 0;
+  if (rbuf_.capacity() > kKeepBufferBytes) Bytes().swap(rbuf_);
+  if (!frame.ok()) return Refuse(frame.status(), true, key);
+  ++recv_seq_;
+  return frame;
+}
+
+Status ControlChannel::Send(MessageType type, ByteView payload) {
+  if (closed_.load() || send_closed_.load()) return FailedPrecondition(peer_ + ": channel is closed");
+  if (payload.size() > options_.max_payload) {
+    return InvalidArgument(peer_ + ": " + std::string(MessageTypeName(type)) + " payload of " +
+                           std::to_string(payload.size()) + " bytes exceeds the " +
+                           std::to_string(options_.max_payload) + "-byte limit");
+  }
+  std::lock_guard<std::mutex> lock(send_mu_);
+  return WriteFrame(type, payload, session_key_, Clock::now() + options_.send_timeout);
+}
+
+Result<ControlMessage> ControlChannel::Receive(std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(recv_mu_);
+  if (closed_.load()) return FailedPrecondition(peer_ + ": channel is closed");
+  WP_ASSIGN_OR_RETURN(Frame frame, ReadFrame(session_key_, Clock::now() + timeout));
+  if (frame.type == MessageType::kRefused) {
+    Result<RefusedMsg> refused = RefusedMsg::Decode(frame.payload);
+    std::string reason = refused.ok() ? refused->reason : "(malformed Refused message)";
+    Log(peer_ + " refused the connection: " + reason);
+    Close();
+    return PermissionDenied(peer_ + " refused the connection: " + reason);
+  }
+  return ControlMessage{frame.type, std::move(frame.payload)};
+}
+
+Result<std::unique_ptr<ControlChannel>> ControlChannel::Connect(std::string_view address,
+                                                                std::string_view name, PeerRole role,
+                                                                const Secret& secret,
+                                                                std::chrono::milliseconds timeout,
+                                                                ControlOptions options) {
+  WP_RETURN_IF_ERROR(CheckName(name, "client name"));
+  const auto deadline = Clock::now() + timeout;
+  WP_ASSIGN_OR_RETURN(control_internal::Connected conn,
+                      control_internal::ConnectTcp(address, Deadline(deadline)));
+  std::unique_ptr<ControlChannel> ch(new ControlChannel(conn.fd.Release(), conn.address, std::move(options)));
+  ch->peer_ = "coordinator at " + ch->peer_address_;
+  Status status = ControlHandshake::Client(*ch, name, role, secret, deadline);
+  if (!status.ok()) {
+    if (!ch->refused_.load()) ch->Log("handshake with " + ch->peer_ + " failed: " + status.message());
+    return status;
+  }
+  return ch;
+}
+
+ControlListener::ControlListener(int fd, std::string address, uint16_t port, std::string name, Secret secret,
+                                 ControlOptions options)
+    : fd_(fd),
+      address_(std::move(address)),
+      port_(port),
+      name_(std::move(name)),
+      secret_(std::move(secret)),
+      options_(std::move(options)) {}
+
+ControlListener::~ControlListener() {
+  if (fd_ >= 0) close(fd_);
+}
+
+Result<std::unique_ptr<ControlListener>> ControlListener::Listen(std::string_view host, uint16_t port,
+                                                                 std::string_view name, const Secret& secret,
+                                                                 ControlOptions options) {
+  WP_RETURN_IF_ERROR(CheckName(name, "coordinator name"));
+  WP_ASSIGN_OR_RETURN(control_internal::Listening listening, control_internal::ListenTcp(host, port));
+  std::unique_ptr<ControlListener> listener(new ControlListener(listening.fd.Release(), listening.address,
+                                                                listening.port, std::string(name), secret,
+                                                                std::move(options)));
+  return listener;
+}
+
+Result<std::unique_ptr<ControlChannel>> ControlListener::Accept(std::chrono::milliseconds timeout) {
+  WP_ASSIGN_OR_RETURN(control_internal::Connected conn,
+                      control_internal::AcceptTcp(fd_, Deadline(timeout), address_));
+  std::unique_ptr<ControlChannel> ch(new ControlChannel(conn.fd.Release(), conn.address, options_));
+  ch->peer_ = "peer at " + ch->peer_address_;
+  Status status = ControlHandshake::Server(*ch, name_, secret_);
+  if (!status.ok()) {
+    if (!ch->refused_.load()) ch->Log("handshake with " + ch->peer_ + " failed: " + status.message());
+    return status;
+  }
+  return ch;
+}
+
+}  // namespace weightport

@@ -1,0 +1,104 @@
+// Internals of the Coordinator shared by coordinator.cc (threads, peers) and coordinator_updates.cc
+// (the version state machine). Everything below `mu` is guarded by it.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "weightport/core/manifest.h"
+#include "weightport/engine/pubsub/coordinator.h"
+
+namespace weightport {
+
+struct CoordinatorPeer {
+  uint64_t id = 0;
+  PeerRole role = PeerRole::kObserver;
+  std::string name;
+  std::unique_ptr<ControlChannel> channel;
+  std::chrono::steady_clock::time_point last_seen;
+  std::vector<std::string> wanted;  // tensors a subscriber asked for; empty: all
+  uint64_t keys_epoch_sent = 0;     // RegionKeys epoch this subscriber has seen
+  bool gone = false;                // removed; its threads are ending
+  // Messages waiting for the writer thread, so that no send ever blocks while `mu` is held (a peer
+  // that stops reading would otherwise stall the whole coordinator).
+  std::deque<std::pair<MessageType, Bytes>> outbox;
+  std::condition_variable outbox_cv;
+  std::thread reader, writer;
+};
+
+struct CoordinatorUpdate {
+  uint64_t version = 0;
+  std::vector<uint64_t> members;  // peer ids, in join order
+  std::set<uint64_t> verified;
+  std::chrono::steady_clock::time_point began;
+};
+
+struct Coordinator::Impl {
+  CoordinatorOptions options;
+  std::unique_ptr<ControlListener> listener;
+  std::thread acceptor;
+  std::atomic<bool> stopping{false};
+
+  mutable std::mutex mu;
+  std::condition_variable cv;  // subscribers joined, versions decided or reported
+  uint64_t next_peer_id = 1;
+  std::map<uint64_t, std::unique_ptr<CoordinatorPeer>> peers;
+  std::vector<std::unique_ptr<CoordinatorPeer>> retired;  // removed peers whose threads await joining
+  std::optional<uint64_t> publisher;                      // peer id
+  Bytes region_keys;                                      // the publisher's last RegionKeys payload
+  uint64_t keys_epoch = 0;                                // bumped on each RegionKeys
+  std::optional<Manifest> manifest;                       // the publisher's last Manifest
+  std::string manifest_json;
+  uint64_t last_committed = 0;
+  std::optional<CoordinatorUpdate> update;  // the version in flight
+  std::map<uint64_t, VersionReport> reports;
+
+  // --- coordinator.cc
+  void AcceptLoop();
+  void ReadLoop(CoordinatorPeer* peer);
+  // Sends the peer's outbox in order; once the peer is removed, sends what is left (a Refused or an
+  // Abort telling it why) and closes its channel.
+  void WriteLoop(CoordinatorPeer* peer);
+  void Log(const std::string& line) const;
+  size_t SubscriberCount() const;       // requires mu
+  void PublishSubscriberCount() const;  // sets the weightport_subscribers gauge; requires mu
+  void Count(std::string_view metric, const std::string& peer, double delta = 1) const;
+  // Queues a message for one peer (requires mu); a failed send later marks it lost.
+  void SendTo(CoordinatorPeer& peer, MessageType type, const Bytes& payload);
+  template <typename M>
+  void SendTo(CoordinatorPeer& peer, const M& message) {
+    SendTo(peer, M::kType, message.Encode());
+  }
+  // Removes a peer: aborts the update it is a member of; its writer then closes its channel
+  // (requires mu).
+  void RemovePeer(CoordinatorPeer& peer, const std::string& why, bool lost);
+  void CheckDeadlines();               // requires mu
+  void Heartbeat();                    // requires mu
+  CoordinatorPeer* Find(uint64_t id);  // requires mu; null when gone
+
+  // --- coordinator_updates.cc (each requires mu)
+  void Handle(CoordinatorPeer& peer, const ControlMessage& message);
+  void OnManifest(CoordinatorPeer& peer, const ManifestMsg& message);
+  void OnUpdateBegin(CoordinatorPeer& peer, const UpdateBeginMsg& message);
+  void OnVerified(CoordinatorPeer& peer, const ChunksVerifiedMsg& message);
+  void OnPlacement(CoordinatorPeer& peer, const PlacementMsg& message);
+  // Refuses a subscriber whose wanted tensors the manifest lacks; true when it was refused.
+  bool RefuseIfUnknownTensors(CoordinatorPeer& peer);
+  void CommitUpdate();
+  void AbortUpdate(const std::string& why);
+  // A member failed the update in flight: aborts it (all or nothing), or drops the member and
+  // commits or aborts by the quorum. `id` may be gone already (lost).
+  void MemberFailed(uint64_t id, const std::string& name, const std::string& why);
+  SubscriberVersionReport* ReportOf(uint64_t version, const std::string& name);
+};
+
+}  // namespace weightport

@@ -1,0 +1,265 @@
+// The coordinator's version state machine: manifests, UpdateBegin, verdicts, commit and abort.
+// Every function here runs with Impl::mu held (see coordinator_impl.h).
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "coordinator_impl.h"
+#include "weightport/control/metrics.h"
+
+namespace weightport {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+std::string Version(uint64_t v) { return "version " + std::to_string(v); }
+double SecondsOf(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
+}  // namespace
+
+void Coordinator::Impl::Handle(CoordinatorPeer& peer, const ControlMessage& message) {
+  const bool is_publisher = peer.role == PeerRole::kPublisher;
+  const bool is_subscriber = peer.role == PeerRole::kSubscriber;
+  auto violation = [&](const std::string& why) {
+    const std::string reason = std::string(MessageTypeName(message.type)) + " from a " +
+                               std::string(PeerRoleName(peer.role)) + ": " + why;
+    SendTo(peer, RefusedMsg{reason});
+    RemovePeer(peer, "protocol violation: " + reason, /*lost=*/true);
+  };
+  switch (message.type) {
+    case MessageType::kHeartbeat:
+      return;
+    case MessageType::kRegionKeys:
+      if (!is_publisher) return violation("only the publisher has regions");
+      if (Status s = ValidatePayload(message.type, message.payload); !s.ok()) return violation(s.message());
+      region_keys = message.payload;
+      ++keys_epoch;
+      return;
+    case MessageType::kManifest: {
+      if (!is_publisher) return violation("only the publisher sends manifests");
+      Result<ManifestMsg> m = ManifestMsg::Decode(message.payload);
+      if (!m.ok()) return violation(m.status().message());
+      return OnManifest(peer, *m);
+    }
+    case MessageType::kUpdateBegin: {
+      if (!is_publisher) return violation("only the publisher begins updates");
+      Result<UpdateBeginMsg> m = UpdateBeginMsg::Decode(message.payload);
+      if (!m.ok()) return violation(m.status().message());
+      return OnUpdateBegin(peer, *m);
+    }
+    case MessageType::kPlacement: {
+      if (!is_subscriber) return violation("only subscribers say what they want");
+      Result<PlacementMsg> m = PlacementMsg::Decode(message.payload);
+      if (!m.ok()) return violation(m.status().message());
+      return OnPlacement(peer, *m);
+    }
+    case MessageType::kChunksVerified: {
+      if (!is_subscriber) return violation("only subscribers verify chunks");
+      Result<ChunksVerifiedMsg> m = ChunksVerifiedMsg::Decode(message.payload);
+      if (!m.ok()) return violation(m.status().message());
+      return OnVerified(peer, *m);
+    }
+    case MessageType::kUpdateFailed: {
+      if (!is_subscriber) return violation("only subscribers fail updates");
+      Result<UpdateFailedMsg> m = UpdateFailedMsg::Decode(message.payload);
+      if (!m.ok()) return violation(m.status().message());
+      Count("weightport_peer_errors_total", peer.name);
+      if (update.has_value() && update->version == m->version)
+        MemberFailed(peer.id, peer.name,
+                     peer.channel->peer() + " failed " + Version(m->version) + ": " + m->reason);
+      return;
+    }
+    case MessageType::kCommitted: {
+      if (!is_subscriber) return violation("only subscribers swap");
+      Result<CommittedMsg> m = CommittedMsg::Decode(message.payload);
+      if (!m.ok()) return violation(m.status().message());
+      if (SubscriberVersionReport* r = ReportOf(m->version, peer.name)) {
+        r->committed = true;
+        r->pause = std::chrono::nanoseconds(m->pause_ns);
+        if (options.metrics != nullptr)
+          options.metrics->Set("weightport_peer_pause_seconds", {{"peer", peer.name}}, SecondsOf(r->pause));
+        cv.notify_all();
+      }
+      return;
+    }
+    default:
+      return violation("not a message a coordinator accepts");
+  }
+}
+
+void Coordinator::Impl::OnManifest(CoordinatorPeer& peer, const ManifestMsg& message) {
+  Result<Manifest> parsed = Manifest::FromJsonText(message.json, "manifest");
+  if (!parsed.ok()) {
+    const std::string why =
+        "manifest from " + peer.channel->peer() + " refused: " + parsed.status().message();
+    Log(why);
+    SendTo(peer, AbortMsg{0, why});
+    return;
+  }
+  manifest = std::move(*parsed);
+  manifest_json = message.json;
+  std::vector<CoordinatorPeer*> subscribers;
+  for (auto& [id, p] : peers)
+    if (p->role == PeerRole::kSubscriber) subscribers.push_back(p.get());
+  for (CoordinatorPeer* p : subscribers) RefuseIfUnknownTensors(*p);
+}
+
+void Coordinator::Impl::OnPlacement(CoordinatorPeer& peer, const PlacementMsg& message) {
+  nlohmann::json j = nlohmann::json::parse(message.json, nullptr, false);
+  std::vector<std::string> wanted;
+  bool ok = j.is_object() && (!j.contains("tensors") || j["tensors"].is_array());
+  if (ok && j.contains("tensors")) {
+    for (const auto& t : j["tensors"]) {
+      if (!t.is_string()) {
+        ok = false;
+        break;
+      }
+      wanted.push_back(t.get<std::string>());
+    }
+  }
+  if (!ok) {
+    const std::string why = "placement must be {\"tensors\": [\"name\", ...]}";
+    SendTo(peer, RefusedMsg{why});
+    RemovePeer(peer, "bad placement: " + why, /*lost=*/true);
+    return;
+  }
+  peer.wanted = std::move(wanted);
+  RefuseIfUnknownTensors(peer);
+}
+
+bool Coordinator::Impl::RefuseIfUnknownTensors(CoordinatorPeer& peer) {
+  if (!manifest.has_value() || peer.gone) return false;
+  for (const std::string& name : peer.wanted) {
+    if (manifest->Find(name) != nullptr) continue;
+    const std::string why = "tensor '" + name + "' does not exist in the publisher's manifest (" +
+                            std::to_string(manifest->tensors().size()) + " tensors, " +
+                            Version(manifest->version()) + ")";
+    SendTo(peer, RefusedMsg{why});
+    Count("weightport_peer_errors_total", peer.name);
+    RemovePeer(peer, "refused: " + why, /*lost=*/false);
+    return true;
+  }
+  return false;
+}
+
+void Coordinator::Impl::OnUpdateBegin(CoordinatorPeer& peer, const UpdateBeginMsg& message) {
+  const uint64_t v = message.version;
+  auto refuse = [&](const std::string& why) {
+    Log("refused " + Version(v) + " from " + peer.channel->peer() + ": " + why);
+    SendTo(peer, AbortMsg{v, why});
+  };
+  if (update.has_value()) return refuse(Version(update->version) + " is still in flight");
+  if (v <= last_committed)
+    return refuse(Version(v) + " is not newer than the live " + Version(last_committed));
+  if (!manifest.has_value() || manifest->version() != v)
+    return refuse("no manifest for " + Version(v) + " was sent before UpdateBegin");
+  if (region_keys.empty()) return refuse("no RegionKeys were sent before UpdateBegin");
+
+  update = CoordinatorUpdate{.version = v, .began = Clock::now()};
+  VersionReport& report = reports[v];
+  report = VersionReport{.version = v, .model_bytes = manifest->total_bytes()};
+  std::vector<CoordinatorPeer*> members;
+  for (auto& [id, p] : peers)
+    if (p->role == PeerRole::kSubscriber && !p->gone) members.push_back(p.get());
+  for (CoordinatorPeer* p : members) {
+    update->members.push_back(p->id);
+    report.subscribers.push_back({.name = p->name});
+  }
+  Log("publishing " + Version(v) + " (" + std::to_string(manifest->total_bytes()) + " bytes) to " +
+      std::to_string(members.size()) + " subscriber(s)");
+  for (CoordinatorPeer* p : members) {
+    if (p->keys_epoch_sent != keys_epoch) {
+      SendTo(*p, MessageType::kRegionKeys, region_keys);
+      p->keys_epoch_sent = keys_epoch;
+    }
+    SendTo(*p, ManifestMsg{manifest_json});
+    SendTo(*p, message);
+    if (!update.has_value()) return;  // a send failed and removing the member aborted the update
+  }
+  if (update->members.empty()) CommitUpdate();  // nobody to wait for
+}
+
+void Coordinator::Impl::OnVerified(CoordinatorPeer& peer, const ChunksVerifiedMsg& message) {
+  if (!update.has_value() || update->version != message.version) return;  // late, after an abort
+  if (std::find(update->members.begin(), update->members.end(), peer.id) == update->members.end()) return;
+  update->verified.insert(peer.id);
+  if (SubscriberVersionReport* r = ReportOf(message.version, peer.name)) {
+    r->verified = true;
+    r->chunks = message.count;
+    r->bytes = message.bytes;
+    r->retries = message.retries;
+    r->fetch = std::chrono::nanoseconds(message.elapsed_ns);
+  }
+  Count("weightport_peer_bytes_total", peer.name, static_cast<double>(message.bytes));
+  Count("weightport_peer_retries_total", peer.name, static_cast<double>(message.retries));
+  if (options.metrics != nullptr)
+    options.metrics->Set("weightport_peer_fetch_seconds", {{"peer", peer.name}},
+                         static_cast<double>(message.elapsed_ns) / 1e9);
+  if (update->verified.size() == update->members.size()) CommitUpdate();
+}
+
+void Coordinator::Impl::CommitUpdate() {
+  const uint64_t v = update->version;
+  VersionReport& report = reports[v];
+  report.copy = Clock::now() - update->began;
+  report.decided = true;
+  report.outcome = Status::Ok();
+  last_committed = v;
+  std::vector<uint64_t> targets = update->members;
+  if (publisher.has_value()) targets.push_back(*publisher);
+  update.reset();
+  for (uint64_t id : targets)
+    if (CoordinatorPeer* p = Find(id)) SendTo(*p, CommitMsg{v});
+  Log("committed " + Version(v) + " in " + std::to_string(SecondsOf(report.copy)) + " s");
+  if (options.metrics != nullptr) {
+    options.metrics->Add("weightport_versions_committed_total", {});
+    options.metrics->Set("weightport_live_version", {}, static_cast<double>(v));
+    options.metrics->Set("weightport_version_copy_seconds", {}, SecondsOf(report.copy));
+  }
+  cv.notify_all();
+}
+
+void Coordinator::Impl::AbortUpdate(const std::string& why) {
+  if (!update.has_value()) return;
+  const uint64_t v = update->version;
+  VersionReport& report = reports[v];
+  report.decided = true;
+  report.outcome = Cancelled(why);
+  std::vector<uint64_t> targets = update->members;
+  if (publisher.has_value()) targets.push_back(*publisher);
+  update.reset();  // first: a failed send below removes its peer, which must not abort again
+  for (uint64_t id : targets)
+    if (CoordinatorPeer* p = Find(id)) SendTo(*p, AbortMsg{v, why});
+  Log("aborted " + Version(v) + ": " + why);
+  if (options.metrics != nullptr) options.metrics->Add("weightport_versions_aborted_total", {});
+  cv.notify_all();
+}
+
+void Coordinator::Impl::MemberFailed(uint64_t id, const std::string& name, const std::string& why) {
+  if (!update.has_value()) return;
+  if (std::find(update->members.begin(), update->members.end(), id) == update->members.end()) return;
+  if (options.quorum == 0) return AbortUpdate(why);
+  const uint64_t v = update->version;
+  std::erase(update->members, id);
+  update->verified.erase(id);
+  if (SubscriberVersionReport* r = ReportOf(v, name)) {
+    r->verified = false;
+    r->dropped = why;
+  }
+  if (update->members.size() < options.quorum) {
+    return AbortUpdate(why + "; " + std::to_string(update->members.size()) +
+                       " member(s) left, the quorum is " + std::to_string(options.quorum));
+  }
+  Log("dropped '" + name + "' from " + Version(v) + ": " + why);
+  if (CoordinatorPeer* p = Find(id)) SendTo(*p, AbortMsg{v, why});  // it abandons its staging copy
+  if (update.has_value() && update->verified.size() == update->members.size()) CommitUpdate();
+}
+
+SubscriberVersionReport* Coordinator::Impl::ReportOf(uint64_t version, const std::string& name) {
+  auto it = reports.find(version);
+  if (it == reports.end()) return nullptr;
+  for (auto& s : it->second.subscribers)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+}  // namespace weightport

@@ -1,0 +1,155 @@
+#include "weightport/engine/pubsub/fetch_executor.h"
+
+#include <gtest/gtest.h>
+
+#include <future>
+#include <random>
+
+#include "weightport/core/hash.h"
+#include "weightport/transport/fake_transport.h"
+#include "weightport/transport/fault_transport.h"
+
+namespace weightport {
+namespace {
+
+constexpr uint64_t kBytes = 4 << 20;
+constexpr uint64_t kChunk = 64 << 10;
+
+struct Result2 {
+  Status status;
+  FetchStats stats;
+};
+
+class FetchExecutorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fabric_ = std::make_shared<FakeFabric>();
+    plan_ = std::make_shared<FaultPlan>(7);
+    pub_ = std::make_unique<ProgressLoop>(*MakeFakeTransport(fabric_, "pub"));
+    auto inner = MakeFakeTransport(fabric_, "sub");
+    sub_ = std::make_unique<ProgressLoop>(*MakeFaultInjectingTransport(std::move(inner).value(), plan_));
+    source_.resize(kBytes);
+    std::mt19937_64 rng(3);
+    for (auto& b : source_) b = std::byte(rng());
+    dest_.assign(kBytes, std::byte{0});
+    src_region_ =
+        pub_->Call([&](Transport& t) { return std::move(t.Register(source_.data(), kBytes)).value(); });
+    dst_region_ =
+        sub_->Call([&](Transport& t) { return std::move(t.Register(dest_.data(), kBytes)).value(); });
+    const Bytes address = pub_->Call([](Transport& t) { return t.address(); });
+    connection_ = sub_->Call([&](Transport& t) { return std::move(t.Connect(address, "pub")).value(); });
+    for (uint64_t off = 0; off < kBytes; off += kChunk)
+      chunks_.push_back({off, off, kChunk, Xxh3(source_.data() + off, kChunk),
+                         "tensor 'w' chunk " + std::to_string(off / kChunk)});
+  }
+  void TearDown() override {
+    sub_->Call([&](Transport&) {
+      connection_.reset();
+      dst_region_.reset();
+    });
+    pub_->Call([&](Transport&) { src_region_.reset(); });
+    sub_.reset();
+    pub_.reset();
+  }
+
+  Result2 Fetch(FetchOptions options, std::vector<ChunkFetch> chunks,
+                std::function<void()> midway = nullptr) {
+    auto promise = std::make_shared<std::promise<Result2>>();
+    auto future = promise->get_future();
+    sub_->Post([&, promise, chunks, options](Transport&) {
+      FetchExecutor::Start(*sub_, connection_, *dst_region_, src_region_->remote_key(), chunks, options,
+                           [promise](const Status& s, const FetchStats& st) {
+                             promise->set_value({s, st});
+                           });
+    });
+    if (midway) midway();
+    EXPECT_EQ(future.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+    return future.get();
+  }
+  Result2 Fetch(FetchOptions options = {}) { return Fetch(options, chunks_); }
+
+  std::shared_ptr<FakeFabric> fabric_;
+  std::shared_ptr<FaultPlan> plan_;
+  std::unique_ptr<ProgressLoop> pub_, sub_;
+  std::vector<std::byte> source_, dest_;
+  std::unique_ptr<MemoryRegion> src_region_, dst_region_;
+  std::shared_ptr<Connection> connection_;
+  std::vector<ChunkFetch> chunks_;
+};
+
+TEST_F(FetchExecutorTest, FetchesEveryChunkBitExact) {
+  auto r = Fetch({.window = 8});
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(dest_, source_);
+  EXPECT_EQ(r.stats.chunks, chunks_.size());
+  EXPECT_EQ(r.stats.bytes, kBytes);
+  EXPECT_EQ(r.stats.corrupt_refetched, 0u);
+}
+
+TEST_F(FetchExecutorTest, EmptyListFinishesAtOnce) {
+  auto r = Fetch({}, {});
+  EXPECT_TRUE(r.status.ok());
+  EXPECT_EQ(r.stats.chunks, 0u);
+}
+
+TEST_F(FetchExecutorTest, CorruptChunksAreDetectedAndFetchedAgain) {
+  plan_->set_corrupt({.probability = 0.2, .ops = kFaultGet});
+  auto r = Fetch();
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_GT(plan_->stats().corrupted, 0u);
+  EXPECT_EQ(r.stats.corrupt_refetched, plan_->stats().corrupted);
+  EXPECT_EQ(dest_, source_);
+}
+
+TEST_F(FetchExecutorTest, DroppedGetsAreCaughtByTheHash) {
+  plan_->set_drop({.probability = 0.2, .ops = kFaultGet});
+  auto r = Fetch();
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_GT(plan_->stats().dropped, 0u);
+  EXPECT_EQ(dest_, source_);
+}
+
+TEST_F(FetchExecutorTest, PersistentCorruptionFailsNamingChunkAndPeer) {
+  plan_->set_corrupt({.probability = 1.0, .ops = kFaultGet});
+  auto r = Fetch({.max_attempts = 3});
+  ASSERT_EQ(r.status.code(), StatusCode::kDataLoss) << r.status.ToString();
+  EXPECT_NE(r.status.message().find("tensor 'w' chunk"), std::string::npos) << r.status.message();
+  EXPECT_NE(r.status.message().find("pub"), std::string::npos);
+  EXPECT_NE(r.status.message().find("after 3 attempts"), std::string::npos);
+}
+
+TEST_F(FetchExecutorTest, TransientErrorsAreRetriedWithBackoff) {
+  plan_->set_fail_after(10);
+  // Let the 11th and later Gets fail for a while, then heal the fabric.
+  auto r = Fetch({.window = 4,
+                  .max_attempts = 50,
+                  .backoff_initial = std::chrono::milliseconds(1),
+                  .backoff_max = std::chrono::milliseconds(5)},
+                 chunks_, [&] {
+                   std::this_thread::sleep_for(std::chrono::milliseconds(30));
+                   plan_->Clear();
+                 });
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_GT(r.stats.errors_retried, 0u);
+  EXPECT_EQ(dest_, source_);
+}
+
+TEST_F(FetchExecutorTest, LostPeerFailsTheFetchAndNamesIt) {
+  plan_->set_delay({.probability = 1.0, .ops = kFaultGet}, std::chrono::milliseconds(20));
+  auto r = Fetch({.window = 2}, chunks_, [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    plan_->KillPeer("pub");
+  });
+  ASSERT_EQ(r.status.code(), StatusCode::kUnavailable) << r.status.ToString();
+  EXPECT_NE(r.status.message().find("pub"), std::string::npos);
+}
+
+TEST_F(FetchExecutorTest, WholeFetchTimesOut) {
+  plan_->set_delay({.probability = 1.0, .ops = kFaultGet}, std::chrono::milliseconds(300));
+  auto r = Fetch({.window = 1, .timeout = std::chrono::milliseconds(100)});
+  ASSERT_EQ(r.status.code(), StatusCode::kTimeout) << r.status.ToString();
+  EXPECT_NE(r.status.message().find("pub"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace weightport

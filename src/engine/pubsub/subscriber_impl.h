@@ -1,0 +1,67 @@
+// Internals of the Subscriber shared by subscriber.cc (session, lifecycle) and
+// subscriber_update.cc (one version: check, fetch, verdict, swap).
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "weightport/control/channel.h"
+#include "weightport/engine/pubsub/subscriber.h"
+#include "weightport/transport/progress_loop.h"
+
+namespace weightport {
+
+struct Subscriber::Impl {
+  SubscriberOptions options;
+  std::unique_ptr<ProgressLoop> loop;
+  std::unique_ptr<ControlChannel> channel;
+  std::thread session_thread;
+  std::thread heartbeat_thread;
+  std::mutex heartbeat_mu;  // only for the heartbeat thread's timed wait
+  std::condition_variable heartbeat_cv;
+  std::atomic<bool> session_over{false};
+  std::atomic<bool> closing{false};
+  bool closed = false;
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::unique_ptr<VersionedStore> store;
+  std::map<const std::byte*, std::unique_ptr<MemoryRegion>> registered;  // store buffers
+  std::optional<Manifest> live_manifest, pending_manifest;
+  // The version each store buffer holds, when known (set when it was committed, cleared when an
+  // update starts writing it): a delta skips copying what the staging buffer already has.
+  std::map<const std::byte*, std::optional<Manifest>> staged;
+  const std::byte* updating_base = nullptr;
+  std::map<uint64_t, RemoteKey> keys;
+  Bytes publisher_address;
+  std::shared_ptr<Connection> connection;  // used on the loop thread only
+  uint64_t updating = 0;                   // version being fetched or awaiting its verdict; 0: none
+  bool fetch_running = false;
+  bool fetch_ok = false;
+  std::shared_ptr<FetchExecutor> fetch;
+  std::shared_ptr<WorkerPool> verifier;  // hash checks of every fetch, beside the loop thread
+  std::unique_ptr<WorkerPool> keepers;  // delta: copy and hash of unchanged chunks (session thread's helpers)
+  std::optional<Status> ended;          // the session's end: OK on Bye
+
+  void SessionLoop();
+  void HeartbeatLoop();
+  void Handle(const ControlMessage& m);  // session thread
+  void OnRegionKeys(const RegionKeysMsg& m);
+  void OnUpdateBegin(const UpdateBeginMsg& m);
+  void OnCommit(uint64_t version);
+  void OnAbort(uint64_t version, const std::string& why);
+  // Stops the fetch in flight (if any) and waits for it to report.
+  void CancelFetch(const std::string& why);
+  void Fail(uint64_t version, const std::string& why);  // UpdateFailed, staging abandoned
+  void Emit(SubscriberEvent e) const {
+    if (options.on_event) options.on_event(e);
+  }
+  void Log(const std::string& line) const {
+    if (options.log) options.log(line);
+  }
+};
+
+}  // namespace weightport

@@ -1,0 +1,236 @@
+#include "weightport/engine/session/plan_rendezvous.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "weightport/core/json_util.h"
+#include "weightport/engine/common/transport_factory.h"
+#include "weightport/engine/session/reshard.h"
+
+namespace weightport {
+namespace {
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+std::string RankName(const LayoutOffer& o) { return o.endpoint.ToString(); }
+std::string Describe(const TensorMeta& t) { return std::string(DTypeName(t.dtype)) + ShapeToString(t.shape); }
+
+// Every side's ranks are 0 .. n-1, each offered once, all saying n.
+Status CheckSide(const std::vector<LayoutOffer>& offers, PlanSide side) {
+  std::set<int> seen;
+  int n = -1;
+  for (const LayoutOffer& o : offers) {
+    if (o.endpoint.side != side) continue;
+    if (n < 0) n = o.side_ranks;
+    if (o.side_ranks != n)
+      return InvalidArgument(RankName(o) + " says its side has " + std::to_string(o.side_ranks) +
+                             " ranks, another rank said " + std::to_string(n));
+    if (o.endpoint.rank < 0 || o.endpoint.rank >= n)
+      return InvalidArgument(RankName(o) + " is outside its side's " + std::to_string(n) + " ranks");
+    if (!seen.insert(o.endpoint.rank).second) return AlreadyExists(RankName(o) + " offered twice");
+  }
+  if (n < 0) return InvalidArgument(std::string("no ") + PlanSideName(side) + " rank offered a layout");
+  if (static_cast<int>(seen.size()) != n)
+    return FailedPrecondition(std::string(PlanSideName(side)) + " side: " + std::to_string(seen.size()) +
+                              " of " + std::to_string(n) + " ranks offered");
+  return Status::Ok();
+}
+
+// Offers that arrived, by endpoint; a set of endpoints expected once the side sizes are known.
+struct Collected {
+  std::map<Endpoint, LayoutOffer> offers;
+  std::map<PlanSide, int> side_ranks;
+  bool complete() const {
+    if (side_ranks.size() != 2) return false;
+    size_t want = 0;
+    for (const auto& [side, n] : side_ranks) want += static_cast<size_t>(n);
+    return offers.size() == want;
+  }
+};
+
+Result<LayoutOffer> DecodeOffer(const ControlMessage& m, const std::string& peer) {
+  if (m.type != MessageType::kLayoutOffer)
+    return InvalidArgument(peer + " sent " + std::string(MessageTypeName(m.type)) + ", not LayoutOffer");
+  WP_ASSIGN_OR_RETURN(LayoutOfferMsg msg, LayoutOfferMsg::Decode(m.payload));
+  LayoutOffer o;
+  o.endpoint = {msg.side == 0 ? PlanSide::kSource : PlanSide::kDestination, static_cast<int>(msg.rank)};
+  o.side_ranks = static_cast<int>(msg.side_ranks);
+  o.host = msg.host;
+  WP_ASSIGN_OR_RETURN(auto json, json_util::Parse(msg.placement_json, RankName(o) + "'s layout"));
+  auto placement = Placement::FromJson(json);
+  if (!placement.ok()) return placement.status().WithContext(RankName(o) + "'s layout");
+  o.placement = std::move(*placement);
+  return o;
+}
+}  // namespace
+
+Result<Placement> MergeOffers(const std::vector<LayoutOffer>& offers) {
+  Placement merged;
+  std::map<std::string, int> named_by;  // tensor -> the first rank that named it
+  std::vector<const LayoutOffer*> sorted;
+  for (const LayoutOffer& o : offers) sorted.push_back(&o);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const LayoutOffer* a, const LayoutOffer* b) { return a->endpoint < b->endpoint; });
+  for (const LayoutOffer* o : sorted) {
+    const int rank = o->endpoint.rank;
+    for (int other : o->placement.ranks())
+      if (other != rank)
+        return InvalidArgument(RankName(*o) + " offered shards for rank " + std::to_string(other));
+    for (const TensorMeta& t : o->placement.tensors()) {
+      const TensorMeta* have = merged.FindTensor(t.name);
+      if (have == nullptr) {
+        WP_RETURN_IF_ERROR(merged.AddTensor(t));
+        named_by[t.name] = rank;
+      } else if (have->dtype != t.dtype || have->shape != t.shape) {
+        return InvalidArgument("tensor '" + t.name + "': " + RankName(*o) + " says " + Describe(t) + ", " +
+                               Endpoint{o->endpoint.side, named_by[t.name]}.ToString() + " says " +
+                               Describe(*have));
+      }
+    }
+    merged.AddRank(rank);
+    for (const Shard& s : o->placement.shards(rank)) merged.AddShard(rank, s);
+  }
+  WP_RETURN_IF_ERROR(merged.Validate());
+  return merged;
+}
+
+Result<Topology> TopologyOfOffers(const std::vector<LayoutOffer>& offers, double nic_gbps,
+                                  double intra_host_gbps) {
+  std::vector<HostSpec> hosts;
+  std::map<std::string, size_t> index;
+  for (const LayoutOffer& o : offers) {
+    auto [it, added] = index.emplace(o.host, hosts.size());
+    if (added) hosts.push_back(HostSpec{o.host, nic_gbps, {}, {}});
+    HostSpec& h = hosts[it->second];
+    (o.endpoint.side == PlanSide::kSource ? h.src_ranks : h.dst_ranks).push_back(o.endpoint.rank);
+  }
+  return Topology::Make(std::move(hosts), nic_gbps, intra_host_gbps);
+}
+
+Result<std::shared_ptr<const Plan>> PlanFromOffers(const std::vector<LayoutOffer>& offers,
+                                                   const RendezvousOptions& options) {
+  WP_RETURN_IF_ERROR(CheckSide(offers, PlanSide::kSource));
+  WP_RETURN_IF_ERROR(CheckSide(offers, PlanSide::kDestination));
+  std::vector<LayoutOffer> src, dst;
+  for (const LayoutOffer& o : offers) (o.endpoint.side == PlanSide::kSource ? src : dst).push_back(o);
+  auto src_placement = MergeOffers(src);
+  if (!src_placement.ok()) return src_placement.status().WithContext("source layout");
+  auto dst_placement = MergeOffers(dst);
+  if (!dst_placement.ok()) return dst_placement.status().WithContext("destination layout");
+  WP_ASSIGN_OR_RETURN(Topology topology, TopologyOfOffers(offers, options.nic_gbps, options.intra_host_gbps));
+  WP_ASSIGN_OR_RETURN(Plan plan, MakePlan(*src_placement, *dst_placement, topology, options.plan));
+  return std::make_shared<const Plan>(std::move(plan));
+}
+
+Result<std::shared_ptr<const Plan>> CollectLayoutsAndPlan(ControlListener& listener,
+                                                          const RendezvousOptions& options) {
+  auto log = [&](const std::string& line) {
+    if (options.log) options.log("rendezvous: " + line);
+  };
+  const auto deadline = Clock::now() + options.timeout;
+  Collected got;
+  std::vector<std::unique_ptr<ControlChannel>> channels;
+  auto refuse_all = [&](const Status& why) {
+    for (auto& ch : channels) {
+      ch->Send(RefusedMsg{why.message().substr(0, kMaxReasonSize)}).IgnoreError();
+      ch->Close();
+    }
+    return why;
+  };
+  while (!got.complete()) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      std::string have;
+      for (const auto& [ep, o] : got.offers) have += (have.empty() ? "" : ", ") + ep.ToString();
+      std::string want;
+      for (const auto& [side, n] : got.side_ranks)
+        want += (want.empty() ? "" : " and ") + std::to_string(n) + " " + PlanSideName(side);
+      return refuse_all(Timeout("not every rank offered its layout within " +
+                                std::to_string(options.timeout.count()) + " ms: expected " +
+                                (want.empty() ? "both sides" : want) + " ranks, have " +
+                                (have.empty() ? "none" : have)));
+    }
+    if (options.should_stop && options.should_stop()) return refuse_all(Cancelled("the coordinator stopped"));
+    auto ch = listener.Accept(std::min(left, milliseconds(500)));
+    if (!ch.ok()) {
+      if (ch.status().code() != StatusCode::kTimeout) log(ch.status().ToString());
+      continue;
+    }
+    auto first = (*ch)->Receive(milliseconds(5000));
+    Result<LayoutOffer> offer =
+        first.ok() ? DecodeOffer(*first, (*ch)->peer()) : Result<LayoutOffer>(first.status());
+    Status bad = offer.status();
+    if (bad.ok()) {
+      const Endpoint ep = offer->endpoint;
+      auto known = got.side_ranks.find(ep.side);
+      if (got.offers.count(ep)) {
+        bad = AlreadyExists(ep.ToString() + " offered its layout twice");
+      } else if (known != got.side_ranks.end() && known->second != offer->side_ranks) {
+        bad = InvalidArgument(ep.ToString() + " says its side has " + std::to_string(offer->side_ranks) +
+                              " ranks, an earlier rank said " + std::to_string(known->second));
+      }
+    }
+    if (!bad.ok()) {
+      log("refused " + (*ch)->peer() + ": " + bad.message());
+      (*ch)->Send(RefusedMsg{bad.message().substr(0, kMaxReasonSize)}).IgnoreError();
+      continue;
+    }
+    log(offer->endpoint.ToString() + " on " + offer->host + " offered " +
+        std::to_string(offer->placement.shards(offer->endpoint.rank).size()) + " shards");
+    got.side_ranks[offer->endpoint.side] = offer->side_ranks;
+    got.offers[offer->endpoint] = std::move(*offer);
+    channels.push_back(std::move(*ch));
+  }
+  std::vector<LayoutOffer> offers;
+  for (auto& [ep, o] : got.offers) offers.push_back(std::move(o));
+  auto plan = PlanFromOffers(offers, options);
+  if (!plan.ok()) return refuse_all(plan.status().WithContext("planning"));
+  const Bytes payload = PlanAssignMsg{(*plan)->ToJson().dump()}.Encode();
+  log("planned " + std::to_string((*plan)->steps.size()) + " steps for " + std::to_string(offers.size()) +
+      " ranks");
+  for (auto& ch : channels) {
+    Status s = ch->Send(PlanAssignMsg::kType, payload);
+    if (!s.ok()) log("sending the plan to " + ch->peer() + ": " + s.message());
+    ch->Close();
+  }
+  return *plan;
+}
+
+Result<std::shared_ptr<const Plan>> OfferLayout(const std::string& coordinator, const Secret& secret,
+                                                const LayoutOffer& offer, std::chrono::milliseconds timeout) {
+  const Endpoint me = offer.endpoint;
+  const PeerRole role = me.side == PlanSide::kSource ? PeerRole::kPublisher : PeerRole::kSubscriber;
+  const auto deadline = Clock::now() + timeout;
+  auto left = [&] {
+    return std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
+  };
+  // The coordinator may not listen yet: retry a refused or failed connection until the deadline.
+  auto channel = RetryWhileUnreachable(deadline, milliseconds(200), [&](milliseconds time_left) {
+    return ControlChannel::Connect(coordinator, ReshardName(me), role, secret, time_left);
+  });
+  if (!channel.ok()) return channel.status().WithContext(me.ToString() + ": connecting to " + coordinator);
+  LayoutOfferMsg msg{static_cast<uint8_t>(me.side == PlanSide::kSource ? 0 : 1),
+                     static_cast<uint32_t>(me.rank), static_cast<uint32_t>(offer.side_ranks), offer.host,
+                     offer.placement.ToJson().dump()};
+  WP_RETURN_IF_ERROR((*channel)->Send(msg));
+  // The coordinator answers once every rank offered: wait for the whole timeout.
+  auto reply = (*channel)->Receive(left());
+  if (!reply.ok()) return reply.status().WithContext(me.ToString() + ": waiting for the plan");
+  if (reply->type == MessageType::kRefused) {
+    auto r = RefusedMsg::Decode(reply->payload);
+    return PermissionDenied(me.ToString() + " refused by the coordinator: " + (r.ok() ? r->reason : "?"));
+  }
+  if (reply->type != MessageType::kPlanAssign)
+    return InvalidArgument("coordinator sent " + std::string(MessageTypeName(reply->type)) +
+                           ", not PlanAssign");
+  WP_ASSIGN_OR_RETURN(PlanAssignMsg assign, PlanAssignMsg::Decode(reply->payload));
+  WP_ASSIGN_OR_RETURN(auto json, json_util::Parse(assign.plan_json, "the coordinator's plan"));
+  WP_ASSIGN_OR_RETURN(Plan plan, Plan::FromJson(json));
+  if (!plan.Buffer(me)) return FailedPrecondition("the coordinator's plan has no " + me.ToString());
+  return std::make_shared<const Plan>(std::move(plan));
+}
+
+}  // namespace weightport

@@ -1,0 +1,99 @@
+#include <thread>
+
+#include "weightport/engine/session/reshard.h"
+
+namespace weightport {
+
+Status FollowAsDestination(PlanRank& rank, ReshardMember& member, std::chrono::milliseconds timeout,
+                           const DestinationHooks& hooks) {
+  std::thread receiver;
+  uint64_t receiving = 0;  // the version the receiver thread works on, 0 when none
+  Status send_error;       // written by the receiver thread, read after joining it
+  Status problem;
+  std::map<Endpoint, PlanPeer> table;  // the newest peer table after a rekey, until connected to
+  auto join = [&] {
+    if (receiver.joinable()) receiver.join();
+    receiving = 0;
+    if (problem.ok() && !send_error.ok()) problem = send_error;
+  };
+  while (true) {
+    auto e = member.Next(timeout);
+    if (!e.ok() && e.status().code() == StatusCode::kTimeout && hooks.should_stop && !hooks.should_stop())
+      continue;
+    if (!e.ok() && hooks.should_stop && hooks.should_stop()) e = Cancelled("the destination is closing");
+    if (!e.ok()) {
+      if (receiving != 0) rank.Cancel(receiving, "lost the coordinator");
+      join();
+      return e.status();
+    }
+    const uint64_t v = e->version;
+    switch (e->kind) {
+      case ReshardMember::Event::kBegin: {
+        join();
+        // A rekey's table is dialled when a version needs it: after the last version nothing
+        // dials ranks that are ending (UCX does not survive a worker closed mid wire-up). A relay
+        // that cannot be dialled left after sending its keys, before the coordinator saw it go: it
+        // is routed around like a lost one. A source still unreachable fails this version; the
+        // table is dialled again at the next one.
+        std::vector<Endpoint> unreachable;
+        Status ready = table.empty() ? Status::Ok() : rank.Connect(table, &unreachable);
+        if (ready.ok()) table.clear();
+        if (!ready.ok() && ready.code() != StatusCode::kUnavailable && ready.code() != StatusCode::kIoError)
+          return ready;  // a table that does not fit the plan
+        if (ready.ok() && hooks.before_receive) ready = hooks.before_receive(v);
+        if (!ready.ok()) {
+          // Fail the version at the rank too: its relay counters say so, and the ranks relaying
+          // from it go to the sources instead of waiting for it.
+          rank.Cancel(v, ready.message());
+          rank.Receive(v).status().IgnoreError();
+          Status sent = member.Failed(v, ready.message());
+          if (!sent.ok()) return sent;
+          continue;
+        }
+        receiving = v;
+        receiver = std::thread([&rank, &member, &hooks, &send_error, v] {
+          auto r = rank.Receive(v);
+          if (hooks.received) hooks.received(v, r);
+          send_error = r.ok() ? member.Verified(*r) : member.Failed(v, r.status().message());
+        });
+        break;
+      }
+      case ReshardMember::Event::kCommit: {
+        join();
+        Status s = rank.Commit(v);
+        if (s.ok() && hooks.committed) s = hooks.committed(v);
+        if (!s.ok() && problem.ok()) problem = s;
+        Status sent = member.Committed(v);
+        if (!sent.ok()) return sent;
+        break;
+      }
+      case ReshardMember::Event::kAbort:
+        if (receiving == v) rank.Cancel(v, "the coordinator aborted version " + std::to_string(v));
+        join();
+        rank.Abort(v);
+        if (hooks.aborted) hooks.aborted(v, e->reason);
+        break;
+      case ReshardMember::Event::kPeerLost:
+        rank.PeerLost(e->peer);
+        table.erase(e->peer);  // routed around, not dialled
+        break;
+      case ReshardMember::Event::kRekey: {
+        join();
+        if (!hooks.rekey)
+          return FailedPrecondition(rank.endpoint().ToString() +
+                                    ": the coordinator rotates keys and this rank cannot move");
+        WP_RETURN_IF_ERROR(hooks.rekey(v));
+        WP_RETURN_IF_ERROR(member.SendKeys(rank));
+        break;
+      }
+      case ReshardMember::Event::kPeers:
+        table = std::move(e->peers);
+        break;
+      case ReshardMember::Event::kBye:
+        join();
+        return problem;
+    }
+  }
+}
+
+}  // namespace weightport

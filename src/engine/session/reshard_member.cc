@@ -1,0 +1,130 @@
+#include <map>
+
+#include "weightport/engine/session/reshard.h"
+
+namespace weightport {
+namespace {
+
+Result<std::map<Endpoint, PlanPeer>> DecodePeerTable(ByteView payload) {
+  WP_ASSIGN_OR_RETURN(PlanPeersMsg peers, PlanPeersMsg::Decode(payload));
+  std::map<Endpoint, PlanPeer> table;
+  for (const auto& p : peers.peers) {
+    const Endpoint ep{p.side == 0 ? PlanSide::kSource : PlanSide::kDestination, static_cast<int>(p.rank)};
+    WP_ASSIGN_OR_RETURN(RemoteKey key, RemoteKey::Deserialize(p.remote_key, ep.ToString()));
+    PlanPeer& peer = table[ep] = PlanPeer{p.transport_address, std::move(key), std::nullopt, p.device_memory};
+    if (!p.device_key.empty()) {
+      WP_ASSIGN_OR_RETURN(peer.device_key,
+                          RemoteKey::Deserialize(p.device_key, ep.ToString() + " device copy"));
+    }
+  }
+  return table;
+}
+
+PlanJoinMsg JoinOf(const PlanRank& rank) {
+  const Endpoint me = rank.endpoint();
+  const PlanPeer info = rank.peer_info();
+  return PlanJoinMsg{static_cast<uint8_t>(me.side == PlanSide::kSource ? 0 : 1),
+                     static_cast<uint32_t>(me.rank),
+                     rank.plan().Digest(),
+                     info.address,
+                     info.key.Serialize(),
+                     info.device_key ? info.device_key->Serialize() : Bytes{},
+                     info.device_memory};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ReshardMember>> ReshardMember::Join(const std::string& coordinator,
+                                                           const Secret& secret, PlanRank& rank,
+                                                           std::chrono::milliseconds timeout) {
+  const Endpoint me = rank.endpoint();
+  const PeerRole role = me.side == PlanSide::kSource ? PeerRole::kPublisher : PeerRole::kSubscriber;
+  WP_ASSIGN_OR_RETURN(auto channel,
+                      ControlChannel::Connect(coordinator, ReshardName(me), role, secret, timeout));
+  WP_RETURN_IF_ERROR(channel->Send(JoinOf(rank)));
+  WP_ASSIGN_OR_RETURN(ControlMessage reply, channel->Receive(timeout));
+  if (reply.type == MessageType::kRefused) {
+    auto r = RefusedMsg::Decode(reply.payload);
+    return PermissionDenied(me.ToString() + " refused by the coordinator: " + (r.ok() ? r->reason : "?"));
+  }
+  if (reply.type != MessageType::kPlanPeers)
+    return InvalidArgument("coordinator sent " + std::string(MessageTypeName(reply.type)) +
+                           ", not PlanPeers");
+  WP_ASSIGN_OR_RETURN(auto table, DecodePeerTable(reply.payload));
+  WP_RETURN_IF_ERROR(rank.Connect(table));
+  return std::unique_ptr<ReshardMember>(new ReshardMember(std::move(channel)));
+}
+
+ReshardMember::~ReshardMember() {
+  if (channel_) channel_->Close();
+}
+
+Result<ReshardMember::Event> ReshardMember::Next(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      return Timeout("no instruction from the coordinator within " + std::to_string(timeout.count()) + " ms");
+    WP_ASSIGN_OR_RETURN(ControlMessage m, channel_->Receive(left));
+    switch (m.type) {
+      case MessageType::kUpdateBegin: {
+        WP_ASSIGN_OR_RETURN(auto b, UpdateBeginMsg::Decode(m.payload));
+        return Event{Event::kBegin, b.version, ""};
+      }
+      case MessageType::kCommit: {
+        WP_ASSIGN_OR_RETURN(auto c, CommitMsg::Decode(m.payload));
+        return Event{Event::kCommit, c.version, ""};
+      }
+      case MessageType::kAbort: {
+        WP_ASSIGN_OR_RETURN(auto a, AbortMsg::Decode(m.payload));
+        return Event{Event::kAbort, a.version, a.reason};
+      }
+      case MessageType::kBye:
+        return Event{Event::kBye, 0, ""};
+      case MessageType::kPeerLost: {
+        WP_ASSIGN_OR_RETURN(auto l, PeerLostMsg::Decode(m.payload));
+        const Endpoint peer{l.side == 0 ? PlanSide::kSource : PlanSide::kDestination,
+                            static_cast<int>(l.rank)};
+        return Event{Event::kPeerLost, 0, "", peer};
+      }
+      case MessageType::kRekey: {
+        WP_ASSIGN_OR_RETURN(auto r, RekeyMsg::Decode(m.payload));
+        return Event{Event::kRekey, r.version, ""};
+      }
+      case MessageType::kPlanPeers: {
+        Event e{Event::kPeers, 0, ""};
+        WP_ASSIGN_OR_RETURN(e.peers, DecodePeerTable(m.payload));
+        return e;
+      }
+      default:
+        break;  // heartbeats and the like
+    }
+  }
+}
+
+Status ReshardMember::Ready(uint64_t version) { return channel_->Send(PlanReadyMsg{version}); }
+Status ReshardMember::Verified(const ReceiveStats& s) {
+  return channel_->Send(ChunksVerifiedMsg{s.version, s.chunks, s.bytes,
+                                          static_cast<uint64_t>(s.elapsed.count()),
+                                          s.corrupt_refetched + s.errors_retried});
+}
+Status ReshardMember::Failed(uint64_t version, const std::string& why) {
+  return channel_->Send(UpdateFailedMsg{version, why.substr(0, kMaxReasonSize)});
+}
+Status ReshardMember::Committed(uint64_t version) { return channel_->Send(CommittedMsg{version, 0}); }
+Status ReshardMember::SendKeys(const PlanRank& rank) { return channel_->Send(JoinOf(rank)); }
+
+Status MoveToFreshTransport(PlanRank& rank, std::unique_ptr<ProgressLoop>& loop,
+                            const TransportFactory& make_transport) {
+  const Endpoint me = rank.endpoint();
+  auto transport = make_transport(ReshardName(me));
+  if (!transport.ok()) return transport.status().WithContext(me.ToString() + ": a fresh transport");
+  auto fresh = std::make_unique<ProgressLoop>(std::move(*transport));
+  WP_RETURN_IF_ERROR(rank.Rekey(*fresh));
+  loop->Stop();
+  loop = std::move(fresh);  // the old transport is closed here
+  return Status::Ok();
+}
+
+}  // namespace weightport
