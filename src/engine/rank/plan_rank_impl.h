@@ -1,5 +1,5 @@
-// PlanRank's compiled state, shared by plan_rank.cc (compile, publish, commit) and
-// plan_receive.cc (the per-version receive state machine).
+// PlanRank's compiled state, shared by plan_rank.cc (compile, publish, commit) and the
+// per-version receive state machine (receive_run.h, receive_*.cc).
 #pragma once
 
 #include <array>
