@@ -17,9 +17,9 @@ namespace plan_rank_internal {
 using namespace plan_layout;
 
 void ReceiveRun::FetchMirror(size_t i) {
-  const RootSource& root = r_.roots[i];
+  const RootSource& root = r_.c->roots[i];
   if (!r_.connections.count(root.endpoint))
-    return Fail(FailedPrecondition(r_.me.ToString() + ": not connected to " + root.endpoint.ToString()));
+    return Fail(FailedPrecondition(r_.c->me.ToString() + ": not connected to " + root.endpoint.ToString()));
   ++mirror_attempts_[i];
   ++in_flight_;
   ++stats_.polls;
@@ -32,14 +32,14 @@ void ReceiveRun::FetchMirror(size_t i) {
 void ReceiveRun::OnMirror(size_t i, const Status& s) {
   --in_flight_;
   if (failed_) return MaybeFinish();
-  const RootSource& root = r_.roots[i];
+  const RootSource& root = r_.c->roots[i];
   if (!s.ok() && Fatal(s, Conn(root.endpoint)))
-    return Fail(s.WithContext(r_.me.ToString() + ": chunk hashes of " + root.endpoint.ToString()));
+    return Fail(s.WithContext(r_.c->me.ToString() + ": chunk hashes of " + root.endpoint.ToString()));
   const std::byte* m = r_.at(root.mirror);
   const uint64_t version = s.ok() ? LoadWord(m) : 0;
   if (version > v_)
     return Fail(FailedPrecondition(root.endpoint.ToString() + " published version " +
-                                   std::to_string(version) + " while " + r_.me.ToString() + " receives " +
+                                   std::to_string(version) + " while " + r_.c->me.ToString() + " receives " +
                                    std::to_string(v_)));
   const bool good = version == v_ && LoadWord(m + 8) == HashAreaCheck(version, m, root.bytes);
   if (!good) {  // not yet published, or a torn or corrupt read: read again after a pause
@@ -54,8 +54,8 @@ void ReceiveRun::OnMirror(size_t i, const Status& s) {
   }
   if (--mirrors_left_ > 0) return;
   StartKeeping();
-  for (size_t st = 0; st < r_.in_steps.size(); ++st) {
-    const InStep& step = r_.in_steps[st];
+  for (size_t st = 0; st < r_.c->in_steps.size(); ++st) {
+    const InStep& step = r_.c->in_steps[st];
     if (step.after < 0) {
       Release(st, step.chunks);
     } else if (!r_.lost_peers.count(step.sender) || !Detour(st)) {
@@ -70,7 +70,7 @@ void ReceiveRun::Issue() {
     const size_t c = std::get<3>(ready_.top());
     ready_.pop();
     if (keeping_[c] || verified_[c]) continue;  // kept from the live copy, or being kept
-    const size_t st = r_.in_chunks[c].in_step;
+    const size_t st = r_.c->in_chunks[c].in_step;
     if (!level_ready_[st]) {  // its step waits for the first poll of the rank it now reads from
       parked_[st].push_back(c);
       continue;
@@ -80,15 +80,15 @@ void ReceiveRun::Issue() {
 }
 
 void ReceiveRun::FetchChunk(size_t c) {
-  const InChunk& chunk = r_.in_chunks[c];
-  const InStep& s = r_.in_steps[chunk.in_step];
+  const InChunk& chunk = r_.c->in_chunks[c];
+  const InStep& s = r_.c->in_steps[chunk.in_step];
   const uint32_t level = level_[chunk.in_step];
   const bool detoured = level != 0;
   via_[c] = level;
   const Endpoint from = From(c);
   const uint64_t remote_base =
-      r_.layouts.at(from).CopyOffset(from.side == PlanSide::kSource ? 0 : sender_copy_[chunk.in_step]);
-  const uint64_t local_base = r_.mine->CopyOffset(staging_);
+      r_.c->layouts.at(from).CopyOffset(from.side == PlanSide::kSource ? 0 : sender_copy_[chunk.in_step]);
+  const uint64_t local_base = r_.c->mine->CopyOffset(staging_);
   ++chunks_in_flight_;
   ++attempts_[c];
   run_error_[c] = Status::Ok();
@@ -98,18 +98,18 @@ void ReceiveRun::FetchChunk(size_t c) {
   if (const uint64_t frame = FrameBytes(c); frame > 0) {  // one Get, slot to slot
     pending_runs_[c] = 1;
     ++in_flight_;
-    const uint64_t slot = chunk.k * r_.slot_bytes;
+    const uint64_t slot = chunk.k * r_.c->slot_bytes;
     conn.Get(*r_.arena, local_base + s.my_slots + slot, key,
              remote_base + (detoured ? s.root_slots : s.sender_slots) + slot, frame,
              [self, c](const Status& status) { self->OnRun(c, status); });
     return;
   }
-  const std::vector<Run>& runs = detoured ? r_.detour_runs : r_.in_runs;
-  const RunRange range =
-      detoured ? r_.detour_ranges[chunk.detour_ranges + level - 1] : RunRange{chunk.run_begin, chunk.run_end};
+  const std::vector<Run>& runs = detoured ? r_.c->detour_runs : r_.c->in_runs;
+  const RunRange range = detoured ? r_.c->detour_ranges[chunk.detour_ranges + level - 1]
+                                  : RunRange{chunk.run_begin, chunk.run_end};
   const uint32_t begin = range.begin, end = range.end;
   pending_runs_[c] = end - begin;
-  const bool direct = r_.direct_chunks[c];  // straight into the device's staging copy
+  const bool direct = r_.c->direct_chunks[c];  // straight into the device's staging copy
   // A source that publishes on its device: what lies within its shards is read from there.
   auto device = r_.source_devices.find(from);
   const PlanRank::Impl::SourceDevice* source = device == r_.source_devices.end() ? nullptr : &device->second;
@@ -121,7 +121,7 @@ void ReceiveRun::FetchChunk(size_t c) {
     if (at_source) from_source_device_[c] += run.length;
     ++in_flight_;
     conn.Get(direct ? *r_.device_regions[staging_] : *r_.arena,
-             direct ? *r_.device_layout.OffsetOf(run.to, run.length) : local_base + run.to,
+             direct ? *r_.c->device_layout.OffsetOf(run.to, run.length) : local_base + run.to,
              at_source ? source->key : key, at_source ? *at_source : remote_base + run.from, run.length,
              [self, c](const Status& status) { self->OnRun(c, status); });
   }
@@ -133,8 +133,8 @@ void ReceiveRun::OnRun(size_t c, const Status& s) {
   if (--pending_runs_[c] > 0) return;
   --chunks_in_flight_;
   if (failed_) return MaybeFinish();
-  const InChunk& chunk = r_.in_chunks[c];
-  const InStep& step = r_.in_steps[chunk.in_step];
+  const InChunk& chunk = r_.c->in_chunks[c];
+  const InStep& step = r_.c->in_steps[chunk.in_step];
   const std::string what =
       r_.StepName(step.step) + " chunk " + std::to_string(chunk.k) + " from " + From(c).ToString();
   if (!run_error_[c].ok()) {
@@ -152,25 +152,25 @@ void ReceiveRun::OnRun(size_t c, const Status& s) {
     ++stats_.errors_retried;
     return Retry(c, run_error_[c], what);
   }
-  std::byte* copy = r_.at(r_.mine->CopyOffset(staging_));
+  std::byte* copy = r_.at(r_.c->mine->CopyOffset(staging_));
   const uint64_t frame = FrameBytes(c);
   if (frame > 0) {  // into the chunk's runs, in piece order
     frame_scratch_.resize(chunk.bytes);
     Status unpacked = kernels::ZstdDecompress(
-        std::span<const std::byte>(copy + step.my_slots + chunk.k * r_.slot_bytes, frame), frame_scratch_);
+        std::span<const std::byte>(copy + step.my_slots + chunk.k * r_.c->slot_bytes, frame), frame_scratch_);
     if (!unpacked.ok()) {
       ++stats_.corrupt_refetched;
       return Retry(c, unpacked, what);
     }
     uint64_t at = 0;
     for (uint32_t i = chunk.run_begin; i < chunk.run_end; ++i) {
-      const Run& run = r_.in_runs[i];
+      const Run& run = r_.c->in_runs[i];
       std::memcpy(copy + run.to, frame_scratch_.data() + at, run.length);
       at += run.length;
     }
   }
-  if (r_.direct_chunks[c]) return OnDirectRun(c, what);
-  const uint64_t got = HashRuns(copy, r_.in_runs, chunk.run_begin, chunk.run_end, &Run::to);
+  if (r_.c->direct_chunks[c]) return OnDirectRun(c, what);
+  const uint64_t got = HashRuns(copy, r_.c->in_runs, chunk.run_begin, chunk.run_end, &Run::to);
   if (got != ExpectedHash(c)) {
     ++stats_.corrupt_refetched;
     return Retry(c, DataLoss("hash mismatch"), what);
@@ -208,7 +208,7 @@ void ReceiveRun::OnDirectHashed(size_t c, const std::string& what, const Result<
     ++stats_.corrupt_refetched;
     return Retry(c, DataLoss("hash mismatch on " + r_.options.device->name()), what);
   }
-  const uint64_t bytes = r_.in_chunks[c].bytes;
+  const uint64_t bytes = r_.c->in_chunks[c].bytes;
   ++stats_.chunks;
   stats_.bytes += bytes;
   stats_.device_direct_bytes += bytes;
@@ -218,8 +218,8 @@ void ReceiveRun::OnDirectHashed(size_t c, const std::string& what, const Result<
 }
 
 void ReceiveRun::Verified(size_t c) {
-  const InChunk& chunk = r_.in_chunks[c];
-  const InStep& step = r_.in_steps[chunk.in_step];
+  const InChunk& chunk = r_.c->in_chunks[c];
+  const InStep& step = r_.c->in_steps[chunk.in_step];
   verified_[c] = 1;
   ++verified_count_;
   stats_.source_device_bytes += from_source_device_[c];

@@ -14,7 +14,7 @@ namespace plan_rank_internal {
 using namespace plan_layout;
 
 bool ReceiveRun::Detour(size_t st) {
-  const InStep& step = r_.in_steps[st];
+  const InStep& step = r_.c->in_steps[st];
   uint32_t next = level_[st] + 1;
   while (next < step.detour_levels && r_.lost_peers.count(LevelFrom(st, next))) ++next;  // never the source
   if (next > step.detour_levels) return false;
@@ -47,8 +47,8 @@ void ReceiveRun::DetourOrFail(size_t st, Status why) {
 
 void ReceiveRun::OnPeerLost(Endpoint peer) {
   if (failed_ || mirrors_left_ > 0) return;
-  for (size_t st = 0; st < r_.in_steps.size(); ++st) {
-    const InStep& step = r_.in_steps[st];
+  for (size_t st = 0; st < r_.c->in_steps.size(); ++st) {
+    const InStep& step = r_.c->in_steps[st];
     if (step.after < 0 || CurrentFrom(st) != peer || Detour(st)) continue;
     return Fail(Unavailable(r_.StepName(step.step) + ": " + peer.ToString() +
                             ", which it reads from, is lost and the step cannot be fetched from its source"));
@@ -58,19 +58,19 @@ void ReceiveRun::OnPeerLost(Endpoint peer) {
 }
 
 void ReceiveRun::Release(size_t st, uint32_t upto) {
-  const InStep& s = r_.in_steps[st];
+  const InStep& s = r_.c->in_steps[st];
   upto = std::min(upto, s.chunks);
   for (uint32_t k = released_[st]; k < upto; ++k) ready_.push({1, k, s.my_counter < 0, s.first_chunk + k});
   released_[st] = std::max(released_[st], upto);
 }
 
 void ReceiveRun::Poll(size_t st) {
-  const InStep& s = r_.in_steps[st];
+  const InStep& s = r_.c->in_steps[st];
   const uint32_t level = level_[st];
   const Endpoint from = CurrentFrom(st);
   // A lost rank left out of the peer table after a rekey has no connection (PlanRank::Connect).
   if (!r_.connections.count(from))
-    return Fail(FailedPrecondition(r_.me.ToString() + ": " + r_.StepName(s.step) + " reads from " +
+    return Fail(FailedPrecondition(r_.c->me.ToString() + ": " + r_.StepName(s.step) + " reads from " +
                                    from.ToString() + ", which is lost, and has no way around it"));
   const uint64_t counter = level == 0 ? s.sender_counter : static_cast<uint64_t>(DetourAt(st, level).counter);
   ++in_flight_;
@@ -84,7 +84,7 @@ void ReceiveRun::OnPoll(size_t st, uint32_t level, const Status& s) {
   --in_flight_;
   // A poll of a rank the step no longer reads from is no news.
   if (failed_ || level != level_[st]) return MaybeFinish();
-  const InStep& step = r_.in_steps[st];
+  const InStep& step = r_.c->in_steps[st];
   const Endpoint from = CurrentFrom(st);
   if (!s.ok() && Fatal(s, Conn(from)))
     return DetourOrFail(st, s.WithContext(r_.StepName(step.step) + ": progress of " + from.ToString()));
