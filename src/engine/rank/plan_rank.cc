@@ -8,9 +8,6 @@
 #include <future>
 #include <mutex>
 
-#define XXH_STATIC_LINKING_ONLY
-#include <xxhash.h>
-
 #include "plan_rank_impl.h"
 #include "weightport/core/hash.h"
 #include "weightport/engine/common/arena.h"
@@ -22,14 +19,6 @@ namespace weightport {
 
 using plan_layout::PlanLayout;
 using namespace plan_rank_internal;
-
-uint64_t plan_rank_internal::HashRuns(const std::byte* base, const std::vector<Run>& runs, uint32_t begin,
-                                      uint32_t end, uint64_t Run::*offset) {
-  XXH3_state_t state;
-  XXH3_64bits_reset(&state);
-  for (uint32_t i = begin; i < end; ++i) XXH3_64bits_update(&state, base + runs[i].*offset, runs[i].length);
-  return XXH3_64bits_digest(&state);
-}
 
 PlanRank::PlanRank(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 PlanRank::~PlanRank() {
@@ -188,13 +177,6 @@ Status PlanRank::Connect(const std::map<Endpoint, PlanPeer>& peers, std::vector<
     }
   }
   return Status::Ok();
-}
-
-void PlanRank::Impl::CloseConnections() {
-  for (auto& [ep, c] : connections) c->Close();
-  connections.clear();
-  keys.clear();
-  source_devices.clear();
 }
 
 Status PlanRank::Rekey(ProgressLoop& fresh) {

@@ -1,6 +1,7 @@
 // PlanRank's state: its compiled tables (compiled_rank.h) and what runs, shared by plan_rank.cc
 // (create, publish, commit), the device files, and the per-version receive state machine
-// (receive_run.h, receive_*.cc).
+// (receive_run.h, receive_*.cc). plan_rank_impl.cc defines HashRuns and CloseConnections; the rest
+// is defined in the file of the part it serves.
 #pragma once
 
 #include <array>
