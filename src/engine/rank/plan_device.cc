@@ -19,8 +19,8 @@ bool SpanOrder(const DeviceSpan& a, const DeviceSpan& b) {
 }
 
 std::string ShardName(const PlanRank::Impl& r, size_t i) {
-  return r.me.ToString() + " shard " + std::to_string(i) + " (tensor '" +
-         r.plan->tensors[r.buffer->shards[i].tensor].name + "')";
+  return r.c->me.ToString() + " shard " + std::to_string(i) + " (tensor '" +
+         r.c->plan->tensors[r.c->buffer->shards[i].tensor].name + "')";
 }
 
 // Turns ranges of a copy of the arena into the shard spans they cover (bytes outside every shard,
@@ -74,22 +74,21 @@ std::vector<uint32_t> plan_rank_internal::ShardsByOffset(const RankBuffer& buffe
 
 Status plan_rank_internal::AllocateDeviceShards(PlanRank::Impl& r) {
   // One allocation per copy: one registration, where the transport reads or writes it (device_direct).
-  r.device_layout = DeviceLayout::Of(*r.buffer);
   const int copies = r.is_source() && !r.options.device_direct ? 1 : 2;
   for (int c = 0; c < copies; ++c) {
-    auto memory = r.options.device->Allocate(r.device_layout.bytes);
+    auto memory = r.options.device->Allocate(r.c->device_layout.bytes);
     if (!memory.ok())
-      return memory.status().WithContext(r.me.ToString() + ": " + std::to_string(r.buffer->shards.size()) +
-                                         " shards (" + std::to_string(r.device_layout.bytes) + " bytes) on " +
-                                         r.options.device->name());
-    for (uint64_t offset : r.device_layout.offsets)
+      return memory.status().WithContext(
+          r.c->me.ToString() + ": " + std::to_string(r.c->buffer->shards.size()) + " shards (" +
+          std::to_string(r.c->device_layout.bytes) + " bytes) on " + r.options.device->name());
+    for (uint64_t offset : r.c->device_layout.offsets)
       r.device_shards[c].emplace_back(*memory, static_cast<std::byte*>(memory->get()) + offset);
   }
   return Status::Ok();
 }
 
-void plan_rank_internal::MapDeviceSpans(PlanRank::Impl& r) {
-  if (r.is_source() || r.device_shards[0].empty()) return;
+void plan_rank_internal::MapDeviceSpans(CompiledRank& r) {
+  if (r.is_source() || !r.options.device || r.buffer->shards.empty()) return;
   // Bands as quantised: SplitIntoBands has cut the in_quantize jobs already.
   SpanMapper mapper(*r.buffer);
   // A chunk fills what its runs land on (a shard stored as sent) and what its conversions write.
@@ -125,7 +124,6 @@ void plan_rank_internal::MapDeviceSpans(PlanRank::Impl& r) {
     if (r.buffer->shards[i].bytes > at)
       r.device_tail_spans.push_back({i, at, r.buffer->shards[i].bytes - at});
   }
-  r.device_copier = std::make_unique<WorkerPool>(1);
 }
 
 Status plan_rank_internal::ReadDeviceShards(PlanRank::Impl& r) {
@@ -134,9 +132,9 @@ Status plan_rank_internal::ReadDeviceShards(PlanRank::Impl& r) {
   // device_direct: every changed block into the published device copy, and to the arena only
   // where host work reads the shard.
   const bool published = r.is_source() && r.options.device_direct;
-  r.device_block_hashes.resize(r.buffer->shards.size());
-  for (size_t i = 0; i < r.buffer->shards.size(); ++i) {
-    const PlannedShard& s = r.buffer->shards[i];
+  r.device_block_hashes.resize(r.c->buffer->shards.size());
+  for (size_t i = 0; i < r.c->buffer->shards.size(); ++i) {
+    const PlannedShard& s = r.c->buffer->shards[i];
     const auto* device = static_cast<const std::byte*>(r.device_shards[0][i].get());
     auto hashes = r.options.device->ChunkHashes(device, s.bytes, kDeviceBlockBytes);
     if (!hashes.ok())
@@ -165,7 +163,7 @@ Status plan_rank_internal::ReadDeviceShards(PlanRank::Impl& r) {
         }
         r.published_on_device += bytes;
       }
-      if (!published || r.host_shards[i]) {
+      if (!published || r.c->host_shards[i]) {
         const Status read =
             r.options.device->ToHost(device + at, std::span<std::byte>(r.at(s.offset + at), bytes));
         if (!read.ok()) {
@@ -186,7 +184,7 @@ namespace {
 // device's copy `copy`, counted into `n`.
 Status CopySpans(PlanRank::Impl& r, int copy, std::span<const DeviceSpan> spans, bool from_device,
                  DeviceCopied& n) {
-  const std::byte* base = r.at(r.mine->CopyOffset(copy));
+  const std::byte* base = r.at(r.c->mine->CopyOffset(copy));
   for (const DeviceSpan& s : spans) {
     std::byte* to = static_cast<std::byte*>(r.device_shards[copy][s.shard].get()) + s.offset;
     const Status copied =
@@ -194,7 +192,7 @@ Status CopySpans(PlanRank::Impl& r, int copy, std::span<const DeviceSpan> spans,
                           static_cast<const std::byte*>(r.device_shards[copy ^ 1][s.shard].get()) + s.offset,
                           to, s.length)
                     : r.options.device->ToDevice(
-                          std::span(base + r.buffer->shards[s.shard].offset + s.offset, s.length), to);
+                          std::span(base + r.c->buffer->shards[s.shard].offset + s.offset, s.length), to);
     if (!copied.ok())
       return copied.WithContext("copying " + ShardName(r, s.shard) + (from_device ? " on " : " to ") +
                                 r.options.device->name());
@@ -205,7 +203,7 @@ Status CopySpans(PlanRank::Impl& r, int copy, std::span<const DeviceSpan> spans,
 }
 
 std::span<const DeviceSpan> SpansOf(const PlanRank::Impl& r, const std::vector<uint32_t>& begin, size_t i) {
-  return std::span(r.device_spans).subspan(begin[i], begin[i + 1] - begin[i]);
+  return std::span(r.c->device_spans).subspan(begin[i], begin[i + 1] - begin[i]);
 }
 }  // namespace
 
@@ -213,25 +211,25 @@ Result<DeviceCopied> plan_rank_internal::ChunksToDevice(PlanRank::Impl& r, int s
                                                         const std::vector<size_t>& chunks, bool kept) {
   DeviceCopied n;
   for (size_t c : chunks)
-    WP_RETURN_IF_ERROR(CopySpans(r, staging, SpansOf(r, r.chunk_device_begin, c), kept, n));
+    WP_RETURN_IF_ERROR(CopySpans(r, staging, SpansOf(r, r.c->chunk_device_begin, c), kept, n));
   return n;
 }
 
 Result<DeviceCopied> plan_rank_internal::BandToDevice(PlanRank::Impl& r, int staging, size_t band,
                                                       bool reused) {
-  if (r.band_device_begin.size() != r.in_quantize.size() + 1 || band >= r.in_quantize.size())
-    return Internal(r.me.ToString() + ": device spans mapped for " +
-                    std::to_string(r.band_device_begin.size() - 1) + " bands, " +
-                    std::to_string(r.in_quantize.size()) + " quantised, band " + std::to_string(band) +
+  if (r.c->band_device_begin.size() != r.c->in_quantize.size() + 1 || band >= r.c->in_quantize.size())
+    return Internal(r.c->me.ToString() + ": device spans mapped for " +
+                    std::to_string(r.c->band_device_begin.size() - 1) + " bands, " +
+                    std::to_string(r.c->in_quantize.size()) + " quantised, band " + std::to_string(band) +
                     " copied");
   DeviceCopied n;
-  WP_RETURN_IF_ERROR(CopySpans(r, staging, SpansOf(r, r.band_device_begin, band), reused, n));
+  WP_RETURN_IF_ERROR(CopySpans(r, staging, SpansOf(r, r.c->band_device_begin, band), reused, n));
   return n;
 }
 
 Result<DeviceCopied> plan_rank_internal::TailToDevice(PlanRank::Impl& r, int staging) {
   DeviceCopied n;
-  WP_RETURN_IF_ERROR(CopySpans(r, staging, r.device_tail_spans, false, n));
+  WP_RETURN_IF_ERROR(CopySpans(r, staging, r.c->device_tail_spans, false, n));
   return n;
 }
 

@@ -29,14 +29,15 @@ Result<std::array<std::unique_ptr<MemoryRegion>, 2>> plan_rank_internal::Registe
     const PlanRank::Impl& r, Transport& t) {
   const std::string type = r.options.device->memory_type();
   if (!t.TakesMemory(type))
-    return FailedPrecondition(r.me.ToString() + ": device_direct: transport '" + t.name() + "' cannot take " +
-                              type + " memory (" + r.options.device->name() +
+    return FailedPrecondition(r.c->me.ToString() + ": device_direct: transport '" + t.name() +
+                              "' cannot take " + type + " memory (" + r.options.device->name() +
                               "); without device_direct the shards are staged through the host");
   std::array<std::unique_ptr<MemoryRegion>, 2> regions;
   for (int c = r.is_source() ? 1 : 0; c < 2; ++c) {  // a source's copy 0 is the trainer's
     auto region = RegisterArena(t, r.device_shards[c].empty() ? nullptr : r.device_shards[c][0].get(),
-                                r.device_layout.bytes, "device copy");
-    if (!region.ok()) return region.status().WithContext(r.me.ToString() + " on " + r.options.device->name());
+                                r.c->device_layout.bytes, "device copy");
+    if (!region.ok())
+      return region.status().WithContext(r.c->me.ToString() + " on " + r.options.device->name());
     regions[c] = *std::move(region);
   }
   return regions;
@@ -115,7 +116,7 @@ void MarkShards(const DeviceLayout& layout, uint64_t at, uint64_t length, std::v
 // Groups the device-hashed chunks of each step that follow one another on the device, each one
 // range there, all but the last of one size (a step's piece contiguous in its shard: a whole
 // shard, whole rows), into DeviceHashBatch.
-void BatchPublishedHashes(PlanRank::Impl& r) {
+void BatchPublishedHashes(CompiledRank& r) {
   auto range = [&](size_t i) -> std::optional<DeviceRange> {
     if (r.out_hash[i] != OutHash::kDevice) return std::nullopt;
     const OutChunk& c = r.out_chunks[i];
@@ -147,7 +148,7 @@ void BatchPublishedHashes(PlanRank::Impl& r) {
 }
 }  // namespace
 
-void plan_rank_internal::MapPublishedOnDevice(PlanRank::Impl& r) {
+void plan_rank_internal::MapPublishedOnDevice(CompiledRank& r) {
   r.out_hash.assign(r.out_chunks.size(), OutHash::kArena);
   r.host_shards.assign(r.buffer->shards.size(), 1);
   if (!r.is_source() || !r.options.device_direct) return;
@@ -167,15 +168,15 @@ void plan_rank_internal::MapPublishedOnDevice(PlanRank::Impl& r) {
 }
 
 Result<uint64_t> plan_rank_internal::HashPublishedOnDevice(PlanRank::Impl& r, size_t i) {
-  const OutChunk& c = r.out_chunks[i];
+  const OutChunk& c = r.c->out_chunks[i];
   // The published copy's allocation: shard 0 starts it (a chunk hashed there: there are shards).
   const auto* block = static_cast<const std::byte*>(r.device_shards[1][0].get());
   return HashRanges(*r.options.device, block,
-                    DeviceRanges(r.device_layout, r.out_runs, c.run_begin, c.run_end, &Run::from));
+                    DeviceRanges(r.c->device_layout, r.c->out_runs, c.run_begin, c.run_end, &Run::from));
 }
 
 Status plan_rank_internal::HashPublishedBatch(PlanRank::Impl& r, size_t b) {
-  const DeviceHashBatch& batch = r.out_device_batches[b];
+  const DeviceHashBatch& batch = r.c->out_device_batches[b];
   const auto* block = static_cast<const std::byte*>(r.device_shards[1][0].get());
   WP_ASSIGN_OR_RETURN(std::vector<uint64_t> hashes,
                       r.options.device->ChunkHashes(block + batch.offset, batch.bytes, batch.chunk_bytes));
@@ -184,16 +185,16 @@ Status plan_rank_internal::HashPublishedBatch(PlanRank::Impl& r, size_t b) {
                     std::to_string(batch.chunks) + " chunks");
   const uint64_t as_is = 0;  // not compressed: the chunks travel as they are
   for (uint32_t k = 0; k < batch.chunks; ++k) {
-    const OutChunk& c = r.out_chunks[batch.first_chunk + k];
+    const OutChunk& c = r.c->out_chunks[batch.first_chunk + k];
     std::memcpy(r.at(c.hash_offset), &hashes[k], 8);
     std::memcpy(r.at(c.hash_offset + 8), &as_is, 8);
   }
   return Status::Ok();
 }
 
-void plan_rank_internal::MapDirectChunks(PlanRank::Impl& r) {
+void plan_rank_internal::MapDirectChunks(CompiledRank& r) {
   r.direct_chunks.assign(r.in_chunks.size(), 0);
-  if (!r.device_regions[0] || r.is_source()) return;
+  if (!r.options.device_direct || r.is_source()) return;
   std::vector<uint8_t> quantised_here(r.in_chunks.size(), 0);  // a band gathers from it
   for (uint32_t c : r.band_chunks) quantised_here[c] = 1;
   auto in_shards = [&](const std::vector<Run>& runs, uint32_t begin, uint32_t end) {
@@ -212,15 +213,13 @@ void plan_rank_internal::MapDirectChunks(PlanRank::Impl& r) {
     }
     r.direct_chunks[c] = direct;
   }
-  if (std::find(r.direct_chunks.begin(), r.direct_chunks.end(), 1) != r.direct_chunks.end())
-    r.direct_verifier = std::make_unique<WorkerPool>(1);
 }
 
 Result<uint64_t> plan_rank_internal::HashOnDevice(PlanRank::Impl& r, int copy, size_t c) {
-  const InChunk& chunk = r.in_chunks[c];
+  const InChunk& chunk = r.c->in_chunks[c];
   const auto* block = static_cast<const std::byte*>(r.device_regions[copy]->data());
   return HashRanges(*r.options.device, block,
-                    DeviceRanges(r.device_layout, r.in_runs, chunk.run_begin, chunk.run_end, &Run::to));
+                    DeviceRanges(r.c->device_layout, r.c->in_runs, chunk.run_begin, chunk.run_end, &Run::to));
 }
 
 }  // namespace weightport

@@ -97,7 +97,7 @@ void plan_rank_internal::RunQuantizeJobs(std::byte* base, const std::vector<Quan
                         [&](size_t j, Scratch& scratch) { Quantize(base, jobs[j], gathers, scratch); });
 }
 
-void plan_rank_internal::MapBandsToChunks(PlanRank::Impl& r) {
+void plan_rank_internal::MapBandsToChunks(CompiledRank& r) {
   // Every incoming run's bytes within a copy, by where they start (landing areas do not overlap).
   struct Landed {
     uint64_t begin, end;
@@ -130,21 +130,21 @@ std::vector<uint8_t> plan_rank_internal::QuantizeLanded(
     PlanRank::Impl& r, int staging, const std::vector<uint8_t>& kept,
     const std::function<void(size_t band, bool reused)>& band_done) {
   const int live = staging ^ 1;
-  std::byte* to = r.at(r.mine->CopyOffset(staging));
-  const std::byte* from = r.at(r.mine->CopyOffset(live));
-  const size_t n = r.in_quantize.size();
+  std::byte* to = r.at(r.c->mine->CopyOffset(staging));
+  const std::byte* from = r.at(r.c->mine->CopyOffset(live));
+  const size_t n = r.c->in_quantize.size();
   // The live copy's bands are known only for the version it holds, quantised (or copied) whole.
   const bool live_known = r.options.delta && r.live_version != 0 && r.copy_version[live] == r.live_version &&
                           r.band_hashes[live].size() == n;
   std::vector<uint8_t> unchanged(n, live_known);  // every chunk the band reads was kept
   for (size_t j = 0; j < n; ++j)
-    for (uint32_t i = r.band_chunk_begin[j]; unchanged[j] && i < r.band_chunk_begin[j + 1]; ++i)
-      unchanged[j] = kept[r.band_chunks[i]] != 0;
+    for (uint32_t i = r.c->band_chunk_begin[j]; unchanged[j] && i < r.c->band_chunk_begin[j + 1]; ++i)
+      unchanged[j] = kept[r.c->band_chunks[i]] != 0;
   std::vector<uint64_t>& hashes = r.band_hashes[staging];
   hashes.assign(n, 0);
   std::vector<uint8_t> reused(n, 0);
   ForEachIndex<Scratch>(r.workers.get(), n, [&](size_t j, Scratch& scratch) {
-    const QuantizeJob& q = r.in_quantize[j];
+    const QuantizeJob& q = r.c->in_quantize[j];
     // Its inputs are the live copy's: so is its output, unless someone wrote to the live shard
     // since. Copied, then hashed where it landed: a write racing the copy shows too.
     if (unchanged[j]) {
@@ -154,7 +154,7 @@ std::vector<uint8_t> plan_rank_internal::QuantizeLanded(
       reused[j] = hashes[j] == r.band_hashes[live][j];
     }
     if (!reused[j]) {
-      Quantize(to, q, r.in_gathers, scratch);
+      Quantize(to, q, r.c->in_gathers, scratch);
       hashes[j] = BandOutputHash(to, q);
     }
     if (band_done) band_done(j, reused[j] != 0);
