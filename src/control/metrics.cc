@@ -72,7 +72,7 @@ Status Metrics::Describe(std::string_view name, MetricType type, std::string_vie
   if (!IsValidMetricName(name)) {
     return InvalidArgument("metric name '" + std::string(name) + "' does not match [a-zA-Z_:][a-zA-Z0-9_:]*");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = families_.find(name);
   if (it == families_.end()) {
     families_.emplace(std::string(name), Family{type, std::string(help), {}});
@@ -89,7 +89,7 @@ Status Metrics::Describe(std::string_view name, MetricType type, std::string_vie
 
 void Metrics::Add(std::string_view name, const MetricLabels& labels, double delta) {
   std::optional<MetricLabels> key = SeriesKey(name, labels);  // outside the lock: it allocates
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!key) return CountInvalidLocked();
   auto it = families_.find(name);
   const MetricType type = it == families_.end() ? MetricType::kCounter : it->second.type;
@@ -103,7 +103,7 @@ void Metrics::Add(std::string_view name, const MetricLabels& labels, double delt
 
 void Metrics::Set(std::string_view name, const MetricLabels& labels, double value) {
   std::optional<MetricLabels> key = SeriesKey(name, labels);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!key) return CountInvalidLocked();
   auto it = families_.find(name);
   if (it == families_.end()) {
@@ -119,7 +119,7 @@ void Metrics::Set(std::string_view name, const MetricLabels& labels, double valu
 double Metrics::Value(std::string_view name, const MetricLabels& labels) const {
   std::optional<MetricLabels> key = SeriesKey(name, labels);
   if (!key) return 0;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = families_.find(name);
   if (it == families_.end()) return 0;
   auto series = it->second.series.find(*key);
@@ -139,7 +139,7 @@ void Metrics::CountInvalidLocked() {
 
 std::string Metrics::RenderPrometheus() const {
   std::string out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& [name, family] : families_) {
     if (!family.help.empty()) {
       out += "# HELP " + name + " ";

@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <mutex>
 #include <optional>
 
 #include "weightport/core/hash.h"
+#include "weightport/core/thread_annotations.h"
 #include "weightport/cuda/device_buffer.h"
 #include "weightport/cuda/device_query.h"
 #include "weightport/cuda/hash.h"
@@ -33,7 +33,7 @@ class CudaMemory final : public DeviceMemory {
 
   Status ToHost(const void* device, std::span<std::byte> host) override {
     WP_RETURN_IF_ERROR(CudaUseDevice(device_));
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return stager_->FromDevice(device, host.size(), [&](uint64_t at, std::span<const std::byte> chunk) {
       std::memcpy(host.data() + at, chunk.data(), chunk.size());
       return Status::Ok();
@@ -42,7 +42,7 @@ class CudaMemory final : public DeviceMemory {
 
   Status ToDevice(std::span<const std::byte> host, void* device) override {
     WP_RETURN_IF_ERROR(CudaUseDevice(device_));
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return stager_->ToDevice(device, host.size(), [&](uint64_t at, std::span<std::byte> chunk) {
       std::memcpy(chunk.data(), host.data() + at, chunk.size());
       return Status::Ok();
@@ -51,7 +51,7 @@ class CudaMemory final : public DeviceMemory {
 
   Status CopyOnDevice(const void* from, void* to, size_t bytes) override {
     WP_RETURN_IF_ERROR(CudaUseDevice(device_));
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return stager_->OnDevice(from, to, bytes);
   }
 
@@ -59,7 +59,7 @@ class CudaMemory final : public DeviceMemory {
     if (chunk_bytes == 0) return InvalidArgument(name_ + ": chunk hashes of 0-byte chunks");
     if (bytes == 0) return std::vector<uint64_t>{};
     WP_RETURN_IF_ERROR(CudaUseDevice(device_));
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return HashChunksLocked(device, bytes, chunk_bytes);
   }
 
@@ -70,7 +70,7 @@ class CudaMemory final : public DeviceMemory {
     for (const DeviceBytes& p : parts) total += p.size;
     if (total == 0) return Xxh3(nullptr, 0);
     WP_RETURN_IF_ERROR(CudaUseDevice(device_));
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     const void* whole = nullptr;  // the part that holds every byte, when one does
     for (const DeviceBytes& p : parts)
       if (p.size == total) whole = p.data;
@@ -96,8 +96,9 @@ class CudaMemory final : public DeviceMemory {
     return Status::Ok();
   }
 
-  // ChunkHashes of bytes > 0, with mu_ held.
-  Result<std::vector<uint64_t>> HashChunksLocked(const void* device, size_t bytes, uint64_t chunk_bytes) {
+  // ChunkHashes of bytes > 0.
+  Result<std::vector<uint64_t>> HashChunksLocked(const void* device, size_t bytes, uint64_t chunk_bytes)
+      REQUIRES(mu_) {
     std::vector<uint64_t> out((bytes + chunk_bytes - 1) / chunk_bytes);
     // Buffers kept from call to call, grown as needed: a cudaFree per call would stall the device.
     WP_RETURN_IF_ERROR(Reserve(hashes_, out.size() * sizeof(uint64_t)));
@@ -109,10 +110,11 @@ class CudaMemory final : public DeviceMemory {
     return out;
   }
 
-  std::mutex mu_;  // the stager serves one copy at a time; the hash buffers one hashing
-  std::optional<DeviceBuffer> hashes_, scratch_;  // ChunkHashes' output and scratch on the device
-  std::optional<DeviceBuffer> gather_;            // HashConcatenated's parts, one after the other
-  std::unique_ptr<CudaStager> stager_;
+  Mutex mu_;  // the stager serves one copy at a time; the hash buffers one hashing
+  // ChunkHashes' output and scratch on the device.
+  std::optional<DeviceBuffer> hashes_ GUARDED_BY(mu_), scratch_ GUARDED_BY(mu_);
+  std::optional<DeviceBuffer> gather_ GUARDED_BY(mu_);  // HashConcatenated's parts, one after the other
+  std::unique_ptr<CudaStager> stager_ PT_GUARDED_BY(mu_);
   const int device_;
   const std::string name_;
 };

@@ -9,7 +9,7 @@ ProgressLoop::~ProgressLoop() { Stop(); }
 
 void ProgressLoop::Post(std::function<void(Transport&)> task) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!stopping_.load(std::memory_order_relaxed)) {
       tasks_.push_back(std::move(task));
       transport_->Wake();
@@ -27,7 +27,7 @@ void ProgressLoop::Post(std::function<void(Transport&)> task) {
 
 void ProgressLoop::PostAfter(std::chrono::milliseconds delay, std::function<void(Transport&)> task) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!stopping_.load(std::memory_order_relaxed)) {
       timers_.emplace(std::chrono::steady_clock::now() + delay, std::move(task));
       transport_->Wake();
@@ -48,7 +48,7 @@ void ProgressLoop::Run() {
   for (;;) {
     auto wait = std::chrono::milliseconds(100);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       batch.swap(tasks_);
       const auto now = std::chrono::steady_clock::now();
       while (!timers_.empty() && timers_.begin()->first <= now) {
@@ -63,7 +63,7 @@ void ProgressLoop::Run() {
     batch.clear();
     const size_t events = transport_->Progress();
     if (stopping_.load(std::memory_order_acquire)) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (tasks_.empty()) break;
       continue;
     }
@@ -75,7 +75,7 @@ void ProgressLoop::Run() {
   }
   std::multimap<std::chrono::steady_clock::time_point, std::function<void(Transport&)>> timers;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     timers.swap(timers_);
   }
   for (auto& [when, task] : timers) task(*transport_);
@@ -85,7 +85,7 @@ void ProgressLoop::Run() {
 
 void ProgressLoop::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_.store(true, std::memory_order_release);
   }
   transport_->Wake();

@@ -17,13 +17,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "weightport/core/status.h"
+#include "weightport/core/thread_annotations.h"
 
 namespace weightport {
 
@@ -81,11 +81,11 @@ class Metrics {
   };
   // Finds or creates the series for an update; nullptr (after counting) when the update is invalid.
   Series* SeriesForUpdateLocked(std::string_view name, const MetricLabels& labels, MetricType type,
-                                bool type_must_match);
-  void CountInvalidLocked();
+                                bool type_must_match) REQUIRES(mu_);
+  void CountInvalidLocked() REQUIRES(mu_);
 
-  mutable std::mutex mu_;
-  std::map<std::string, Family, std::less<>> families_;
+  mutable Mutex mu_;
+  std::map<std::string, Family, std::less<>> families_ GUARDED_BY(mu_);
 };
 
 struct MetricsServerOptions {

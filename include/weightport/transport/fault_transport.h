@@ -26,12 +26,12 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <set>
 #include <string>
 
 #include "weightport/core/status.h"
+#include "weightport/core/thread_annotations.h"
 #include "weightport/transport/transport.h"
 
 namespace weightport {
@@ -92,16 +92,16 @@ class FaultPlan {
     FaultTrigger trigger;
     uint64_t seen = 0;
   };
-  bool Fires(Rule& rule, uint32_t op);  // requires mu_
+  bool Fires(Rule& rule, uint32_t op) REQUIRES(mu_);
 
-  mutable std::mutex mu_;
-  std::mt19937_64 rng_;
-  Rule drop_, delay_, corrupt_;
-  std::chrono::milliseconds delay_by_{0};
-  uint64_t fail_budget_ = UINT64_MAX;  // operations left before failures start
-  std::set<std::string> killed_;
-  bool kill_all_ = false;
-  FaultStats stats_;
+  mutable Mutex mu_;
+  std::mt19937_64 rng_ GUARDED_BY(mu_);
+  Rule drop_ GUARDED_BY(mu_), delay_ GUARDED_BY(mu_), corrupt_ GUARDED_BY(mu_);
+  std::chrono::milliseconds delay_by_ GUARDED_BY(mu_){0};
+  uint64_t fail_budget_ GUARDED_BY(mu_) = UINT64_MAX;  // operations left before failures start
+  std::set<std::string> killed_ GUARDED_BY(mu_);
+  bool kill_all_ GUARDED_BY(mu_) = false;
+  FaultStats stats_ GUARDED_BY(mu_);
 };
 
 // Wraps `inner`; every connection it makes consults `plan`.

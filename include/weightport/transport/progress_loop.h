@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "weightport/core/thread_annotations.h"
 #include "weightport/transport/transport.h"
 
 namespace weightport {
@@ -65,10 +66,10 @@ class ProgressLoop {
   void Join();  // joins the loop thread once, whichever thread asks first
 
   std::unique_ptr<Transport> transport_;
-  std::mutex mu_;
-  std::deque<std::function<void(Transport&)>> tasks_;  // guarded by mu_
-  std::multimap<std::chrono::steady_clock::time_point, std::function<void(Transport&)>>
-      timers_;  // guarded by mu_
+  Mutex mu_;
+  std::deque<std::function<void(Transport&)>> tasks_ GUARDED_BY(mu_);
+  std::multimap<std::chrono::steady_clock::time_point, std::function<void(Transport&)>> timers_
+      GUARDED_BY(mu_);
   std::atomic<bool> stopping_{false};
   // The loop thread's id, set when it starts. Not thread_.get_id(): that races with a join.
   std::atomic<std::thread::id> loop_id_{};

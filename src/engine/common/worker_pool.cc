@@ -8,7 +8,7 @@ WorkerPool::WorkerPool(size_t threads) {
 
 WorkerPool::~WorkerPool() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
@@ -17,7 +17,7 @@ WorkerPool::~WorkerPool() {
 
 void WorkerPool::Submit(std::function<void()> task) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     tasks_.push_back(std::move(task));
   }
   cv_.notify_one();
@@ -27,8 +27,8 @@ void WorkerPool::Run() {
   for (;;) {
     std::function<void()> task;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+      MutexLock lock(mu_);
+      cv_.wait(lock.native(), [this]() REQUIRES(mu_) { return stopping_ || !tasks_.empty(); });
       if (tasks_.empty()) return;  // stopping, and everything submitted has run
       task = std::move(tasks_.front());
       tasks_.pop_front();

@@ -64,7 +64,7 @@ void Coordinator::Stop() {
   if (impl_->acceptor.joinable()) impl_->acceptor.join();
   std::vector<std::unique_ptr<CoordinatorPeer>> all;
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     for (auto& [id, peer] : impl_->peers) {
       peer->gone = true;
       peer->outbox.emplace_back(MessageType::kBye, Bytes{});  // the writer sends it, then closes
@@ -86,15 +86,16 @@ const std::string& Coordinator::address() const { return impl_->listener->addres
 uint16_t Coordinator::port() const { return impl_->listener->port(); }
 
 Status Coordinator::WaitForSubscribers(size_t n, milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(impl_->mu);
-  if (!impl_->cv.wait_for(lock, timeout, [&] { return impl_->SubscriberCount() >= n; }))
+  MutexLock lock(impl_->mu);
+  if (!impl_->cv.wait_for(lock.native(), timeout,
+                          [&]() REQUIRES(impl_->mu) { return impl_->SubscriberCount() >= n; }))
     return Timeout("coordinator: " + std::to_string(impl_->SubscriberCount()) + " of " + std::to_string(n) +
                    " subscribers connected after " + Seconds(timeout));
   return Status::Ok();
 }
 
 std::vector<std::string> Coordinator::Subscribers() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   std::vector<std::string> names;
   for (const auto& [id, peer] : impl_->peers)
     if (peer->role == PeerRole::kSubscriber) names.push_back(peer->name);
@@ -102,15 +103,15 @@ std::vector<std::string> Coordinator::Subscribers() const {
 }
 
 Result<VersionReport> Coordinator::WaitForVersion(uint64_t version, milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(impl_->mu);
-  auto done = [&] {
+  MutexLock lock(impl_->mu);
+  auto done = [&]() REQUIRES(impl_->mu) {
     auto it = impl_->reports.find(version);
     if (it == impl_->reports.end() || !it->second.decided) return false;
     if (!it->second.outcome.ok()) return true;
     return std::all_of(it->second.subscribers.begin(), it->second.subscribers.end(),
                        [](const SubscriberVersionReport& s) { return s.committed || !s.dropped.empty(); });
   };
-  impl_->cv.wait_for(lock, timeout, done);
+  impl_->cv.wait_for(lock.native(), timeout, done);
   auto it = impl_->reports.find(version);
   if (it == impl_->reports.end())
     return NotFound("coordinator: version " + std::to_string(version) + " never began");
@@ -142,7 +143,7 @@ void Coordinator::Impl::AcceptLoop() {
   while (!stopping.load()) {
     Result<std::unique_ptr<ControlChannel>> channel = listener->Accept(kPoll);
     std::vector<std::unique_ptr<CoordinatorPeer>> finished;
-    std::unique_lock<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (channel.ok()) {
       auto peer = std::make_unique<CoordinatorPeer>();
       peer->id = next_peer_id++;
@@ -191,7 +192,7 @@ void Coordinator::Impl::AcceptLoop() {
     CheckDeadlines();
     // Join the threads of removed peers outside the lock: they may be waiting for it.
     finished.swap(retired);
-    lock.unlock();
+    lock.Unlock();
     for (auto& peer : finished) {
       if (peer->writer.joinable()) peer->writer.join();
       if (peer->reader.joinable()) peer->reader.join();
@@ -203,11 +204,11 @@ void Coordinator::Impl::ReadLoop(CoordinatorPeer* peer) {
   while (!stopping.load()) {
     Result<ControlMessage> message = peer->channel->Receive(kPoll);
     if (!message.ok() && message.status().code() == StatusCode::kTimeout) {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       if (peer->gone) return;
       continue;
     }
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (peer->gone || stopping.load()) return;
     if (!message.ok()) {
       RemovePeer(*peer, message.status().message(), /*lost=*/true);
@@ -230,15 +231,15 @@ void Coordinator::Impl::SendTo(CoordinatorPeer& peer, MessageType type, const By
 }
 
 void Coordinator::Impl::WriteLoop(CoordinatorPeer* peer) {
-  std::unique_lock<std::mutex> lock(mu);
+  MutexLock lock(mu);
   for (;;) {
-    peer->outbox_cv.wait(lock, [&] { return !peer->outbox.empty() || peer->gone; });
+    peer->outbox_cv.wait(lock.native(), [&] { return !peer->outbox.empty() || peer->gone; });
     if (peer->outbox.empty()) break;  // removed, and everything queued went out
     auto [type, payload] = std::move(peer->outbox.front());
     peer->outbox.pop_front();
-    lock.unlock();
+    lock.Unlock();
     Status sent = peer->channel->Send(type, payload);
-    lock.lock();
+    lock.Lock();
     if (!sent.ok()) {
       if (!peer->gone && !stopping.load())
         RemovePeer(*peer, "sending " + std::string(MessageTypeName(type)) + ": " + sent.message(), true);

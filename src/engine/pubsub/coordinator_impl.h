@@ -1,5 +1,5 @@
 // Internals of the Coordinator shared by coordinator.cc (threads, peers) and coordinator_updates.cc
-// (the version state machine). Everything below `mu` is guarded by it.
+// (the version state machine).
 #pragma once
 
 #include <atomic>
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "weightport/core/manifest.h"
+#include "weightport/core/thread_annotations.h"
 #include "weightport/engine/pubsub/coordinator.h"
 
 namespace weightport {
@@ -48,19 +49,20 @@ struct Coordinator::Impl {
   std::thread acceptor;
   std::atomic<bool> stopping{false};
 
-  mutable std::mutex mu;
+  mutable Mutex mu;
   std::condition_variable cv;  // subscribers joined, versions decided or reported
-  uint64_t next_peer_id = 1;
-  std::map<uint64_t, std::unique_ptr<CoordinatorPeer>> peers;
-  std::vector<std::unique_ptr<CoordinatorPeer>> retired;  // removed peers whose threads await joining
-  std::optional<uint64_t> publisher;                      // peer id
-  Bytes region_keys;                                      // the publisher's last RegionKeys payload
-  uint64_t keys_epoch = 0;                                // bumped on each RegionKeys
-  std::optional<Manifest> manifest;                       // the publisher's last Manifest
-  std::string manifest_json;
-  uint64_t last_committed = 0;
-  std::optional<CoordinatorUpdate> update;  // the version in flight
-  std::map<uint64_t, VersionReport> reports;
+  uint64_t next_peer_id GUARDED_BY(mu) = 1;
+  std::map<uint64_t, std::unique_ptr<CoordinatorPeer>> peers GUARDED_BY(mu);
+  // Removed peers whose threads await joining.
+  std::vector<std::unique_ptr<CoordinatorPeer>> retired GUARDED_BY(mu);
+  std::optional<uint64_t> publisher GUARDED_BY(mu);  // peer id
+  Bytes region_keys GUARDED_BY(mu);                  // the publisher's last RegionKeys payload
+  uint64_t keys_epoch GUARDED_BY(mu) = 0;            // bumped on each RegionKeys
+  std::optional<Manifest> manifest GUARDED_BY(mu);   // the publisher's last Manifest
+  std::string manifest_json GUARDED_BY(mu);
+  uint64_t last_committed GUARDED_BY(mu) = 0;
+  std::optional<CoordinatorUpdate> update GUARDED_BY(mu);  // the version in flight
+  std::map<uint64_t, VersionReport> reports GUARDED_BY(mu);
 
   // --- coordinator.cc
   void AcceptLoop();
@@ -69,36 +71,35 @@ struct Coordinator::Impl {
   // Abort telling it why) and closes its channel.
   void WriteLoop(CoordinatorPeer* peer);
   void Log(const std::string& line) const;
-  size_t SubscriberCount() const;       // requires mu
-  void PublishSubscriberCount() const;  // sets the weightport_subscribers gauge; requires mu
+  size_t SubscriberCount() const REQUIRES(mu);
+  void PublishSubscriberCount() const REQUIRES(mu);  // sets the weightport_subscribers gauge
   void Count(std::string_view metric, const std::string& peer, double delta = 1) const;
-  // Queues a message for one peer (requires mu); a failed send later marks it lost.
-  void SendTo(CoordinatorPeer& peer, MessageType type, const Bytes& payload);
+  // Queues a message for one peer; a failed send later marks it lost.
+  void SendTo(CoordinatorPeer& peer, MessageType type, const Bytes& payload) REQUIRES(mu);
   template <typename M>
-  void SendTo(CoordinatorPeer& peer, const M& message) {
+  void SendTo(CoordinatorPeer& peer, const M& message) REQUIRES(mu) {
     SendTo(peer, M::kType, message.Encode());
   }
-  // Removes a peer: aborts the update it is a member of; its writer then closes its channel
-  // (requires mu).
-  void RemovePeer(CoordinatorPeer& peer, const std::string& why, bool lost);
-  void CheckDeadlines();               // requires mu
-  void Heartbeat();                    // requires mu
-  CoordinatorPeer* Find(uint64_t id);  // requires mu; null when gone
+  // Removes a peer: aborts the update it is a member of; its writer then closes its channel.
+  void RemovePeer(CoordinatorPeer& peer, const std::string& why, bool lost) REQUIRES(mu);
+  void CheckDeadlines() REQUIRES(mu);
+  void Heartbeat() REQUIRES(mu);
+  CoordinatorPeer* Find(uint64_t id) REQUIRES(mu);  // null when gone
 
-  // --- coordinator_updates.cc (each requires mu)
-  void Handle(CoordinatorPeer& peer, const ControlMessage& message);
-  void OnManifest(CoordinatorPeer& peer, const ManifestMsg& message);
-  void OnUpdateBegin(CoordinatorPeer& peer, const UpdateBeginMsg& message);
-  void OnVerified(CoordinatorPeer& peer, const ChunksVerifiedMsg& message);
-  void OnPlacement(CoordinatorPeer& peer, const PlacementMsg& message);
+  // --- coordinator_updates.cc
+  void Handle(CoordinatorPeer& peer, const ControlMessage& message) REQUIRES(mu);
+  void OnManifest(CoordinatorPeer& peer, const ManifestMsg& message) REQUIRES(mu);
+  void OnUpdateBegin(CoordinatorPeer& peer, const UpdateBeginMsg& message) REQUIRES(mu);
+  void OnVerified(CoordinatorPeer& peer, const ChunksVerifiedMsg& message) REQUIRES(mu);
+  void OnPlacement(CoordinatorPeer& peer, const PlacementMsg& message) REQUIRES(mu);
   // Refuses a subscriber whose wanted tensors the manifest lacks; true when it was refused.
-  bool RefuseIfUnknownTensors(CoordinatorPeer& peer);
-  void CommitUpdate();
-  void AbortUpdate(const std::string& why);
+  bool RefuseIfUnknownTensors(CoordinatorPeer& peer) REQUIRES(mu);
+  void CommitUpdate() REQUIRES(mu);
+  void AbortUpdate(const std::string& why) REQUIRES(mu);
   // A member failed the update in flight: aborts it (all or nothing), or drops the member and
   // commits or aborts by the quorum. `id` may be gone already (lost).
-  void MemberFailed(uint64_t id, const std::string& name, const std::string& why);
-  SubscriberVersionReport* ReportOf(uint64_t version, const std::string& name);
+  void MemberFailed(uint64_t id, const std::string& name, const std::string& why) REQUIRES(mu);
+  SubscriberVersionReport* ReportOf(uint64_t version, const std::string& name) REQUIRES(mu);
 };
 
 }  // namespace weightport

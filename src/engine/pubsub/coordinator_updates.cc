@@ -19,7 +19,7 @@ double SecondsOf(std::chrono::nanoseconds d) { return std::chrono::duration<doub
 void Coordinator::Impl::Handle(CoordinatorPeer& peer, const ControlMessage& message) {
   const bool is_publisher = peer.role == PeerRole::kPublisher;
   const bool is_subscriber = peer.role == PeerRole::kSubscriber;
-  auto violation = [&](const std::string& why) {
+  auto violation = [&](const std::string& why) REQUIRES(mu) {
     const std::string reason = std::string(MessageTypeName(message.type)) + " from a " +
                                std::string(PeerRoleName(peer.role)) + ": " + why;
     SendTo(peer, RefusedMsg{reason});
@@ -143,7 +143,7 @@ bool Coordinator::Impl::RefuseIfUnknownTensors(CoordinatorPeer& peer) {
 
 void Coordinator::Impl::OnUpdateBegin(CoordinatorPeer& peer, const UpdateBeginMsg& message) {
   const uint64_t v = message.version;
-  auto refuse = [&](const std::string& why) {
+  auto refuse = [&](const std::string& why) REQUIRES(mu) {
     Log("refused " + Version(v) + " from " + peer.channel->peer() + ": " + why);
     SendTo(peer, AbortMsg{v, why});
   };

@@ -8,11 +8,11 @@
 #include <cstring>
 #include <future>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <thread>
 
 #include "weightport/control/channel.h"
+#include "weightport/core/thread_annotations.h"
 #include "weightport/engine/common/arena.h"
 #include "weightport/transport/progress_loop.h"
 
@@ -70,12 +70,12 @@ struct Publisher::Impl {
   std::atomic<bool> closing{false};
   bool closed = false;
 
-  std::mutex mu;
+  Mutex mu;
   std::condition_variable cv;
-  std::map<uint64_t, Status> verdicts;  // from Commit / Abort; guarded by mu
-  std::map<uint64_t, PublishReport> reports;
-  Status session;  // OK while the coordinator is reachable; guarded by mu
-  uint64_t last_version = 0;
+  std::map<uint64_t, Status> verdicts GUARDED_BY(mu);  // from Commit / Abort
+  std::map<uint64_t, PublishReport> reports GUARDED_BY(mu);
+  Status session GUARDED_BY(mu);  // OK while the coordinator is reachable
+  uint64_t last_version GUARDED_BY(mu) = 0;
 
   ~Impl() {
     // A half-built publisher (Create failed): regions go on the loop thread, like every transport call.
@@ -222,7 +222,7 @@ void Publisher::Impl::RetireGrant(std::shared_ptr<Grant>& grant) {
 void Publisher::Impl::ReadLoop() {
   auto last_sent = Clock::now(), last_heard = Clock::now();
   auto end_session = [&](Status why) {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (session.ok()) session = std::move(why);
     cv.notify_all();
   };
@@ -249,7 +249,7 @@ void Publisher::Impl::ReadLoop() {
       if (auto a = AbortMsg::Decode(m->payload); a.ok()) verdict.emplace(a->version, Cancelled(a->reason));
     }
     if (verdict) {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       verdicts[verdict->first] = verdict->second;
       cv.notify_all();
     }
@@ -276,9 +276,10 @@ void Publisher::Impl::RunUpdate(uint64_t version, const MemoryRegion& region, ui
     report.outcome = sent;
     return;
   }
-  std::unique_lock<std::mutex> lock(mu);
-  const bool decided = cv.wait_for(lock, options.update_timeout,
-                                   [&] { return verdicts.count(version) != 0 || !session.ok(); });
+  MutexLock lock(mu);
+  const bool decided = cv.wait_for(lock.native(), options.update_timeout, [&]() REQUIRES(mu) {
+    return verdicts.count(version) != 0 || !session.ok();
+  });
   report.transfer = Clock::now() - t1;
   if (verdicts.count(version) != 0) {
     report.outcome = verdicts[version];
@@ -301,7 +302,7 @@ Result<PublishReport> Publisher::Publish(uint64_t version, PublishMode mode) {
   const auto t0 = Clock::now();
   if (d.background.joinable()) d.background.join();  // the previous snapshot publish
   {
-    std::lock_guard<std::mutex> lock(d.mu);
+    MutexLock lock(d.mu);
     if (!d.session.ok()) return d.session;
     if (version <= d.last_version)
       return InvalidArgument("publisher: version " + std::to_string(version) + " is not newer than version " +
@@ -338,14 +339,14 @@ Result<PublishReport> Publisher::Publish(uint64_t version, PublishMode mode) {
   if (mode == PublishMode::kLive) {
     run(report, grant);
     report.hold = Clock::now() - t0;
-    std::lock_guard<std::mutex> lock(d.mu);
+    MutexLock lock(d.mu);
     d.reports[version] = report;
     return report;
   }
   report.hold = Clock::now() - t0;
   d.background = std::thread([&d, run, report, grant = std::move(grant)]() mutable {
     run(report, grant);
-    std::lock_guard<std::mutex> lock(d.mu);
+    MutexLock lock(d.mu);
     d.reports[report.version] = report;
     d.cv.notify_all();
   });
@@ -353,8 +354,9 @@ Result<PublishReport> Publisher::Publish(uint64_t version, PublishMode mode) {
 }
 
 Result<PublishReport> Publisher::Wait(uint64_t version, milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(impl_->mu);
-  if (!impl_->cv.wait_for(lock, timeout, [&] { return impl_->reports.count(version) != 0; }))
+  MutexLock lock(impl_->mu);
+  if (!impl_->cv.wait_for(lock.native(), timeout,
+                          [&]() REQUIRES(impl_->mu) { return impl_->reports.count(version) != 0; }))
     return Timeout("publisher: version " + std::to_string(version) + " not decided after " +
                    std::to_string(timeout.count()) + " ms");
   return impl_->reports[version];

@@ -76,7 +76,7 @@ VersionedStore::Pin::~Pin() { Release(); }
 void VersionedStore::Pin::Release() {
   if (!count_) return;
   {
-    std::lock_guard<std::mutex> lock(store_->mu_);
+    MutexLock lock(store_->mu_);
     count_->fetch_sub(1, std::memory_order_relaxed);
   }
   store_->cv_.notify_all();
@@ -105,23 +105,23 @@ uint64_t VersionedStore::extra_bytes() const {
 }
 
 uint64_t VersionedStore::live_version() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return have_live_ ? buffers_[live_].version : 0;
 }
 
 bool VersionedStore::updating() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return updating_;
 }
 
 SwapStats VersionedStore::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return stats_;
 }
 
 Result<VersionedStore::Pin> VersionedStore::Acquire() {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_for(lock, options_.wait_timeout, [&] { return !readers_blocked_; }))
+  MutexLock lock(mu_);
+  if (!cv_.wait_for(lock.native(), options_.wait_timeout, [&]() REQUIRES(mu_) { return !readers_blocked_; }))
     return Timeout("versioned store: reader blocked by a swap for more than " +
                    std::to_string(options_.wait_timeout.count()) + " ms");
   if (!have_live_)
@@ -138,8 +138,8 @@ Result<VersionedStore::Pin> VersionedStore::Acquire() {
   return pin;
 }
 
-Status VersionedStore::WaitForNoPins(Buffer& buffer, std::unique_lock<std::mutex>& lock) {
-  if (!cv_.wait_for(lock, options_.wait_timeout,
+Status VersionedStore::WaitForNoPins(Buffer& buffer, MutexLock& lock) {
+  if (!cv_.wait_for(lock.native(), options_.wait_timeout,
                     [&] { return buffer.pins.load(std::memory_order_relaxed) == 0; }))
     return Timeout("versioned store: " + std::to_string(buffer.pins.load()) +
                    " reader(s) still hold version " + std::to_string(buffer.version) + " after " +
@@ -148,7 +148,7 @@ Status VersionedStore::WaitForNoPins(Buffer& buffer, std::unique_lock<std::mutex
 }
 
 Result<std::span<std::byte>> VersionedStore::BeginUpdate(uint64_t version) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (updating_)
     return FailedPrecondition("versioned store: version " + std::to_string(pending_version_) +
                               " is still being written");
@@ -185,7 +185,7 @@ Result<std::span<std::byte>> VersionedStore::BeginUpdate(uint64_t version) {
 }
 
 Status VersionedStore::Commit() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!updating_) return FailedPrecondition("versioned store: Commit without BeginUpdate");
   const auto start = Clock::now();
   std::chrono::nanoseconds pause{0};
@@ -204,9 +204,9 @@ Status VersionedStore::Commit() {
         return s;  // still updating: the writer may Commit again or Abort
       }
       // Readers are held off by the flag, so the copy runs without the lock.
-      lock.unlock();
+      lock.Unlock();
       if (options_.bytes) std::memcpy(buffers_[0].data, buffers_[1].data, options_.bytes);
-      lock.lock();
+      lock.Lock();
       buffers_[0].version = pending_version_;
       live_ = 0;
       pause = Clock::now() - start;
@@ -225,13 +225,13 @@ Status VersionedStore::Commit() {
   stats_.last_pause = pause;
   stats_.max_pause = std::max(stats_.max_pause, pause);
   stats_.last_commit = Clock::now() - start;
-  lock.unlock();
+  lock.Unlock();
   cv_.notify_all();
   return Status::Ok();
 }
 
 Status VersionedStore::Abort() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!updating_) return FailedPrecondition("versioned store: Abort without BeginUpdate");
   updating_ = false;
   ++stats_.aborts;
@@ -239,7 +239,7 @@ Status VersionedStore::Abort() {
     have_live_ = false;
     readers_blocked_ = false;
   }
-  lock.unlock();
+  lock.Unlock();
   cv_.notify_all();
   return Status::Ok();
 }

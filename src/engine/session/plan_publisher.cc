@@ -1,10 +1,10 @@
 // PlanPublisher: a source rank; a thread reads the coordinator's verdicts.
 #include <condition_variable>
 #include <map>
-#include <mutex>
 #include <thread>
 
 #include "plan_member.h"
+#include "weightport/core/thread_annotations.h"
 
 namespace weightport {
 
@@ -14,18 +14,18 @@ struct PlanPublisher::Impl {
   Endpoint me;
   std::thread verdicts_thread;
   std::atomic<bool> closing{false};
-  std::mutex mu;
+  Mutex mu;
   std::condition_variable cv;
-  std::map<uint64_t, Status> verdicts;  // guarded by mu
-  uint64_t in_flight = 0;               // guarded by mu; 0: none
-  uint64_t last_published = 0;          // guarded by mu
-  bool ended = false;                   // guarded by mu: Bye or a lost connection
-  Status end_status;                    // guarded by mu
+  std::map<uint64_t, Status> verdicts GUARDED_BY(mu);
+  uint64_t in_flight GUARDED_BY(mu) = 0;  // 0: none
+  uint64_t last_published GUARDED_BY(mu) = 0;
+  bool ended GUARDED_BY(mu) = false;  // Bye or a lost connection
+  Status end_status GUARDED_BY(mu);
 
   // With rotate_keys the coordinator follows every decided version with a Rekey. The verdict is
   // released to the caller only once this rank has moved: until then a dropped peer's old key
   // still reaches the arena, and the caller's next version must not be written there before.
-  std::map<uint64_t, Status> held;  // guarded by mu: verdicts waiting for their Rekey
+  std::map<uint64_t, Status> held GUARDED_BY(mu);  // verdicts waiting for their Rekey
 
   void ReadVerdicts() {
     while (!closing.load()) {
@@ -38,7 +38,7 @@ struct PlanPublisher::Impl {
                                                         : joined->rank->Connect(e->peers);
         if (moved.ok() && e->kind == ReshardMember::Event::kPeers) continue;
       }
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       if (!moved.ok()) {
         ended = true;
         end_status = moved;
@@ -92,7 +92,7 @@ PlanShardView PlanPublisher::shard(size_t i) {
 Status PlanPublisher::WaitIdle(std::chrono::milliseconds timeout) {
   uint64_t v = 0;
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     v = impl_->in_flight;
   }
   return v == 0 ? Status::Ok() : Wait(v, timeout);
@@ -101,7 +101,7 @@ Status PlanPublisher::WaitIdle(std::chrono::milliseconds timeout) {
 Status PlanPublisher::Publish(uint64_t version) {
   Impl& m = *impl_;
   {
-    std::lock_guard<std::mutex> lock(m.mu);
+    MutexLock lock(m.mu);
     if (m.ended) return FailedPrecondition(m.me.ToString() + ": the session has ended");
     if (m.in_flight != 0)
       return FailedPrecondition(m.me.ToString() + ": version " + std::to_string(m.in_flight) +
@@ -111,7 +111,7 @@ Status PlanPublisher::Publish(uint64_t version) {
                              " is not newer than " + std::to_string(m.last_published));
   }
   WP_RETURN_IF_ERROR(m.joined->rank->Publish(version));
-  std::lock_guard<std::mutex> lock(m.mu);
+  MutexLock lock(m.mu);
   m.in_flight = version;
   m.last_published = version;
   return m.joined->member->Ready(version);
@@ -119,8 +119,9 @@ Status PlanPublisher::Publish(uint64_t version) {
 
 Status PlanPublisher::Wait(uint64_t version, std::chrono::milliseconds timeout) {
   Impl& m = *impl_;
-  std::unique_lock<std::mutex> lock(m.mu);
-  if (!m.cv.wait_for(lock, timeout, [&] { return m.verdicts.count(version) || m.ended; })) {
+  MutexLock lock(m.mu);
+  if (!m.cv.wait_for(lock.native(), timeout,
+                     [&]() REQUIRES(m.mu) { return m.verdicts.count(version) || m.ended; })) {
     if (m.held.count(version))
       return Timeout(m.me.ToString() + ": version " + std::to_string(version) +
                      " was decided, but the coordinator sent no Rekey after it within " +

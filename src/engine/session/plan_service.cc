@@ -2,9 +2,9 @@
 // background thread.
 #include <atomic>
 #include <condition_variable>
-#include <mutex>
 #include <thread>
 
+#include "weightport/core/thread_annotations.h"
 #include "weightport/engine/session/plan_session.h"
 #include "weightport/engine/session/reshard.h"
 
@@ -16,19 +16,19 @@ struct PlanService::Impl {
   std::string address;
   std::thread thread;
   std::atomic<bool> stopping{false};
-  mutable std::mutex mu;
+  mutable Mutex mu;
   mutable std::condition_variable cv;
-  std::shared_ptr<const Plan> plan;          // guarded by mu
-  std::vector<PlanVersionOutcome> outcomes;  // guarded by mu
-  Status error;                              // guarded by mu
-  bool ended = false;                        // guarded by mu
+  std::shared_ptr<const Plan> plan GUARDED_BY(mu);
+  std::vector<PlanVersionOutcome> outcomes GUARDED_BY(mu);
+  Status error GUARDED_BY(mu);
+  bool ended GUARDED_BY(mu) = false;
 
   void Log(const std::string& line) const {
     if (options.log) options.log(line);
   }
   void Fail(const Status& s) {
     Log("coordinator: " + s.message());
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     error = s;
     ended = true;
     cv.notify_all();
@@ -41,7 +41,7 @@ struct PlanService::Impl {
     auto planned = CollectLayoutsAndPlan(*listener, ro);
     if (!planned.ok()) return Fail(planned.status());
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       plan = *planned;
     }
     ReshardCoordinatorOptions co;
@@ -65,13 +65,13 @@ struct PlanService::Impl {
         break;
       }
       last = *next;
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       outcomes.push_back({report->version, report->committed, report->reason, report->bytes, report->seconds,
                           report->rekey_seconds, report->dropped});
       cv.notify_all();
     }
     coordinator.Finish();
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     ended = true;
     cv.notify_all();
   }
@@ -96,25 +96,25 @@ PlanService::~PlanService() { Stop(); }
 const std::string& PlanService::address() const { return impl_->address; }
 
 std::shared_ptr<const Plan> PlanService::plan() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->plan;
 }
 
 std::vector<PlanVersionOutcome> PlanService::outcomes() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->outcomes;
 }
 
 Result<PlanVersionOutcome> PlanService::WaitForOutcome(uint64_t version,
                                                        std::chrono::milliseconds timeout) const {
   Impl& m = *impl_;
-  std::unique_lock<std::mutex> lock(m.mu);
-  auto find = [&]() -> const PlanVersionOutcome* {
+  MutexLock lock(m.mu);
+  auto find = [&]() REQUIRES(m.mu) -> const PlanVersionOutcome* {
     for (const auto& o : m.outcomes)
       if (o.version == version) return &o;
     return nullptr;
   };
-  m.cv.wait_for(lock, timeout, [&] { return find() != nullptr || m.ended; });
+  m.cv.wait_for(lock.native(), timeout, [&]() REQUIRES(m.mu) { return find() != nullptr || m.ended; });
   if (const PlanVersionOutcome* o = find()) return *o;
   if (!m.error.ok()) return m.error;
   return m.ended ? Cancelled("the coordinator stopped before version " + std::to_string(version))
@@ -123,7 +123,7 @@ Result<PlanVersionOutcome> PlanService::WaitForOutcome(uint64_t version,
 }
 
 Status PlanService::error() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->error;
 }
 

@@ -2,10 +2,10 @@
 // that keep a version's copy from being written while readers use it.
 #include <condition_variable>
 #include <map>
-#include <mutex>
 #include <thread>
 
 #include "plan_member.h"
+#include "weightport/core/thread_annotations.h"
 
 namespace weightport {
 
@@ -15,13 +15,13 @@ struct PlanSubscriber::Impl {
   Endpoint me;
   std::thread follower;
   std::atomic<bool> closing{false};
-  mutable std::mutex mu;
+  mutable Mutex mu;
   std::condition_variable cv;
-  uint64_t live = 0;                                    // guarded by mu
-  std::vector<std::span<const std::byte>> live_shards;  // guarded by mu
-  std::map<uint64_t, int> pins;                         // version -> pins; guarded by mu
-  bool ended = false;                                   // guarded by mu
-  Status end_status;                                    // guarded by mu
+  uint64_t live GUARDED_BY(mu) = 0;
+  std::vector<std::span<const std::byte>> live_shards GUARDED_BY(mu);
+  std::map<uint64_t, int> pins GUARDED_BY(mu);  // version -> pins
+  bool ended GUARDED_BY(mu) = false;
+  Status end_status GUARDED_BY(mu);
 
   ~Impl() {
     closing = true;
@@ -30,13 +30,14 @@ struct PlanSubscriber::Impl {
 
   // Before version v is written into the copy not live: readers of that copy must be gone.
   Status WaitForStagingPins(uint64_t v) {
-    std::unique_lock<std::mutex> lock(mu);
-    auto stale = [&] {
+    MutexLock lock(mu);
+    auto stale = [&]() REQUIRES(mu) {
       for (const auto& [version, n] : pins)
         if (version != live && n > 0) return version;
       return uint64_t{0};
     };
-    if (cv.wait_for(lock, options.pin_timeout, [&] { return stale() == 0 || closing.load(); }))
+    if (cv.wait_for(lock.native(), options.pin_timeout,
+                    [&]() REQUIRES(mu) { return stale() == 0 || closing.load(); }))
       return Status::Ok();
     return FailedPrecondition(me.ToString() + ": readers still hold version " + std::to_string(stale()) +
                               " after " + std::to_string(options.pin_timeout.count()) + " ms, so version " +
@@ -49,7 +50,7 @@ struct PlanSubscriber::Impl {
     hooks.committed = [this](uint64_t v) {
       std::vector<std::span<const std::byte>> shards;
       for (size_t i = 0; i < joined->rank->num_shards(); ++i) shards.push_back(joined->rank->shard_bytes(i));
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       live = v;
       live_shards = std::move(shards);
       cv.notify_all();
@@ -64,7 +65,7 @@ struct PlanSubscriber::Impl {
     };
     hooks.should_stop = [this] { return closing.load(); };
     Status s = FollowAsDestination(*joined->rank, *joined->member, std::chrono::milliseconds(200), hooks);
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     ended = true;
     end_status = s.code() == StatusCode::kCancelled && closing.load() ? Status::Ok() : s;
     cv.notify_all();
@@ -86,7 +87,7 @@ PlanSubscriber::Pin::~Pin() { Release(); }
 void PlanSubscriber::Pin::Release() {
   if (!owner_) return;
   {
-    std::lock_guard<std::mutex> lock(owner_->mu);
+    MutexLock lock(owner_->mu);
     if (--owner_->pins[version_] == 0) owner_->pins.erase(version_);
   }
   owner_->cv.notify_all();
@@ -117,14 +118,15 @@ size_t PlanSubscriber::num_shards() const { return impl_->joined->plan->Buffer(i
 PlanShardView PlanSubscriber::shard_info(size_t i) const { return ShardView(plan(), impl_->me, i, {}); }
 
 uint64_t PlanSubscriber::live_version() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->live;
 }
 
 Status PlanSubscriber::WaitForVersion(uint64_t version, std::chrono::milliseconds timeout) {
   Impl& m = *impl_;
-  std::unique_lock<std::mutex> lock(m.mu);
-  if (m.cv.wait_for(lock, timeout, [&] { return m.live >= version || m.ended; }) && m.live >= version)
+  MutexLock lock(m.mu);
+  if (m.cv.wait_for(lock.native(), timeout, [&]() REQUIRES(m.mu) { return m.live >= version || m.ended; }) &&
+      m.live >= version)
     return Status::Ok();
   if (m.ended)
     return m.end_status.ok()
@@ -136,7 +138,7 @@ Status PlanSubscriber::WaitForVersion(uint64_t version, std::chrono::millisecond
 }
 
 Result<PlanSubscriber::Pin> PlanSubscriber::Acquire() {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   if (impl_->live == 0) return FailedPrecondition(impl_->me.ToString() + ": no version committed yet");
   Pin pin;
   pin.owner_ = impl_;
@@ -147,12 +149,12 @@ Result<PlanSubscriber::Pin> PlanSubscriber::Acquire() {
 }
 
 Status PlanSubscriber::session_status() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->end_status;
 }
 
 bool PlanSubscriber::ended() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->ended;
 }
 

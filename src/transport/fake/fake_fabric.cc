@@ -14,12 +14,12 @@ FakeFabric::FakeFabric()
 FakeFabric::~FakeFabric() = default;
 
 size_t FakeFabric::live_transports() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(state_->mu);
   return state_->endpoints.size();
 }
 
 size_t FakeFabric::registered_regions() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(state_->mu);
   return state_->regions.size();
 }
 

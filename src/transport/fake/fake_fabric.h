@@ -8,12 +8,12 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
 
+#include "weightport/core/thread_annotations.h"
 #include "weightport/transport/fake_transport.h"
 
 namespace weightport {
@@ -27,26 +27,26 @@ struct Endpoint {
   const uint64_t id;
   const std::string name;
 
-  std::mutex mu;
+  Mutex mu;
   std::condition_variable cv;
-  bool woken = false;   // guarded by mu; sticky until the next WaitForEvent returns
-  bool closed = false;  // guarded by mu; Close()d or destroyed: peers see it as lost
-  std::deque<std::pair<std::string, Bytes>> inbox;  // guarded by mu
+  bool woken GUARDED_BY(mu) = false;   // sticky until the next WaitForEvent returns
+  bool closed GUARDED_BY(mu) = false;  // Close()d or destroyed: peers see it as lost
+  std::deque<std::pair<std::string, Bytes>> inbox GUARDED_BY(mu);
 
   bool is_closed() {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     return closed;
   }
   void Wake() {
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       woken = true;
     }
     cv.notify_all();
   }
   bool Deliver(const std::string& from, Bytes message) {
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       if (closed) return false;
       inbox.emplace_back(from, std::move(message));
     }
@@ -66,25 +66,25 @@ struct Region {
   std::byte* const data;
   const size_t size;
 
-  std::mutex mu;
+  Mutex mu;
   std::condition_variable unpinned;
-  bool alive = true;  // guarded by mu
-  int pins = 0;       // guarded by mu
+  bool alive GUARDED_BY(mu) = true;
+  int pins GUARDED_BY(mu) = 0;
 
   bool Pin() {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (!alive) return false;
     ++pins;
     return true;
   }
   void Unpin() {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (--pins == 0) unpinned.notify_all();
   }
   void Retire() {
-    std::unique_lock<std::mutex> lock(mu);
+    MutexLock lock(mu);
     alive = false;
-    unpinned.wait(lock, [&] { return pins == 0; });
+    unpinned.wait(lock.native(), [&]() REQUIRES(mu) { return pins == 0; });
   }
 };
 
@@ -103,10 +103,10 @@ inline uint64_t GetU64(std::span<const std::byte> in, size_t at) {
 struct FakeFabric::State {
   explicit State(uint64_t id) : fabric_id(id) {}
   const uint64_t fabric_id;
-  mutable std::mutex mu;
-  uint64_t next_id = 1;                                                              // guarded by mu
-  std::unordered_map<uint64_t, std::shared_ptr<fake_internal::Endpoint>> endpoints;  // guarded by mu
-  std::unordered_map<uint64_t, std::shared_ptr<fake_internal::Region>> regions;      // guarded by mu
+  mutable Mutex mu;
+  uint64_t next_id GUARDED_BY(mu) = 1;
+  std::unordered_map<uint64_t, std::shared_ptr<fake_internal::Endpoint>> endpoints GUARDED_BY(mu);
+  std::unordered_map<uint64_t, std::shared_ptr<fake_internal::Region>> regions GUARDED_BY(mu);
 };
 
 namespace fake_internal {
@@ -117,7 +117,7 @@ class FakeRegion final : public MemoryRegion {
       : fabric_(std::move(fabric)), region_(std::move(region)), key_(std::move(key)) {}
   ~FakeRegion() override {
     {
-      std::lock_guard<std::mutex> lock(fabric_->mu);
+      MutexLock lock(fabric_->mu);
       fabric_->regions.erase(region_->id);
     }
     region_->Retire();

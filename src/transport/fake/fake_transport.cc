@@ -164,7 +164,7 @@ class FakeConnection final : public Connection {
       return InvalidArgument("remote key is not from this fake fabric");
     std::shared_ptr<Region> region;
     {
-      std::lock_guard<std::mutex> lock(fabric.mu);
+      MutexLock lock(fabric.mu);
       auto it = fabric.regions.find(GetU64(key.packed, 8));
       if (it != fabric.regions.end()) region = it->second;
     }
@@ -188,7 +188,7 @@ class FakeTransport final : public Transport {
     // Nobody will call Progress() again: report the cancellations now, exactly once.
     while (!core_->ready.empty()) RunReady();
     auto& fabric = *core_->fabric->state();
-    std::lock_guard<std::mutex> lock(fabric.mu);
+    MutexLock lock(fabric.mu);
     fabric.endpoints.erase(core_->self->id);
   }
 
@@ -214,7 +214,7 @@ class FakeTransport final : public Transport {
     key.length = size;
     std::shared_ptr<Region> region;
     {
-      std::lock_guard<std::mutex> lock(fabric->mu);
+      MutexLock lock(fabric->mu);
       region =
           std::make_shared<Region>(fabric->next_id++, core_->self->id, static_cast<std::byte*>(data), size);
       fabric->regions.emplace(region->id, region);
@@ -235,7 +235,7 @@ class FakeTransport final : public Transport {
       return PeerError(StatusCode::kInvalidArgument, peer_name, "address is from another fake fabric");
     std::shared_ptr<Endpoint> target;
     {
-      std::lock_guard<std::mutex> lock(fabric.mu);
+      MutexLock lock(fabric.mu);
       auto it = fabric.endpoints.find(GetU64(peer_address, 16));
       if (it != fabric.endpoints.end()) target = it->second;
     }
@@ -267,7 +267,7 @@ class FakeTransport final : public Transport {
     if (core_->handler && !core_->closed) {
       std::deque<std::pair<std::string, Bytes>> batch;
       {
-        std::lock_guard<std::mutex> lock(core_->self->mu);
+        MutexLock lock(core_->self->mu);
         batch.swap(core_->self->inbox);
       }
       MessageHandler handler = core_->handler;  // the handler may replace itself
@@ -285,8 +285,9 @@ class FakeTransport final : public Transport {
     if (!core_->ops.empty()) deadline = std::min(deadline, core_->ops.front().ready_at);
     const bool handling = core_->handler != nullptr;
     Endpoint& self = *core_->self;
-    std::unique_lock<std::mutex> lock(self.mu);
-    self.cv.wait_until(lock, deadline, [&] { return self.woken || (handling && !self.inbox.empty()); });
+    MutexLock lock(self.mu);
+    self.cv.wait_until(lock.native(), deadline,
+                       [&]() REQUIRES(self.mu) { return self.woken || (handling && !self.inbox.empty()); });
     self.woken = false;
   }
 
@@ -296,7 +297,7 @@ class FakeTransport final : public Transport {
     if (core_->closed) return;
     core_->closed = true;
     {
-      std::lock_guard<std::mutex> lock(core_->self->mu);
+      MutexLock lock(core_->self->mu);
       core_->self->closed = true;
       core_->self->inbox.clear();
     }
@@ -370,7 +371,7 @@ Result<std::unique_ptr<Transport>> MakeFakeTransport(std::shared_ptr<FakeFabric>
   core->options = options;
   {
     auto& state = *fabric->state();
-    std::lock_guard<std::mutex> lock(state.mu);
+    MutexLock lock(state.mu);
     core->self = std::make_shared<Endpoint>(state.next_id++, std::move(name));
     state.endpoints.emplace(core->self->id, core->self);
   }

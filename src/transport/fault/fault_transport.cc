@@ -12,45 +12,45 @@ namespace weightport {
 // ---- FaultPlan -------------------------------------------------------------------------------
 
 void FaultPlan::set_drop(FaultTrigger trigger) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   drop_ = Rule{trigger};
 }
 void FaultPlan::set_delay(FaultTrigger trigger, std::chrono::milliseconds delay) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   delay_ = Rule{trigger};
   delay_by_ = delay;
 }
 void FaultPlan::set_corrupt(FaultTrigger trigger) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   corrupt_ = Rule{trigger};
 }
 void FaultPlan::set_fail_after(uint64_t n) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   fail_budget_ = n;
 }
 void FaultPlan::KillPeer(const std::string& peer) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   killed_.insert(peer);
 }
 void FaultPlan::KillAllPeers() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   kill_all_ = true;
 }
 void FaultPlan::Clear() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   drop_ = delay_ = corrupt_ = Rule{};
   fail_budget_ = UINT64_MAX;
 }
 FaultStats FaultPlan::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return stats_;
 }
 bool FaultPlan::killed(const std::string& peer) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return kill_all_ || killed_.count(peer) > 0;
 }
 void FaultPlan::CountKilled(uint64_t n) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   stats_.killed += n;
 }
 
@@ -64,7 +64,7 @@ bool FaultPlan::Fires(Rule& rule, uint32_t op) {
 }
 
 FaultPlan::Decision FaultPlan::Next(uint32_t op, uint64_t length) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ++stats_.ops;
   Decision d;
   if (fail_budget_ == 0) {

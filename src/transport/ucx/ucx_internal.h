@@ -20,7 +20,6 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -28,6 +27,7 @@
 #include <vector>
 
 #include "transport/ucx/ucx_wire.h"
+#include "weightport/core/thread_annotations.h"
 #include "weightport/transport/transport.h"
 #include "weightport/transport/ucx_transport.h"
 
@@ -54,7 +54,7 @@ struct Context {
   // worker from the region's address, and UCX does not check the key), so the memory stays mapped,
   // and is never handed to anything else, until the worker is destroyed.
   void Retire(ucp_mem_h memh) {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (worker_alive) {
       retired.push_back(memh);
     } else {
@@ -62,7 +62,7 @@ struct Context {
     }
   }
   void WorkerDestroyed() {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     worker_alive = false;
     for (ucp_mem_h memh : retired) ucp_mem_unmap(handle, memh);
     retired.clear();
@@ -70,9 +70,9 @@ struct Context {
 
   const ucp_context_h handle;
   const uint64_t transport_id;
-  std::mutex mu;
-  bool worker_alive = true;        // guarded by mu
-  std::vector<ucp_mem_h> retired;  // guarded by mu
+  Mutex mu;
+  bool worker_alive GUARDED_BY(mu) = true;
+  std::vector<ucp_mem_h> retired GUARDED_BY(mu);
 };
 
 class UcxRegion final : public MemoryRegion {

@@ -36,6 +36,7 @@
 #include <string_view>
 
 #include "weightport/core/status.h"
+#include "weightport/core/thread_annotations.h"
 
 namespace weightport {
 
@@ -116,20 +117,20 @@ class VersionedStore {
   };
 
   explicit VersionedStore(const Options& options) : options_(options) {}
-  Status WaitForNoPins(Buffer& buffer, std::unique_lock<std::mutex>& lock);
+  Status WaitForNoPins(Buffer& buffer, MutexLock& lock) REQUIRES(mu_);
 
   const Options options_;
   Buffer buffers_[2];  // [0] live at start; [1] staging (double-buffer, stage-copy)
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;    // pins released, readers unblocked
-  int live_ = 0;                  // index of the live buffer; guarded by mu_
-  bool have_live_ = false;        // guarded by mu_
-  bool readers_blocked_ = false;  // guarded by mu_
-  bool updating_ = false;         // guarded by mu_
-  uint64_t pending_version_ = 0;  // guarded by mu_
-  int pending_target_ = 0;        // buffer the pending version is written to; guarded by mu_
-  std::chrono::steady_clock::time_point blocked_since_;  // guarded by mu_
-  SwapStats stats_;                                      // guarded by mu_
+  int live_ GUARDED_BY(mu_) = 0;  // index of the live buffer
+  bool have_live_ GUARDED_BY(mu_) = false;
+  bool readers_blocked_ GUARDED_BY(mu_) = false;
+  bool updating_ GUARDED_BY(mu_) = false;
+  uint64_t pending_version_ GUARDED_BY(mu_) = 0;
+  int pending_target_ GUARDED_BY(mu_) = 0;  // buffer the pending version is written to
+  std::chrono::steady_clock::time_point blocked_since_ GUARDED_BY(mu_);
+  SwapStats stats_ GUARDED_BY(mu_);
 };
 
 }  // namespace weightport
