@@ -10,6 +10,9 @@
 #include "cli_common.h"
 #include "weightport/control/channel.h"
 #include "weightport/cuda/device_memory.h"
+#include "weightport/engine/session/reshard_coordinator.h"
+#include "weightport/engine/session/reshard_destination.h"
+#include "weightport/engine/session/reshard_member.h"
 #include "weightport/transport/progress_loop.h"
 
 namespace weightport::cli {

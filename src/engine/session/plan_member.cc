@@ -1,5 +1,7 @@
-#include "plan_member.h"
+#include "weightport/engine/session/plan_member.h"
 
+#include "weightport/engine/session/reshard_coordinator.h"
+#include "weightport/engine/session/reshard_member.h"
 #include "weightport/plan/quantized.h"
 
 namespace weightport {

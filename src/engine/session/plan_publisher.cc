@@ -1,10 +1,13 @@
 // PlanPublisher: a source rank; a thread reads the coordinator's verdicts.
+#include "weightport/engine/session/plan_publisher.h"
+
 #include <condition_variable>
 #include <map>
 #include <mutex>
 #include <thread>
 
-#include "plan_member.h"
+#include "weightport/engine/session/plan_member.h"
+#include "weightport/engine/session/reshard_member.h"
 
 namespace weightport {
 

@@ -2,6 +2,8 @@
 // over a real control channel and ranks on the fake transport. A rekey's table is dialled at the
 // next UpdateBegin, not when it comes: the newest table wins, and one naming a peer that is gone
 // fails that version, named, while the run goes on.
+#include "weightport/engine/session/reshard_destination.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -9,8 +11,9 @@
 
 #include "engine/pubsub/pubsub_test_util.h"
 #include "engine/testing/raw_ops_test_util.h"
-#include "weightport/control/protocol.h"
-#include "weightport/engine/session/reshard.h"
+#include "weightport/control/plan_messages.h"
+#include "weightport/control/version_messages.h"
+#include "weightport/engine/session/reshard_member.h"
 #include "weightport/transport/fake_transport.h"
 
 namespace weightport {
