@@ -15,11 +15,6 @@ void JoinedRank::Reset() {
   loop.reset();
 }
 
-Status JoinedRank::Rekey(const TransportFactory& make_transport) {
-  WP_RETURN_IF_ERROR(MoveToFreshTransport(*rank, loop, make_transport));
-  return member->SendKeys(*rank);
-}
-
 Result<std::unique_ptr<JoinedRank>> JoinPlan(const Secret& secret, const PlanMemberOptions& options) {
   if (!options.make_transport) return InvalidArgument("PlanMemberOptions.make_transport is required");
   const Endpoint me = options.offer.endpoint;

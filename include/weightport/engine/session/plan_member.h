@@ -65,9 +65,6 @@ struct JoinedRank {
   ~JoinedRank();
   // Closes the control connection, then frees the arena, then stops the loop.
   void Reset();
-  // The coordinator's Rekey: moves the rank to a fresh transport, closes the old one (the keys
-  // peers hold for it stop working) and sends the new keys.
-  Status Rekey(const TransportFactory& make_transport);
 };
 
 // Offers the layout (OfferLayout), compiles the rank from the plan that comes back and joins the

@@ -22,7 +22,8 @@
 // sources, PlanRank::PeerLost), and the version commits to the rest while at least `quorum` verify.
 //
 // A rank's end is ReshardMember (reshard_member.h); a destination follows the versions with
-// FollowAsDestination (reshard_destination.h).
+// FollowAsDestination (reshard_destination.h), a source hears the verdicts on its own with
+// SourceFollower (reshard_source.h).
 //
 // Thread-safety: ReshardCoordinator from one thread (it runs reader threads of its own inside).
 #pragma once
