@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the seed corpus of control_codec_fuzz: valid control frames (see control_protocol.h).
+"""Writes the seed corpus of control_codec_fuzz: valid control frames (see control/protocol.h).
 
 Frames are numbered 0 and MACed with the all-zero handshake key, as the fuzz target decodes them.
 Usage: fuzz/make_control_codec_seeds.py [out_dir]   (default: fuzz/control_codec next to this file)

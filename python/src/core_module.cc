@@ -19,7 +19,10 @@
 
 #include "bind_util.h"
 #include "weightport/core/dtype.h"
-#include "weightport/engine/session/plan_session.h"
+#include "weightport/engine/session/plan_member.h"
+#include "weightport/engine/session/plan_publisher.h"
+#include "weightport/engine/session/plan_service.h"
+#include "weightport/engine/session/plan_subscriber.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;

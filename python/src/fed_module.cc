@@ -9,7 +9,10 @@
 #include <vector>
 
 #include "bind_util.h"
-#include "weightport/engine/fed/fed.h"
+#include "weightport/engine/fed/fed_client.h"
+#include "weightport/engine/fed/fed_codec.h"
+#include "weightport/engine/fed/fed_report.h"
+#include "weightport/engine/fed/fed_server.h"
 
 namespace weightport::python {
 namespace {

@@ -6,7 +6,6 @@
 #include "cli_common.h"
 #include "weightport/format/checkpoint.h"
 #include "weightport/format/model_files.h"
-#include "weightport/format/safetensors.h"
 
 namespace weightport::cli {
 namespace {

@@ -1,4 +1,4 @@
-// weightport fed server / fed client: federated rounds (engine/fed.h) from the command line. The
+// weightport fed server / fed client: federated rounds (engine/fed/) from the command line. The
 // server's model comes from a checkpoint or a synthetic preset (as f32); a client trains
 // synthetically: each round's update is a deterministic pseudo-random step of size --lr, so that
 // runs repeat and a test can recompute them.
@@ -10,7 +10,10 @@
 
 #include "cli_common.h"
 #include "teleport_common.h"
-#include "weightport/engine/fed/fed.h"
+#include "weightport/engine/fed/fed_client.h"
+#include "weightport/engine/fed/fed_codec.h"
+#include "weightport/engine/fed/fed_report.h"
+#include "weightport/engine/fed/fed_server.h"
 #include "weightport/kernels/convert.h"
 
 namespace weightport::cli {

@@ -5,6 +5,7 @@
 #include "publish_loop.h"
 #include "teleport_common.h"
 #include "weightport/control/metrics.h"
+#include "weightport/control/metrics_server.h"
 
 namespace weightport::cli {
 namespace {

@@ -11,7 +11,6 @@
 #include "plan_inputs.h"
 #include "reshard_common.h"
 #include "reshard_run.h"
-#include "weightport/engine/session/reshard.h"
 
 namespace weightport::cli {
 namespace {

@@ -8,6 +8,7 @@
 #include "cli_common.h"
 #include "teleport_common.h"
 #include "weightport/control/metrics.h"
+#include "weightport/control/metrics_server.h"
 #include "weightport/engine/pubsub/coordinator.h"
 
 namespace weightport::cli {

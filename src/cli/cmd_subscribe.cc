@@ -11,7 +11,7 @@
 #include "cli_common.h"
 #include "teleport_common.h"
 #include "weightport/engine/pubsub/subscriber.h"
-#include "weightport/format/safetensors.h"
+#include "weightport/format/safetensors_writer.h"
 
 namespace weightport::cli {
 namespace {

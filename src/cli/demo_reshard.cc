@@ -7,6 +7,7 @@
 #include "weightport/control/channel.h"
 #include "weightport/core/json_util.h"
 #include "weightport/core/placement_builders.h"
+#include "weightport/engine/session/reshard_coordinator.h"
 
 namespace weightport::cli {
 namespace {

@@ -9,7 +9,7 @@
 #include "plan_inputs.h"
 #include "weightport/core/json_util.h"
 #include "weightport/core/placement.h"
-#include "weightport/format/safetensors.h"
+#include "weightport/format/safetensors_writer.h"
 #include "weightport/kernels/convert.h"
 #include "weightport/plan/planner.h"
 #include "weightport/plan/quantized.h"

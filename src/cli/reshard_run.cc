@@ -10,6 +10,10 @@
 #include "cli_common.h"
 #include "weightport/control/channel.h"
 #include "weightport/cuda/device_memory.h"
+#include "weightport/engine/session/reshard_coordinator.h"
+#include "weightport/engine/session/reshard_destination.h"
+#include "weightport/engine/session/reshard_member.h"
+#include "weightport/engine/session/reshard_source.h"
 #include "weightport/transport/progress_loop.h"
 
 namespace weightport::cli {
@@ -43,43 +47,31 @@ Status NoRekeyAfter(const ReshardMember::Event& verdict) {
                             ": with --rotate-keys, give --rotate-keys to the coordinator too");
 }
 
-// The coordinator's next instruction to a source: a verdict or Bye. With --rotate-keys a verdict
-// is returned only after the Rekey that follows it has moved the rank: the next version must not
-// be written while a dropped peer's old key still reaches the arena.
-Result<ReshardMember::Event> NextForSource(PlanRank& rank, ReshardMember& member, milliseconds wait,
-                                           const MoveRank& move, bool rotate) {
-  std::optional<ReshardMember::Event> verdict;
-  while (true) {
-    WP_ASSIGN_OR_RETURN(ReshardMember::Event e, member.Next(wait));
-    switch (e.kind) {
-      case ReshardMember::Event::kRekey:
-        WP_RETURN_IF_ERROR(move());
-        WP_RETURN_IF_ERROR(member.SendKeys(rank));
-        if (verdict) return *verdict;
-        break;
-      case ReshardMember::Event::kPeers:
-        WP_RETURN_IF_ERROR(rank.Connect(e.peers));
-        break;
-      case ReshardMember::Event::kCommit:
-      case ReshardMember::Event::kAbort:
-        if (!rotate) return e;
-        if (verdict) return NoRekeyAfter(*verdict);
-        verdict = e;
-        break;
-      default:
-        if (verdict && e.kind == ReshardMember::Event::kBye) return NoRekeyAfter(*verdict);
-        return e;
-    }
-  }
-}
-
 // A source: writes and publishes each version, then waits for the coordinator's verdict.
 Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, ReshardMember& member,
                  const MoveRank& move, DeviceMemory* device, nlohmann::ordered_json& report) {
   std::vector<std::byte> staged;  // a shard on its way to the device
   const RankBuffer& buffer = *plan.Buffer(rank.endpoint());
   WP_ASSIGN_OR_RETURN(ModelBytes model, LoadModelFor(o.source, plan));
+  // The coordinator's verdicts (SourceFollower). With --rotate-keys each is held for the Rekey after
+  // it: a second verdict, or a Bye, before that Rekey means the coordinator does not rotate keys.
+  std::optional<ReshardMember::Event> holding;
+  SourceHooks hooks;
+  hooks.rekey = [&](uint64_t) { return move(); };
+  hooks.held = [&](const ReshardMember::Event& verdict) {
+    if (holding) return NoRekeyAfter(*holding);
+    holding = verdict;
+    return Status::Ok();
+  };
+  SourceFollower follower(rank, member, o.rotate_keys, hooks);
   const milliseconds wait(o.timeout_s * 1000LL);
+  // The next verdict or Bye.
+  auto next = [&]() -> Result<ReshardMember::Event> {
+    WP_ASSIGN_OR_RETURN(ReshardMember::Event e, follower.Next(wait));
+    if (e.kind == ReshardMember::Event::kBye && holding) return NoRekeyAfter(*holding);
+    holding.reset();
+    return e;
+  };
   uint64_t committed = 0;
   for (uint64_t v = 1; v <= o.versions; ++v) {
     for (size_t i = 0; i < buffer.shards.size(); ++i) {
@@ -96,7 +88,7 @@ Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, Resh
     // Publish converts, hashes and compresses what the plan asks of this source.
     const double publish_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     WP_RETURN_IF_ERROR(member.Ready(v));
-    WP_ASSIGN_OR_RETURN(ReshardMember::Event e, NextForSource(rank, member, wait, move, o.rotate_keys));
+    WP_ASSIGN_OR_RETURN(ReshardMember::Event e, next());
     if (e.kind == ReshardMember::Event::kBye) return Cancelled("the coordinator ended the run early");
     const bool ok = e.kind == ReshardMember::Event::kCommit;
     committed += ok;
@@ -107,7 +99,7 @@ Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, Resh
                                   {"committed", ok},
                                   {"reason", e.reason}});
   }
-  WP_ASSIGN_OR_RETURN(ReshardMember::Event bye, NextForSource(rank, member, wait, move, o.rotate_keys));
+  WP_ASSIGN_OR_RETURN(ReshardMember::Event bye, next());
   (void)bye;
   if (committed != o.versions)
     return Unavailable(std::to_string(o.versions - committed) + " version(s) aborted");

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "reshard_common.h"
-#include "weightport/engine/session/reshard.h"
+#include "weightport/engine/session/reshard_coordinator.h"
 
 namespace weightport::cli {
 

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "cli_common.h"
+#include "weightport/control/metrics_server.h"
 #include "weightport/format/checkpoint.h"
 #include "weightport/format/synthetic_model.h"
 #include "weightport/transport/ucx_transport.h"

@@ -14,6 +14,7 @@
 
 #include "weightport/control/auth.h"
 #include "weightport/control/metrics.h"
+#include "weightport/control/metrics_server.h"
 #include "weightport/core/status.h"
 #include "weightport/core/tensor_meta.h"
 #include "weightport/engine/common/transport_factory.h"

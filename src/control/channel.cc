@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "socket.h"
+#include "weightport/control/handshake.h"
 
 namespace weightport {
 

@@ -14,6 +14,9 @@
 #include <gtest/gtest.h>
 
 #include "control_test_util.h"
+#include "weightport/control/handshake.h"
+#include "weightport/control/pubsub_messages.h"
+#include "weightport/control/version_messages.h"
 
 namespace weightport {
 namespace {

@@ -5,7 +5,13 @@
 // and numbered 0, so the fuzzer starts past the MAC check.
 #include <cstdlib>
 
+#include "weightport/control/fed_messages.h"
+#include "weightport/control/handshake.h"
+#include "weightport/control/plan_messages.h"
 #include "weightport/control/protocol.h"
+#include "weightport/control/pubsub_messages.h"
+#include "weightport/control/validate_payload.h"
+#include "weightport/control/version_messages.h"
 
 namespace weightport {
 namespace {

@@ -1,6 +1,8 @@
 // MetricsServer: one thread that accepts a connection, reads one request head within a deadline
 // and a size limit, answers, and closes. Every wait polls the connection together with an eventfd
 // that Stop() makes readable, so Stop() never waits for a slow or silent client.
+#include "weightport/control/metrics_server.h"
+
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>

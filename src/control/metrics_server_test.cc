@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "weightport/control/metrics.h"
+#include "weightport/control/metrics_server.h"
 
 namespace weightport {
 namespace {

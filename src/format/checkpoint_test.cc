@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "weightport/core/hash.h"
+#include "weightport/format/safetensors_writer.h"
 
 namespace weightport {
 namespace {

@@ -4,7 +4,7 @@
 #include <system_error>
 
 #include "weightport/format/checkpoint.h"
-#include "weightport/format/safetensors.h"
+#include "weightport/format/safetensors_writer.h"
 
 namespace weightport::model_files {
 

@@ -2,7 +2,6 @@
 
 #include "weightport/format/checkpoint.h"
 #include "weightport/format/model_files.h"
-#include "weightport/format/safetensors.h"
 #include "weightport/format/synthetic_model.h"
 
 namespace weightport {

@@ -7,7 +7,8 @@
 #include "float_bits.h"
 #include "weightport/format/checkpoint.h"
 #include "weightport/format/model_files.h"
-#include "weightport/format/safetensors.h"
+#include "weightport/format/safetensors_reader.h"
+#include "weightport/format/safetensors_writer.h"
 #include "weightport/format/synthetic_model.h"
 
 namespace weightport {

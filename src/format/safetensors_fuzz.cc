@@ -6,7 +6,7 @@
 #include <span>
 
 #include "weightport/core/hash.h"
-#include "weightport/format/safetensors.h"
+#include "weightport/format/safetensors_reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::span<const std::byte> file(reinterpret_cast<const std::byte*>(data), size);

@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "weightport/core/json_util.h"
-#include "weightport/format/safetensors.h"
+#include "weightport/format/safetensors_reader.h"
 
 namespace weightport {
 namespace {

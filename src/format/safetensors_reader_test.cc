@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "weightport/format/safetensors.h"
+#include "weightport/format/safetensors_reader.h"
 
 namespace weightport {
 namespace {

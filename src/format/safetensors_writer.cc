@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "weightport/format/safetensors.h"
+#include "weightport/format/safetensors_writer.h"
 
 namespace weightport {
 namespace {

@@ -10,7 +10,8 @@
 
 #include <gtest/gtest.h>
 
-#include "weightport/format/safetensors.h"
+#include "weightport/format/safetensors_reader.h"
+#include "weightport/format/safetensors_writer.h"
 
 namespace weightport {
 namespace {

@@ -1,10 +1,8 @@
 // Engine metrics: a registry of counters and gauges, rendered in the Prometheus text exposition
-// format 0.0.4, and a minimal HTTP server that serves it on GET /metrics.
+// format 0.0.4 (metrics_server.h serves it on GET /metrics).
 //
 // Thread-safety: every Metrics method may be called from any thread at any time; one mutex guards
-// the registry (the engine updates metrics per chunk or per request, not per byte). MetricsServer
-// reads the registry from its own thread; Start, Stop, port and address may be called from any
-// thread, and the Metrics passed to Start must outlive the server.
+// the registry (the engine updates metrics per chunk or per request, not per byte).
 //
 // Invalid updates never fail loudly: an Add or Set whose metric name or label names do not match
 // the Prometheus grammar, that repeats a label name, that conflicts with the family's type, or that
@@ -12,7 +10,6 @@
 // `weightport_metrics_invalid_total` (created on the first such update).
 #pragma once
 
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -86,40 +83,6 @@ class Metrics {
 
   mutable Mutex mu_;
   std::map<std::string, Family, std::less<>> families_ GUARDED_BY(mu_);
-};
-
-struct MetricsServerOptions {
-  // Time for a client to send its whole request (and to take the response).
-  std::chrono::milliseconds request_timeout{2000};
-  // Largest request head (request line and headers), at most 1 MiB; larger is answered 431 and
-  // closed.
-  size_t max_request_bytes = 8 * 1024;
-};
-
-// Minimal HTTP/1.1 server. GET (or HEAD) /metrics -> 200 "text/plain; version=0.0.4" with
-// RenderPrometheus(); another path -> 404; another method -> 405; a malformed request -> 400; a
-// request head over the size limit -> 431; a request not complete within the timeout -> 408. Every
-// response closes the connection. One thread accepts and serves connections one at a time.
-class MetricsServer {
- public:
-  // Binds host:port (port 0 picks a free port). Errors name the address, e.g.
-  // "metrics server on 127.0.0.1:9100: bind: Address already in use".
-  static Result<std::unique_ptr<MetricsServer>> Start(std::string_view host, uint16_t port,
-                                                      const Metrics& metrics,
-                                                      MetricsServerOptions options = {});
-  ~MetricsServer();  // Stop()
-  MetricsServer(const MetricsServer&) = delete;
-  MetricsServer& operator=(const MetricsServer&) = delete;
-
-  uint16_t port() const;
-  std::string address() const;  // the bound address, "127.0.0.1:9100" or "[::1]:9100"
-  // Idempotent; wakes the server thread even in the middle of a request and joins it.
-  void Stop();
-
- private:
-  struct State;  // defined in metrics_server.cc
-  explicit MetricsServer(std::unique_ptr<State> state);
-  std::unique_ptr<State> state_;
 };
 
 }  // namespace weightport

@@ -17,7 +17,7 @@
 
 #include "weightport/core/manifest.h"
 #include "weightport/core/status.h"
-#include "weightport/format/safetensors.h"
+#include "weightport/format/safetensors_reader.h"
 
 namespace weightport {
 

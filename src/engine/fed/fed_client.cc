@@ -1,12 +1,17 @@
 // FedClient: receives each round's model (only the chunks that changed since the version it holds),
 // checks it against the server's hash, and sends its update chunk by chunk with error feedback.
+#include "weightport/engine/fed/fed_client.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "weightport/control/channel.h"
+#include "weightport/control/fed_messages.h"
 #include "weightport/core/hash.h"
 #include "weightport/engine/common/transport_factory.h"
-#include "weightport/engine/fed/fed.h"
+#include "weightport/engine/fed/fed_codec.h"
+#include "weightport/engine/fed/fed_report.h"
 #include "weightport/kernels/compress.h"
 #include "weightport/kernels/convert.h"
 

@@ -1,10 +1,11 @@
 // Update chunks on the wire (f32, bf16 or fp8 e4m3 with error feedback, zstd where it pays) and the
 // streaming FedAvg sums.
+#include "weightport/engine/fed/fed_codec.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "weightport/engine/fed/fed.h"
 #include "weightport/kernels/compress.h"
 #include "weightport/kernels/convert.h"
 

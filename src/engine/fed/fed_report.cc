@@ -1,7 +1,7 @@
 // FedRoundReport as JSON.
-#include <nlohmann/json.hpp>
+#include "weightport/engine/fed/fed_report.h"
 
-#include "weightport/engine/fed/fed.h"
+#include <nlohmann/json.hpp>
 
 namespace weightport {
 namespace {

@@ -1,6 +1,8 @@
 // FedServer: joins, then rounds. One thread accepts, one reads each client into an event queue
 // that the caller's thread drains (folding chunks as they come), and one sends each client its
 // round's model, so a slow link holds back only its own client.
+#include "weightport/engine/fed/fed_server.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -10,8 +12,11 @@
 #include <thread>
 
 #include "weightport/control/event_queue.h"
+#include "weightport/control/fed_messages.h"
+#include "weightport/control/handshake.h"
 #include "weightport/core/hash.h"
-#include "weightport/engine/fed/fed.h"
+#include "weightport/engine/fed/fed_codec.h"
+#include "weightport/engine/fed/fed_report.h"
 #include "weightport/kernels/compress.h"
 #include "weightport/kernels/convert.h"
 

@@ -1,4 +1,7 @@
-#include "weightport/engine/fed/fed.h"
+#include "weightport/engine/fed/fed_client.h"
+#include "weightport/engine/fed/fed_codec.h"
+#include "weightport/engine/fed/fed_report.h"
+#include "weightport/engine/fed/fed_server.h"
 
 #include <gtest/gtest.h>
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "coordinator_impl.h"
+#include "weightport/control/handshake.h"
 #include "weightport/control/metrics.h"
 
 namespace weightport {

@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "weightport/control/pubsub_messages.h"
+#include "weightport/control/version_messages.h"
 #include "weightport/core/manifest.h"
 #include "weightport/core/thread_annotations.h"
 #include "weightport/engine/pubsub/coordinator.h"

@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "pubsub_test_util.h"
+#include "weightport/control/pubsub_messages.h"
+#include "weightport/control/version_messages.h"
 
 namespace weightport {
 namespace {

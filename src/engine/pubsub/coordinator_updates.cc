@@ -5,7 +5,11 @@
 #include <nlohmann/json.hpp>
 
 #include "coordinator_impl.h"
+#include "weightport/control/handshake.h"
 #include "weightport/control/metrics.h"
+#include "weightport/control/pubsub_messages.h"
+#include "weightport/control/validate_payload.h"
+#include "weightport/control/version_messages.h"
 
 namespace weightport {
 

@@ -12,6 +12,9 @@
 #include <thread>
 
 #include "weightport/control/channel.h"
+#include "weightport/control/handshake.h"
+#include "weightport/control/pubsub_messages.h"
+#include "weightport/control/version_messages.h"
 #include "weightport/core/thread_annotations.h"
 #include "weightport/engine/common/arena.h"
 #include "weightport/transport/progress_loop.h"

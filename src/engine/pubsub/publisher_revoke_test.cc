@@ -14,7 +14,8 @@
 #include "engine/testing/raw_ops_test_util.h"
 #include "pubsub_test_util.h"
 #include "weightport/control/channel.h"
-#include "weightport/control/protocol.h"
+#include "weightport/control/pubsub_messages.h"
+#include "weightport/control/version_messages.h"
 #include "weightport/engine/common/transport_factory.h"
 
 namespace weightport {

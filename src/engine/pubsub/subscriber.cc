@@ -9,6 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "weightport/control/channel.h"
+#include "weightport/control/handshake.h"
+#include "weightport/control/pubsub_messages.h"
+#include "weightport/control/version_messages.h"
 #include "weightport/engine/common/arena.h"
 #include "weightport/transport/progress_loop.h"
 

@@ -9,6 +9,8 @@
 #include <thread>
 
 #include "weightport/control/channel.h"
+#include "weightport/control/pubsub_messages.h"
+#include "weightport/control/version_messages.h"
 #include "weightport/engine/pubsub/subscriber.h"
 #include "weightport/transport/progress_loop.h"
 

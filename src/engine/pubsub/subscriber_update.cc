@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "subscriber_impl.h"
+#include "weightport/control/version_messages.h"
 #include "weightport/core/hash.h"
 #include "weightport/engine/common/arena.h"
 #include "weightport/engine/common/worker_pool.h"

@@ -1,5 +1,7 @@
-#include "plan_member.h"
+#include "weightport/engine/session/plan_member.h"
 
+#include "weightport/engine/session/reshard_coordinator.h"
+#include "weightport/engine/session/reshard_member.h"
 #include "weightport/plan/quantized.h"
 
 namespace weightport {
@@ -11,11 +13,6 @@ void JoinedRank::Reset() {
   rank.reset();
   if (loop) loop->Stop();
   loop.reset();
-}
-
-Status JoinedRank::Rekey(const TransportFactory& make_transport) {
-  WP_RETURN_IF_ERROR(MoveToFreshTransport(*rank, loop, make_transport));
-  return member->SendKeys(*rank);
 }
 
 Result<std::unique_ptr<JoinedRank>> JoinPlan(const Secret& secret, const PlanMemberOptions& options) {

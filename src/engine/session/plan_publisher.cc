@@ -1,10 +1,14 @@
 // PlanPublisher: a source rank; a thread reads the coordinator's verdicts.
+#include "weightport/engine/session/plan_publisher.h"
+
 #include <condition_variable>
 #include <map>
 #include <thread>
 
-#include "plan_member.h"
 #include "weightport/core/thread_annotations.h"
+#include "weightport/engine/session/plan_member.h"
+#include "weightport/engine/session/reshard_member.h"
+#include "weightport/engine/session/reshard_source.h"
 
 namespace weightport {
 
@@ -23,43 +27,48 @@ struct PlanPublisher::Impl {
   Status end_status GUARDED_BY(mu);
 
   // With rotate_keys the coordinator follows every decided version with a Rekey. The verdict is
-  // released to the caller only once this rank has moved: until then a dropped peer's old key
-  // still reaches the arena, and the caller's next version must not be written there before.
+  // released to the caller only once this rank has moved (SourceFollower): until then a dropped
+  // peer's old key still reaches the arena, and the caller's next version must not be written there
+  // before.
   std::map<uint64_t, Status> held GUARDED_BY(mu);  // verdicts waiting for their Rekey
 
+  static Status VerdictOf(const ReshardMember::Event& e) {
+    if (e.kind == ReshardMember::Event::kAbort)
+      return Unavailable("version " + std::to_string(e.version) + " aborted: " + e.reason);
+    return Status::Ok();
+  }
+
   void ReadVerdicts() {
-    while (!closing.load()) {
-      auto e = joined->member->Next(std::chrono::milliseconds(200));
-      if (!e.ok() && e.status().code() == StatusCode::kTimeout) continue;
-      Status moved;
-      if (e.ok() && (e->kind == ReshardMember::Event::kRekey || e->kind == ReshardMember::Event::kPeers)) {
-        // Memory stays where it is.
-        moved = e->kind == ReshardMember::Event::kRekey ? joined->Rekey(options.make_transport)
-                                                        : joined->rank->Connect(e->peers);
-        if (moved.ok() && e->kind == ReshardMember::Event::kPeers) continue;
-      }
+    SourceHooks hooks;
+    // SourceFollower sends the new keys itself; memory stays where it is.
+    hooks.rekey = [this](uint64_t) {
+      return MoveToFreshTransport(*joined->rank, joined->loop, options.make_transport);
+    };
+    hooks.held = [this](const ReshardMember::Event& verdict) {
       MutexLock lock(mu);
-      if (!moved.ok()) {
-        ended = true;
-        end_status = moved;
-        cv.notify_all();
-        return;
-      }
+      held[verdict.version] = VerdictOf(verdict);
+      return Status::Ok();
+    };
+    hooks.should_stop = [this] { return closing.load(); };
+    SourceFollower follower(*joined->rank, *joined->member, options.rank.rotate_keys, hooks);
+    while (true) {
+      auto e = follower.Next(std::chrono::milliseconds(200));
+      if (!e.ok() && e.status().code() == StatusCode::kCancelled && closing.load()) return;
+      MutexLock lock(mu);
       if (!e.ok() || e->kind == ReshardMember::Event::kBye) {
         ended = true;
-        end_status = e.ok() ? Status::Ok() : e.status().WithContext(me.ToString() + ": the coordinator");
+        if (e.ok())
+          end_status = Status::Ok();
+        else if (follower.connection_failed())
+          end_status = e.status().WithContext(me.ToString() + ": the coordinator");
+        else
+          end_status = e.status();  // a move to a fresh transport or to a new peer table failed
         cv.notify_all();
         return;
       }
-      std::map<uint64_t, Status>& into = options.rank.rotate_keys ? held : verdicts;
-      if (e->kind == ReshardMember::Event::kCommit) into[e->version] = Status::Ok();
-      if (e->kind == ReshardMember::Event::kAbort)
-        into[e->version] = Unavailable("version " + std::to_string(e->version) + " aborted: " + e->reason);
-      if (e->kind == ReshardMember::Event::kRekey) {
-        if (auto it = held.find(e->version); it != held.end()) {
-          verdicts[e->version] = it->second;
-          held.erase(it);
-        }
+      if (e->kind == ReshardMember::Event::kCommit || e->kind == ReshardMember::Event::kAbort) {
+        held.erase(e->version);
+        verdicts[e->version] = VerdictOf(*e);
       }
       if (verdicts.count(in_flight)) in_flight = 0;
       cv.notify_all();

@@ -20,10 +20,14 @@
 #include "engine/pubsub/pubsub_test_util.h"
 #include "engine/testing/raw_ops_test_util.h"
 #include "weightport/control/channel.h"
-#include "weightport/control/protocol.h"
+#include "weightport/control/plan_messages.h"
+#include "weightport/control/version_messages.h"
 #include "weightport/engine/rank/plan_rank.h"
-#include "weightport/engine/session/plan_session.h"
-#include "weightport/engine/session/reshard.h"
+#include "weightport/engine/session/plan_member.h"
+#include "weightport/engine/session/plan_publisher.h"
+#include "weightport/engine/session/plan_service.h"
+#include "weightport/engine/session/plan_subscriber.h"
+#include "weightport/transport/progress_loop.h"
 #include "weightport/transport/ucx_transport.h"
 
 namespace weightport {

@@ -6,9 +6,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "weightport/control/handshake.h"
+#include "weightport/control/plan_messages.h"
 #include "weightport/core/json_util.h"
 #include "weightport/engine/common/transport_factory.h"
-#include "weightport/engine/session/reshard.h"
+#include "weightport/engine/session/reshard_coordinator.h"
 
 namespace weightport {
 namespace {

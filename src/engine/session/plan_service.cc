@@ -1,12 +1,13 @@
 // PlanService: the rendezvous, the joins and then every version the sources announce, on one
 // background thread.
+#include "weightport/engine/session/plan_service.h"
+
 #include <atomic>
 #include <condition_variable>
 #include <thread>
 
 #include "weightport/core/thread_annotations.h"
-#include "weightport/engine/session/plan_session.h"
-#include "weightport/engine/session/reshard.h"
+#include "weightport/engine/session/reshard_coordinator.h"
 
 namespace weightport {
 

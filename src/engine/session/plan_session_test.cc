@@ -1,4 +1,4 @@
-#include "weightport/engine/session/plan_session.h"
+#include "weightport/engine/session/plan_service.h"
 
 #include <gtest/gtest.h>
 
@@ -6,6 +6,9 @@
 #include <thread>
 
 #include "engine/pubsub/pubsub_test_util.h"
+#include "weightport/engine/session/plan_member.h"
+#include "weightport/engine/session/plan_publisher.h"
+#include "weightport/engine/session/plan_subscriber.h"
 #include "weightport/kernels/convert.h"
 #include "weightport/plan/quantized.h"
 #include "weightport/transport/fake_transport.h"

@@ -1,11 +1,15 @@
 // PlanSubscriber: a destination rank following the coordinator on a thread of its own, with pins
 // that keep a version's copy from being written while readers use it.
+#include "weightport/engine/session/plan_subscriber.h"
+
 #include <condition_variable>
 #include <map>
 #include <thread>
 
-#include "plan_member.h"
 #include "weightport/core/thread_annotations.h"
+#include "weightport/engine/session/plan_member.h"
+#include "weightport/engine/session/reshard_destination.h"
+#include "weightport/engine/session/reshard_member.h"
 
 namespace weightport {
 

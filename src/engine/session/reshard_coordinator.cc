@@ -1,13 +1,17 @@
 // ReshardCoordinator: joins, the peer table, and one version at a time. One reading thread per rank
 // feeds an event queue that the caller's thread drains, so a rank that stops sending cannot block
 // the others and every wait is bounded.
+#include "weightport/engine/session/reshard_coordinator.h"
+
 #include <map>
 #include <optional>
 #include <set>
 #include <thread>
 
 #include "weightport/control/event_queue.h"
-#include "weightport/engine/session/reshard.h"
+#include "weightport/control/handshake.h"
+#include "weightport/control/plan_messages.h"
+#include "weightport/control/version_messages.h"
 
 namespace weightport {
 namespace {

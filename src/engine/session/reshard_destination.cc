@@ -1,6 +1,10 @@
-#include <thread>
+#include "weightport/engine/session/reshard_destination.h"
 
-#include "weightport/engine/session/reshard.h"
+#include <map>
+#include <thread>
+#include <vector>
+
+#include "weightport/engine/session/reshard_member.h"
 
 namespace weightport {
 

@@ -2,6 +2,8 @@
 // over a real control channel and ranks on the fake transport. A rekey's table is dialled at the
 // next UpdateBegin, not when it comes: the newest table wins, and one naming a peer that is gone
 // fails that version, named, while the run goes on.
+#include "weightport/engine/session/reshard_destination.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -9,55 +11,16 @@
 
 #include "engine/pubsub/pubsub_test_util.h"
 #include "engine/testing/raw_ops_test_util.h"
-#include "weightport/control/protocol.h"
-#include "weightport/engine/session/reshard.h"
+#include "reshard_test_util.h"
+#include "weightport/control/plan_messages.h"
+#include "weightport/control/version_messages.h"
+#include "weightport/engine/session/reshard_member.h"
 #include "weightport/transport/fake_transport.h"
 
 namespace weightport {
 namespace {
 
 using namespace engine_test;
-
-// The coordinator's side of one destination's control channel.
-class HandCoordinator {
- public:
-  explicit HandCoordinator(const Secret& secret) {
-    auto l = ControlListener::Listen("127.0.0.1", 0, "coordinator", secret);
-    EXPECT_TRUE(l.ok()) << l.status().ToString();
-    listener_ = std::move(*l);
-  }
-  const std::string& address() const { return listener_->address(); }
-
-  Status Accept() {
-    WP_ASSIGN_OR_RETURN(channel_, listener_->Accept(kWait));
-    WP_ASSIGN_OR_RETURN(ControlMessage join, channel_->Receive(kWait));
-    return join.type == MessageType::kPlanJoin ? Status::Ok() : Internal("expected PlanJoin");
-  }
-  // A table naming source rank 0 at `source`.
-  Status SendPeers(const PlanPeer& source) {
-    PlanPeersMsg m;
-    m.peers.push_back({0, 0, source.address, source.key.Serialize(), {}, ""});
-    return channel_->Send(m);
-  }
-  template <typename Msg>
-  Status Send(const Msg& m) {
-    return channel_->Send(m);
-  }
-  Status Bye() { return channel_->Send(MessageType::kBye, {}); }
-  // The destination's answer to an UpdateBegin: ChunksVerified or UpdateFailed.
-  Result<ControlMessage> Answer() {
-    while (true) {
-      WP_ASSIGN_OR_RETURN(ControlMessage m, channel_->Receive(kWait));
-      if (m.type == MessageType::kChunksVerified || m.type == MessageType::kUpdateFailed ||
-          m.type == MessageType::kCommitted)
-        return m;
-    }
-  }
-
- private:
-  std::unique_ptr<ControlListener> listener_;
-  std::unique_ptr<ControlChannel> channel_;
-};
 
 TEST(FollowAsDestination, AnUnreachablePeerTableIsRetriedAtTheNextVersionAndAGoodOneReplacesIt) {
   auto fabric = std::make_shared<FakeFabric>();

@@ -1,6 +1,11 @@
+#include "weightport/engine/session/reshard_member.h"
+
 #include <map>
 
-#include "weightport/engine/session/reshard.h"
+#include "weightport/control/handshake.h"
+#include "weightport/control/plan_messages.h"
+#include "weightport/control/version_messages.h"
+#include "weightport/engine/session/reshard_coordinator.h"
 
 namespace weightport {
 namespace {

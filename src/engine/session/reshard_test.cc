@@ -1,4 +1,4 @@
-#include "weightport/engine/session/reshard.h"
+#include "weightport/engine/session/reshard_coordinator.h"
 
 #include <gtest/gtest.h>
 
@@ -7,6 +7,8 @@
 #include <thread>
 
 #include "weightport/core/placement_builders.h"
+#include "weightport/engine/session/reshard_destination.h"
+#include "weightport/engine/session/reshard_member.h"
 #include "weightport/plan/planner.h"
 #include "weightport/transport/fake_transport.h"
 

@@ -10,7 +10,7 @@
 // sent to every rank as Refused, naming the rank and tensor, and returned.
 //
 // The ranks then compile their PlanRank from the plan and join the ReshardCoordinator
-// (reshard.h) on the same listener, as ranks given the plan up front do.
+// (reshard_coordinator.h) on the same listener, as ranks given the plan up front do.
 //
 // Thread-safety: free functions; each call from one thread.
 #pragma once

@@ -1,6 +1,6 @@
 // Running one Plan across processes: M source ranks and N destination ranks, each a PlanRank in its
 // own process, under one ReshardCoordinator, over the authenticated control plane
-// (control_channel.h). Weights move only between the ranks (one-sided Gets); the coordinator moves
+// (control/channel.h). Weights move only between the ranks (one-sided Gets); the coordinator moves
 // small messages.
 //
 //   join      each rank -> PlanJoin(side, rank, Plan::Digest, transport address, arena key). A rank
@@ -21,21 +21,23 @@
 // the others are told PeerLost(rank) for a lost one (the ranks it relayed to fetch from the
 // sources, PlanRank::PeerLost), and the version commits to the rest while at least `quorum` verify.
 //
-// Thread-safety: ReshardCoordinator from one thread (it runs reader threads of its own inside);
-// ReshardMember from one thread.
+// A rank's end is ReshardMember (reshard_member.h); a destination follows the versions with
+// FollowAsDestination (reshard_destination.h), a source hears the verdicts on its own with
+// SourceFollower (reshard_source.h).
+//
+// Thread-safety: ReshardCoordinator from one thread (it runs reader threads of its own inside).
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "weightport/control/channel.h"
 #include "weightport/core/status.h"
-#include "weightport/engine/common/transport_factory.h"
 #include "weightport/engine/rank/plan_rank.h"
 
 namespace weightport {
@@ -110,75 +112,10 @@ class ReshardCoordinator {
   std::unique_ptr<Impl> impl_;
 };
 
-// One rank's end of the control plane.
-class ReshardMember {
- public:
-  // Connects to the coordinator at host:port, joins with `rank`'s plan digest, address and key,
-  // waits for the peer table and connects `rank` to its peers.
-  static Result<std::unique_ptr<ReshardMember>> Join(const std::string& coordinator, const Secret& secret,
-                                                     PlanRank& rank, std::chrono::milliseconds timeout);
-  ~ReshardMember();
-
-  struct Event {
-    // kRekey: move to a fresh transport (PlanRank::Rekey), then SendKeys; kPeers: the new peer
-    // table that follows, to Connect to.
-    enum Kind { kBegin, kCommit, kAbort, kBye, kPeerLost, kRekey, kPeers } kind = kBye;
-    uint64_t version = 0;
-    std::string reason;                  // for kAbort
-    Endpoint peer;                       // for kPeerLost
-    std::map<Endpoint, PlanPeer> peers;  // for kPeers
-  };
-  // The next instruction from the coordinator; Timeout when none came within `timeout`.
-  Result<Event> Next(std::chrono::milliseconds timeout);
-
-  Status Ready(uint64_t version);  // a source published `version`
-  Status Verified(const ReceiveStats& stats);
-  Status Failed(uint64_t version, const std::string& why);
-  Status Committed(uint64_t version);
-  // After a Rekey: the rank's new transport address and key (peer_info).
-  Status SendKeys(const PlanRank& rank);
-
- private:
-  explicit ReshardMember(std::unique_ptr<ControlChannel> channel) : channel_(std::move(channel)) {}
-  std::unique_ptr<ControlChannel> channel_;
-};
-
-// What a destination does around each step of FollowAsDestination; every hook is optional.
-struct DestinationHooks {
-  // Before receiving `version`; an error is reported as that update's failure instead.
-  std::function<Status(uint64_t version)> before_receive;
-  // After Receive(version), on the receiving thread.
-  std::function<void(uint64_t version, const Result<ReceiveStats>&)> received;
-  // After the flip to `version`; an error is returned at the end (the run goes on).
-  std::function<Status(uint64_t version)> committed;
-  std::function<void(uint64_t version, const std::string& why)> aborted;
-  // On the coordinator's Rekey after `version`: moves the rank to a fresh transport
-  // (PlanRank::Rekey); the keys are then sent. Without it a Rekey ends the run with an error.
-  std::function<Status(uint64_t version)> rekey;
-  // With this hook, a wait for an instruction that times out is not an error: the wait goes on
-  // until this returns true (then FollowAsDestination returns Cancelled). Without it, it is.
-  std::function<bool()> should_stop;
-};
-
-// Runs a destination rank until the coordinator says Bye: receives each version it is told to on a
-// thread of its own (so that an Abort arriving meanwhile cancels it, and the ranks that relay from
-// this one stop waiting), reports, and commits or aborts as told; a PeerLost goes to the rank
-// (PlanRank::PeerLost) at once, also while it receives. `timeout` bounds each wait for an
-// instruction. Returns the first error of a hook or of the control connection.
-Status FollowAsDestination(PlanRank& rank, ReshardMember& member, std::chrono::milliseconds timeout,
-                           const DestinationHooks& hooks);
-
 // Every rank of a plan, sources first: the ranks a ReshardCoordinator waits for.
 std::vector<Endpoint> PlanRanks(const Plan& plan);
 
 // "src-3", "dst-0": a rank's name on the control plane.
 std::string ReshardName(Endpoint endpoint);
-
-// The coordinator's Rekey, on the rank's side: moves `rank` (created with rotate_keys) to a fresh
-// transport from `make_transport` (PlanRank::Rekey), then stops the old transport's loop, held in
-// `loop`, which then holds the new one. The keys peers hold for the rank stop working there. The
-// caller then sends the new keys (ReshardMember::SendKeys).
-Status MoveToFreshTransport(PlanRank& rank, std::unique_ptr<ProgressLoop>& loop,
-                            const TransportFactory& make_transport);
 
 }  // namespace weightport

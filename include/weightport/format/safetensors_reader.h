@@ -1,5 +1,5 @@
-// safetensors files: a strict header parser, an mmap reader with zero-copy tensor views, and a
-// streaming writer.
+// safetensors files: a strict header parser and an mmap reader with zero-copy tensor views (the
+// writer: safetensors_writer.h).
 //
 // File layout: 8-byte little-endian header length N, N bytes of JSON header (an object mapping
 // tensor name -> {"dtype", "shape", "data_offsets": [begin, end]}, plus an optional "__metadata__"
@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "weightport/core/byte_range.h"
-#include "weightport/core/manifest.h"
 #include "weightport/core/status.h"
 #include "weightport/core/tensor_meta.h"
 
@@ -75,45 +74,5 @@ class SafetensorsFile {
   uint64_t size_ = 0;
   SafetensorsHeader header_;
 };
-
-// Writes a safetensors file tensor by tensor, without holding the data of all tensors.
-// The header is fixed by the metas given to Create; Append must then be called with each tensor's
-// bytes in the same order (possibly in several pieces). Finish renames the temporary file into
-// place, so a reader never sees a half-written file. Move-only; destroying an unfinished writer
-// removes the temporary file.
-class SafetensorsWriter {
- public:
-  static Result<SafetensorsWriter> Create(const std::string& path, std::vector<TensorMeta> tensors,
-                                          const std::map<std::string, std::string>& metadata = {});
-  SafetensorsWriter(SafetensorsWriter&& other) noexcept;
-  SafetensorsWriter& operator=(SafetensorsWriter&& other) noexcept;
-  SafetensorsWriter(const SafetensorsWriter&) = delete;
-  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
-  ~SafetensorsWriter();
-
-  // Appends bytes of the current tensor; moves to the next tensor once one is complete.
-  Status Append(std::span<const std::byte> bytes);
-  Status Finish();
-
- private:
-  SafetensorsWriter() = default;
-  void Abandon();
-
-  std::string path_;
-  std::string tmp_path_;
-  int fd_ = -1;
-  std::vector<TensorMeta> tensors_;
-  size_t current_ = 0;  // index of the tensor being written
-  uint64_t written_in_current_ = 0;
-};
-
-// Writes a whole file in one call.
-Status WriteSafetensors(const std::string& path, std::span<const TensorBytes> tensors,
-                        const std::map<std::string, std::string>& metadata = {});
-
-// The header bytes (8-byte length + JSON padded with spaces to a multiple of 8) for these tensors,
-// laid out in the given order. Exposed for tests and fuzz seeds.
-Result<std::string> EncodeSafetensorsHeader(std::span<const TensorMeta> tensors,
-                                            const std::map<std::string, std::string>& metadata);
 
 }  // namespace weightport

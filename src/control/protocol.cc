@@ -1,7 +1,7 @@
-// Framing of control messages: header, bound check, MAC and sequence check. See control_protocol.h.
-#include <cstring>
-
+// Framing of control messages: header, bound check, MAC and sequence check (protocol.h).
 #include "weightport/control/protocol.h"
+
+#include <cstring>
 
 namespace weightport {
 namespace {

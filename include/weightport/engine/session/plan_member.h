@@ -1,0 +1,77 @@
+// What the ranks of a plan session (plan_service.h) share: their options and their view of a
+// shard; and the joining that PlanPublisher and PlanSubscriber both do.
+//
+// Thread-safety: plain structs; a JoinedRank from one thread at a time.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "weightport/control/auth.h"
+#include "weightport/core/dtype.h"
+#include "weightport/core/slice.h"
+#include "weightport/core/status.h"
+#include "weightport/core/tensor_meta.h"
+#include "weightport/engine/common/transport_factory.h"
+#include "weightport/engine/rank/plan_rank.h"
+#include "weightport/engine/session/plan_rendezvous.h"
+#include "weightport/engine/session/reshard_member.h"
+#include "weightport/plan/plan.h"
+#include "weightport/transport/progress_loop.h"
+
+namespace weightport {
+
+struct PlanMemberOptions {
+  std::string coordinator;  // "host:port"
+  LayoutOffer offer;        // who this rank is and what it holds
+  TransportFactory make_transport;
+  PlanRankOptions rank;
+  std::chrono::milliseconds connect_timeout{60'000};  // the rendezvous and the join
+  std::chrono::milliseconds update_timeout{120'000};  // waits for the coordinator during a version
+  std::chrono::milliseconds pin_timeout{30'000};      // subscriber: how long an update waits for pins
+  std::function<void(std::string)> log;
+};
+
+// A shard of this rank as the plan stores it.
+struct PlanShardView {
+  std::string tensor;
+  DType dtype = DType::kU8;  // as this rank stores it (a destination may convert)
+  Shape shape;               // of the whole tensor
+  Slice slice;
+  std::span<std::byte> bytes;
+  // A destination's shard of a tensor quantised to e4m3 in flight (plan/quantized.h): its stored
+  // bytes are the e4m3 values, then at `scale_offset` one f32 per block of `scale_blocks` (its box
+  // of the tensor's scale grid, row-major), the factor that dequantises the block.
+  bool quantized = false;
+  uint64_t scale_offset = 0;
+  Slice scale_blocks;
+};
+
+// ---- the joining both PlanPublisher and PlanSubscriber do ------------------------------------
+
+// A rank that offered its layout, compiled the plan it got back, registered its arena and joined
+// the coordinator.
+struct JoinedRank {
+  std::shared_ptr<const Plan> plan;
+  std::unique_ptr<ProgressLoop> loop;  // declared before rank: the rank is destroyed first
+  std::unique_ptr<PlanRank> rank;
+  std::unique_ptr<ReshardMember> member;
+
+  ~JoinedRank();
+  // Closes the control connection, then frees the arena, then stops the loop.
+  void Reset();
+};
+
+// Offers the layout (OfferLayout), compiles the rank from the plan that comes back and joins the
+// coordinator (retrying until it listens again, within options.connect_timeout).
+Result<std::unique_ptr<JoinedRank>> JoinPlan(const Secret& secret, const PlanMemberOptions& options);
+
+// The views of a rank's shards (`bytes` from `shard_bytes`, empty when null).
+PlanShardView ShardView(const Plan& plan, Endpoint me, size_t i, std::span<std::byte> bytes);
+
+}  // namespace weightport

@@ -1,0 +1,80 @@
+// Plan sessions: the engine as a library user (the Python package, an application) drives it.
+// Each rank says only what it holds; the plan comes from the rendezvous (plan_rendezvous.h).
+//
+//   PlanService     the coordinator, on a background thread: collects the layouts, plans once,
+//                   accepts the ranks' joins, then runs every version the sources announce
+//                   (ReshardCoordinator), until Stop. Usually hosted by source rank 0.
+//   PlanPublisher   a source rank (plan_publisher.h).
+//   PlanSubscriber  a destination rank (plan_subscriber.h).
+// The ranks' options and their view of a shard: plan_member.h.
+//
+// Thread-safety: every public method may be called from any thread; Stop is idempotent.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "weightport/control/auth.h"
+#include "weightport/core/status.h"
+#include "weightport/engine/session/plan_rendezvous.h"
+#include "weightport/plan/plan.h"
+
+namespace weightport {
+
+struct PlanServiceOptions {
+  std::string listen_host = "127.0.0.1";
+  uint16_t listen_port = 0;  // 0: any free port (see address())
+  RendezvousOptions rendezvous;
+  std::chrono::milliseconds join_timeout{60'000};
+  std::chrono::milliseconds update_timeout{120'000};
+  // ReshardCoordinatorOptions::quorum: 0, every destination verifies each version; N > 0, a lost or
+  // failing destination is dropped and the others commit while at least N verified.
+  size_t quorum = 0;
+  // Keys per version (ReshardCoordinatorOptions::rotate_keys); the ranks join with
+  // PlanRankOptions::rotate_keys.
+  bool rotate_keys = false;
+  std::function<void(std::string)> log;
+};
+
+// What one version did, as the coordinator saw it.
+struct PlanVersionOutcome {
+  uint64_t version = 0;
+  bool committed = false;
+  std::string reason;  // why it was aborted
+  uint64_t bytes = 0;
+  double seconds = 0;
+  double rekey_seconds = 0;          // rotate_keys: the move of every rank to fresh transports after it
+  std::vector<std::string> dropped;  // quorum: the destinations left out, with why
+};
+
+class PlanService {
+ public:
+  // Listens; the rendezvous and the versions run on a background thread.
+  static Result<std::unique_ptr<PlanService>> Start(const Secret& secret, PlanServiceOptions options);
+  ~PlanService();  // Stop()
+  const std::string& address() const;
+  // The plan, once the rendezvous made it (null before).
+  std::shared_ptr<const Plan> plan() const;
+  // Every version run so far, oldest first (a version is listed once every destination reported
+  // its commit, a little after the sources heard the verdict).
+  std::vector<PlanVersionOutcome> outcomes() const;
+  // Waits until `version` is listed; Timeout otherwise, or the service's error if it ended.
+  Result<PlanVersionOutcome> WaitForOutcome(uint64_t version, std::chrono::milliseconds timeout) const;
+  // The error that ended the service early (rendezvous or joins failed), OK while it runs.
+  Status error() const;
+  // Says Bye to every rank and stops. Idempotent.
+  void Stop();
+
+  struct Impl;
+
+ private:
+  explicit PlanService(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace weightport

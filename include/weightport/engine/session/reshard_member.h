@@ -1,0 +1,63 @@
+// One rank's end of a reshard's control plane (the protocol: reshard_coordinator.h): joins the
+// coordinator, hears its instructions, reports; and the move to a fresh transport that a Rekey asks
+// of a rank.
+//
+// Thread-safety: ReshardMember from one thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "weightport/control/auth.h"
+#include "weightport/control/channel.h"
+#include "weightport/core/status.h"
+#include "weightport/engine/common/transport_factory.h"
+#include "weightport/engine/rank/plan_rank.h"
+#include "weightport/transport/progress_loop.h"
+
+namespace weightport {
+
+// One rank's end of the control plane.
+class ReshardMember {
+ public:
+  // Connects to the coordinator at host:port, joins with `rank`'s plan digest, address and key,
+  // waits for the peer table and connects `rank` to its peers.
+  static Result<std::unique_ptr<ReshardMember>> Join(const std::string& coordinator, const Secret& secret,
+                                                     PlanRank& rank, std::chrono::milliseconds timeout);
+  ~ReshardMember();
+
+  struct Event {
+    // kRekey: move to a fresh transport (PlanRank::Rekey), then SendKeys; kPeers: the new peer
+    // table that follows, to Connect to.
+    enum Kind { kBegin, kCommit, kAbort, kBye, kPeerLost, kRekey, kPeers } kind = kBye;
+    uint64_t version = 0;
+    std::string reason;                  // for kAbort
+    Endpoint peer;                       // for kPeerLost
+    std::map<Endpoint, PlanPeer> peers;  // for kPeers
+  };
+  // The next instruction from the coordinator; Timeout when none came within `timeout`.
+  Result<Event> Next(std::chrono::milliseconds timeout);
+
+  Status Ready(uint64_t version);  // a source published `version`
+  Status Verified(const ReceiveStats& stats);
+  Status Failed(uint64_t version, const std::string& why);
+  Status Committed(uint64_t version);
+  // After a Rekey: the rank's new transport address and key (peer_info).
+  Status SendKeys(const PlanRank& rank);
+
+ private:
+  explicit ReshardMember(std::unique_ptr<ControlChannel> channel) : channel_(std::move(channel)) {}
+  std::unique_ptr<ControlChannel> channel_;
+};
+
+// The coordinator's Rekey, on the rank's side: moves `rank` (created with rotate_keys) to a fresh
+// transport from `make_transport` (PlanRank::Rekey), then stops the old transport's loop, held in
+// `loop`, which then holds the new one. The keys peers hold for the rank stop working there. The
+// caller then sends the new keys (ReshardMember::SendKeys).
+Status MoveToFreshTransport(PlanRank& rank, std::unique_ptr<ProgressLoop>& loop,
+                            const TransportFactory& make_transport);
+
+}  // namespace weightport
