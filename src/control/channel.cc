@@ -25,7 +25,7 @@ Status CheckName(std::string_view name, std::string_view what) {
 }
 }  // namespace
 
-// The two halves of the handshake (control_auth.h), run on a fresh channel before it is returned.
+// The two halves of the handshake (auth.h), run on a fresh channel before it is returned.
 struct ControlHandshake {
   // Reads the next handshake frame, which must be `type`; a Refused frame ends the handshake.
   static Result<Frame> Expect(ControlChannel& ch, MessageType type, Clock::time_point deadline) {

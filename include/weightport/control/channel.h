@@ -2,7 +2,7 @@
 // subscribers, observers).
 //
 // A ControlListener (the coordinator end) binds and accepts; ControlChannel::Connect (the peer end)
-// dials. Both run the mutual handshake of control_auth.h before returning a channel, so a channel
+// dials. Both run the mutual handshake of auth.h before returning a channel, so a channel
 // that exists has proven the peer knows the shared secret. Every later frame is MACed with the
 // session key and numbered; a frame with a wrong MAC or number, an oversize length, or a malformed
 // handshake message ends the connection: the offender is sent a Refused message where that makes

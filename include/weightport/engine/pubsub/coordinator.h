@@ -1,5 +1,5 @@
 // Coordinator: the control plane of one model's updates. Publishers and subscribers connect to it
-// over authenticated control channels (control_channel.h); it tells subscribers where the
+// over authenticated control channels (control/channel.h); it tells subscribers where the
 // publisher's weights are (RegionKeys), what the next version holds (Manifest) and when to fetch it
 // (UpdateBegin), collects their verdicts, and commits a version only once every subscriber of the
 // update has verified every chunk it asked for. It moves no weights itself.

@@ -4,7 +4,7 @@
 // Create compiles the rank's work from the plan (a destination: its incoming steps' runs, grouped
 // by chunk; every rank: the slots of the chunk hashes it originates and of the "chunk verified"
 // counters of the steps others relay from it), allocates ONE arena and registers it once. Every rank
-// derives every other rank's arena layout from the same plan (src/engine/plan_layout.h), so peers
+// derives every other rank's arena layout from the same plan (src/engine/rank/plan_layout.h), so peers
 // exchange only a transport address and one RemoteKey each (PlanPeer; a source publishing on its
 // device, PlanRankOptions::device_direct, a second for that copy), once, before Connect.
 //
