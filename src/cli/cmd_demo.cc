@@ -18,7 +18,7 @@
 #include "demo_children.h"
 #include "demo_reshard.h"
 #include "publish_loop.h"
-#include "teleport_common.h"
+#include "pubsub_common.h"
 #include "weightport/engine/pubsub/versioned_store.h"
 
 namespace weightport::cli {

@@ -10,7 +10,7 @@
 #include "cli_common.h"
 #include "plan_inputs.h"
 #include "plan_report.h"
-#include "teleport_common.h"
+#include "pubsub_common.h"
 #include "weightport/core/json_util.h"
 #include "weightport/format/synthetic_model.h"
 #include "weightport/plan/planner.h"

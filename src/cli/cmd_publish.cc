@@ -3,7 +3,7 @@
 
 #include "cli_common.h"
 #include "publish_loop.h"
-#include "teleport_common.h"
+#include "pubsub_common.h"
 #include "weightport/control/metrics.h"
 #include "weightport/control/metrics_server.h"
 

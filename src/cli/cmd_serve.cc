@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
-#include "teleport_common.h"
+#include "pubsub_common.h"
 #include "weightport/control/metrics.h"
 #include "weightport/control/metrics_server.h"
 #include "weightport/engine/pubsub/coordinator.h"

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
-#include "teleport_common.h"
+#include "pubsub_common.h"
 #include "weightport/engine/pubsub/subscriber.h"
 #include "weightport/format/safetensors_writer.h"
 

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "demo_children.h"
-#include "teleport_common.h"
+#include "pubsub_common.h"
 
 namespace weightport::cli {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "teleport_common.h"
+#include "pubsub_common.h"
 #include "weightport/core/status.h"
 #include "weightport/plan/plan.h"
 

@@ -1,4 +1,4 @@
-#include "teleport_common.h"
+#include "pubsub_common.h"
 
 #include <signal.h>
 #include <sys/mman.h>
