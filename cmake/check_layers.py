@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Fails when a file of one layer includes a header it may not: a public header of a layer it does
 not depend on (directly or through its dependencies), or a private header (under src/) of another
-layer. Layers and their dependencies come from cmake/Layers.cmake through the spec file the
-configure writes: one line a layer, "path:dep,dep". Library code only; tests may use any layer.
+layer. Layers and their dependencies are declared in CMakeLists.txt (weightport_layer(), see
+cmake/Layers.cmake) and reach this script through the spec file the configure writes: one line a layer, "path:dep,dep". Library code only; tests may use any layer.
 
     check_layers.py SPEC ROOT [STAMP]
 """
@@ -68,7 +68,7 @@ def check_file(root, top, rel, layer, deps, allowed, errors):
                 errors.append(f'{where}: "{inc}" is in no layer')
             elif target not in allowed[layer]:
                 errors.append(f'{where}: layer {layer} includes "{inc}" of layer {target}, which it does '
-                              f"not depend on (cmake/Layers.cmake: {layer} -> {', '.join(deps[layer]) or 'nothing'})")
+                              f"not depend on (declared in CMakeLists.txt: {layer} -> {', '.join(deps[layer]) or 'nothing'})")
             continue
         # A private header: beside the file, or named from src/.
         beside = os.path.normpath(os.path.join(os.path.dirname(rel), inc))
@@ -101,7 +101,7 @@ def main():
                 rel = os.path.relpath(os.path.join(dirpath, name), os.path.join(root, top))
                 layer = layer_of(rel, deps)
                 if layer is None:
-                    errors.append(f"{top}/{rel}: in no layer (cmake/Layers.cmake)")
+                    errors.append(f"{top}/{rel}: in no layer (CMakeLists.txt declares the layers)")
                     continue
                 check_file(root, top, rel, layer, deps, allowed, errors)
     if errors:
