@@ -1,4 +1,5 @@
 #include "weightport/engine/common/arena.h"
+#include "weightport/core/memory_check.h"
 
 #include <sys/mman.h>
 
@@ -38,6 +39,7 @@ Result<std::unique_ptr<MemoryRegion>> AllocateArena(Transport& transport, size_t
   if (ucx.ok()) return std::move(*ucx);
   if (ucx.status().code() != StatusCode::kInvalidArgument)  // a UCX transport that failed to allocate
     return ucx.status().WithContext(std::string(what) + ": allocating " + std::to_string(size) + " bytes");
+  WP_RETURN_IF_ERROR(CheckMemoryFits(size, false, what));
   void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (data == MAP_FAILED)
     return ResourceExhausted(std::string(what) + ": mmap of " + std::to_string(size) +

@@ -1,4 +1,5 @@
 #include "weightport/engine/pubsub/versioned_store.h"
+#include "weightport/core/memory_check.h"
 
 #include <sys/mman.h>
 
@@ -28,6 +29,7 @@ void Prefault(std::byte* p, uint64_t bytes) {
 
 Result<std::byte*> MapBuffer(uint64_t bytes, bool prefault) {
   if (bytes == 0) return static_cast<std::byte*>(nullptr);
+  WP_RETURN_IF_ERROR(CheckMemoryFits(bytes, false, "versioned store"));
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
     return ErrnoError("versioned store: cannot map " + std::to_string(bytes) + " bytes", errno);

@@ -1,4 +1,5 @@
 #include "weightport/engine/rank/plan_rank.h"
+#include "weightport/core/memory_check.h"
 
 #include <sys/mman.h>
 
@@ -60,6 +61,7 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
           auto ucx = UcxAllocate(t, size);
           if (ucx.ok() || ucx.status().code() != StatusCode::kInvalidArgument) return ucx;
         }
+        WP_RETURN_IF_ERROR(CheckMemoryFits(size, false, "plan arena"));
         void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (data == MAP_FAILED)
           return ResourceExhausted("plan arena: mmap of " + std::to_string(size) + " bytes failed");

@@ -254,6 +254,7 @@ class UcxTransport final : public Transport {
   int event_fd_ = -1;
   Bytes address_;
   std::vector<std::string> memory_types_;  // what this context registers (ucp_context_query)
+  bool may_use_shm_ = false;               // Allocate may then take /dev/shm (posix transport)
   std::unique_ptr<UcxRegion> liveness_;    // one word peers on this host read to see we closed
   bool closed_ = false;
   bool tearing_down_ = false;  // in ucp_worker_destroy: callbacks only free requests

@@ -9,6 +9,7 @@
 
 #include "transport/ucx/ucx_internal.h"
 #include "transport/ucx/ucx_status.h"
+#include "weightport/core/memory_check.h"
 
 namespace weightport::ucx {
 namespace {
@@ -89,7 +90,8 @@ Status UcxTransport::Init(const UcxOptions& options) {
   std::unique_ptr<ucp_config_t, void (*)(ucp_config_t*)> config(raw_config, ucp_config_release);
   std::vector<std::pair<std::string, std::string>> settings;
   if (!options.transports.empty()) settings.emplace_back("TLS", Join(options.transports));
-  if (MayUse(options.transports, {"sm", "shm", "mm", "posix", "sysv"})) {
+  may_use_shm_ = MayUse(options.transports, {"sm", "shm", "mm", "posix", "sysv"});
+  if (may_use_shm_) {
     // Peer-failure endpoints refuse shared-memory transports unless their error handling is on
     // (UCX_POSIX/SYSV_ERROR_HANDLING; "no peer failure handler" otherwise).
     settings.emplace_back("MM_ERROR_HANDLING", "y");
@@ -220,6 +222,9 @@ Result<std::unique_ptr<MemoryRegion>> UcxTransport::Register(void* data, size_t 
 Result<std::unique_ptr<MemoryRegion>> UcxTransport::Allocate(size_t size) {
   if (closed_) return FailedPrecondition(Prefix() + "allocate: transport is closed");
   if (size == 0) return InvalidArgument(Prefix() + "allocate of 0 bytes");
+  // Before UCX maps it: a segment larger than /dev/shm or RAM gets this process (or another) killed
+  // while it is filled, and a posix segment file half made is never unlinked.
+  WP_RETURN_IF_ERROR(CheckMemoryFits(size, may_use_shm_, Prefix() + "allocate"));
   Result<std::unique_ptr<UcxRegion>> region =
       UcxRegion::Map(context_, nullptr, size, next_region_id_++, true);
   if (!region.ok()) return region.status().WithContext("transport '" + name_ + "'");
