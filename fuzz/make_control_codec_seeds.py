@@ -34,10 +34,10 @@ SEEDS = {
     "region_keys": frame(7, s(b"ucx-addr") + struct.pack("<I", 2) + struct.pack("<Q", 1) + s(b"rkey-1")
                          + struct.pack("<Q", 2) + s(b"")),
     "placement": frame(8, s('{"tensors":["lm_head.weight"]}')),
-    "update_begin": frame(9, struct.pack("<QQQ", 7, 3, 0)),
+    "update_begin": frame(9, struct.pack("<QQQQQ", 7, 3, 0, 2, 30_000)),
     "chunks_verified": frame(10, struct.pack("<QQQQQ", 7, 128, 128 << 20, 2_500_000, 1)),
     "update_failed": frame(11, struct.pack("<Q", 7) + s("hash mismatch")),
-    "commit": frame(12, struct.pack("<Q", 7)),
+    "commit": frame(12, struct.pack("<QQ", 7, 2)),
     "abort": frame(13, struct.pack("<Q", 7) + s("subscriber lost")),
     "heartbeat": frame(14, b""),
     "bye": frame(15, b""),

@@ -66,11 +66,11 @@ TEST(ControlFrameTest, FramesMatchTheSeedGenerator) {
   EXPECT_EQ(ToHex(*hello),
             "0a00000001000000000000000002050000007375622d32"
             "6adb2a51f6ff5d492029f55d593c8efc2d8fe1b7a2e5fdd2185897b09cc731c2");
-  auto commit = EncodeFrame(MessageType::kCommit, 0, CommitMsg{7}.Encode(), kHandshakeKey);
+  auto commit = EncodeFrame(MessageType::kCommit, 0, CommitMsg{7, 2}.Encode(), kHandshakeKey);
   ASSERT_TRUE(commit.ok());
   EXPECT_EQ(ToHex(*commit),
-            "080000000c00000000000000000700000000000000"
-            "02259da29a2d0171226ddfdda5eb8a8e8c8d4d0537d113ef668f31c484c30215");
+            "100000000c000000000000000007000000000000000200000000000000"
+            "26e72e52b72cba7fac4b5ce0ec3f2f31e082558f51de35cb50bfd787dc8ddb41");
 }
 
 }  // namespace

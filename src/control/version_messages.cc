@@ -12,14 +12,6 @@ using control_internal::Writer;
 
 namespace {
 
-// A payload that is a version alone.
-Result<uint64_t> DecodeVersionOnly(ByteView payload, std::string_view msg) {
-  Reader r(payload, msg);
-  WP_ASSIGN_OR_RETURN(uint64_t version, r.U64("version"));
-  WP_RETURN_IF_ERROR(r.Done());
-  return version;
-}
-
 // A version followed by a reason string.
 Bytes EncodeVersionReason(uint64_t version, std::string_view reason) {
   Writer w;
@@ -44,6 +36,8 @@ Bytes UpdateBeginMsg::Encode() const {
   w.U64(version);
   w.U64(plan_id);
   w.U64(source_region);
+  w.U64(min_subscribers);
+  w.U64(wait_ms);
   return w.Take();
 }
 Result<UpdateBeginMsg> UpdateBeginMsg::Decode(ByteView payload) {
@@ -52,6 +46,8 @@ Result<UpdateBeginMsg> UpdateBeginMsg::Decode(ByteView payload) {
   WP_ASSIGN_OR_RETURN(m.version, r.U64("version"));
   WP_ASSIGN_OR_RETURN(m.plan_id, r.U64("plan id"));
   WP_ASSIGN_OR_RETURN(m.source_region, r.U64("source region"));
+  WP_ASSIGN_OR_RETURN(m.min_subscribers, r.U64("min subscribers"));
+  WP_ASSIGN_OR_RETURN(m.wait_ms, r.U64("wait ms"));
   WP_RETURN_IF_ERROR(r.Done());
   return m;
 }
@@ -90,11 +86,16 @@ Result<AbortMsg> AbortMsg::Decode(ByteView payload) {
 Bytes CommitMsg::Encode() const {
   Writer w;
   w.U64(version);
+  w.U64(subscribers);
   return w.Take();
 }
 Result<CommitMsg> CommitMsg::Decode(ByteView payload) {
-  WP_ASSIGN_OR_RETURN(uint64_t version, DecodeVersionOnly(payload, "Commit"));
-  return CommitMsg{version};
+  Reader r(payload, "Commit");
+  CommitMsg m;
+  WP_ASSIGN_OR_RETURN(m.version, r.U64("version"));
+  WP_ASSIGN_OR_RETURN(m.subscribers, r.U64("subscribers"));
+  WP_RETURN_IF_ERROR(r.Done());
+  return m;
 }
 
 Bytes CommittedMsg::Encode() const {

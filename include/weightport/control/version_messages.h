@@ -14,12 +14,16 @@
 namespace weightport {
 
 // Starts a version: subscribers fetch it from the publisher's region `source_region` (an id from
-// its RegionKeys), laid out as the last Manifest describes.
+// its RegionKeys), laid out as the last Manifest describes. From a publisher, `min_subscribers`
+// asks the coordinator to hold the version until that many subscribers are connected, for at most
+// `wait_ms`, and to abort it (naming how many came) when they do not.
 struct UpdateBeginMsg {
   static constexpr MessageType kType = MessageType::kUpdateBegin;
   uint64_t version = 0;
   uint64_t plan_id = 0;
   uint64_t source_region = 0;
+  uint64_t min_subscribers = 0;
+  uint64_t wait_ms = 0;
   Bytes Encode() const;
   static Result<UpdateBeginMsg> Decode(ByteView payload);
   friend bool operator==(const UpdateBeginMsg&, const UpdateBeginMsg&) = default;
@@ -47,9 +51,12 @@ struct UpdateFailedMsg {
   friend bool operator==(const UpdateFailedMsg&, const UpdateFailedMsg&) = default;
 };
 
+// `version` is committed; to the publisher, `subscribers` says how many made it live (0: nobody
+// was connected, so nobody verified it).
 struct CommitMsg {
   static constexpr MessageType kType = MessageType::kCommit;
   uint64_t version = 0;
+  uint64_t subscribers = 0;
   Bytes Encode() const;
   static Result<CommitMsg> Decode(ByteView payload);
   friend bool operator==(const CommitMsg&, const CommitMsg&) = default;

@@ -191,6 +191,7 @@ void Coordinator::Impl::AcceptLoop() {
       last_beat = Clock::now();
     }
     CheckDeadlines();
+    CheckPendingBegin();
     // Join the threads of removed peers outside the lock: they may be waiting for it.
     finished.swap(retired);
     lock.Unlock();

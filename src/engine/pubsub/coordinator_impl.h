@@ -45,6 +45,14 @@ struct CoordinatorUpdate {
   std::chrono::steady_clock::time_point began;
 };
 
+// A publisher's UpdateBegin held until enough subscribers are connected (UpdateBeginMsg's
+// min_subscribers), or its deadline passes.
+struct PendingBegin {
+  uint64_t publisher = 0;  // peer id
+  UpdateBeginMsg message;
+  std::chrono::steady_clock::time_point deadline;
+};
+
 struct Coordinator::Impl {
   CoordinatorOptions options;
   std::unique_ptr<ControlListener> listener;
@@ -64,6 +72,7 @@ struct Coordinator::Impl {
   std::string manifest_json GUARDED_BY(mu);
   uint64_t last_committed GUARDED_BY(mu) = 0;
   std::optional<CoordinatorUpdate> update GUARDED_BY(mu);  // the version in flight
+  std::optional<PendingBegin> pending_begin GUARDED_BY(mu);
   std::map<uint64_t, VersionReport> reports GUARDED_BY(mu);
 
   // --- coordinator.cc
@@ -92,6 +101,10 @@ struct Coordinator::Impl {
   void Handle(CoordinatorPeer& peer, const ControlMessage& message) REQUIRES(mu);
   void OnManifest(CoordinatorPeer& peer, const ManifestMsg& message) REQUIRES(mu);
   void OnUpdateBegin(CoordinatorPeer& peer, const UpdateBeginMsg& message) REQUIRES(mu);
+  // Starts the held UpdateBegin once enough subscribers are connected, aborts it past its deadline,
+  // drops it when its publisher left. Called on every pass of the accepting loop.
+  void CheckPendingBegin() REQUIRES(mu);
+  void StartUpdate(const UpdateBeginMsg& message) REQUIRES(mu);
   void OnVerified(CoordinatorPeer& peer, const ChunksVerifiedMsg& message) REQUIRES(mu);
   void OnPlacement(CoordinatorPeer& peer, const PlacementMsg& message) REQUIRES(mu);
   // Refuses a subscriber whose wanted tensors the manifest lacks; true when it was refused.

@@ -1,6 +1,7 @@
 // The coordinator's version state machine: manifests, UpdateBegin, verdicts, commit and abort.
 // Every function here runs with Impl::mu held (see coordinator_impl.h).
 #include <algorithm>
+#include <cstdio>
 
 #include <nlohmann/json.hpp>
 
@@ -152,12 +153,59 @@ void Coordinator::Impl::OnUpdateBegin(CoordinatorPeer& peer, const UpdateBeginMs
     SendTo(peer, AbortMsg{v, why});
   };
   if (update.has_value()) return refuse(Version(update->version) + " is still in flight");
+  if (pending_begin.has_value())
+    return refuse(Version(pending_begin->message.version) + " is waiting for subscribers");
   if (v <= last_committed)
     return refuse(Version(v) + " is not newer than the live " + Version(last_committed));
   if (!manifest.has_value() || manifest->version() != v)
     return refuse("no manifest for " + Version(v) + " was sent before UpdateBegin");
   if (region_keys.empty()) return refuse("no RegionKeys were sent before UpdateBegin");
 
+  if (message.min_subscribers > SubscriberCount()) {
+    if (message.wait_ms == 0)
+      return refuse(std::to_string(SubscriberCount()) + " of " + std::to_string(message.min_subscribers) +
+                    " subscriber(s) connected");
+    Log(Version(v) + " waits for " + std::to_string(message.min_subscribers) + " subscriber(s), " +
+        std::to_string(SubscriberCount()) + " connected");
+    pending_begin = PendingBegin{.publisher = peer.id,
+                                 .message = message,
+                                 .deadline = Clock::now() + std::chrono::milliseconds(message.wait_ms)};
+    return;
+  }
+  StartUpdate(message);
+}
+
+void Coordinator::Impl::CheckPendingBegin() {
+  if (!pending_begin.has_value()) return;
+  CoordinatorPeer* peer = Find(pending_begin->publisher);
+  if (peer == nullptr) {  // the publisher left: nothing to start or answer
+    pending_begin.reset();
+    return;
+  }
+  const UpdateBeginMsg message = pending_begin->message;
+  if (SubscriberCount() >= message.min_subscribers) {
+    pending_begin.reset();
+    return StartUpdate(message);
+  }
+  if (Clock::now() < pending_begin->deadline) return;
+  pending_begin.reset();
+  char waited[32];
+  std::snprintf(waited, sizeof waited, "%.1f s", static_cast<double>(message.wait_ms) / 1000.0);
+  const std::string why = "only " + std::to_string(SubscriberCount()) + " of " +
+                          std::to_string(message.min_subscribers) + " subscriber(s) connected within " +
+                          waited;
+  Log("aborted " + Version(message.version) + " before it began: " + why);
+  VersionReport& report = reports[message.version];
+  report = VersionReport{.version = message.version, .model_bytes = manifest ? manifest->total_bytes() : 0};
+  report.decided = true;
+  report.outcome = Cancelled(why);
+  SendTo(*peer, AbortMsg{message.version, why});
+  if (options.metrics != nullptr) options.metrics->Add("weightport_versions_aborted_total", {});
+  cv.notify_all();
+}
+
+void Coordinator::Impl::StartUpdate(const UpdateBeginMsg& message) {
+  const uint64_t v = message.version;
   update = CoordinatorUpdate{.version = v, .began = Clock::now()};
   VersionReport& report = reports[v];
   report = VersionReport{.version = v, .model_bytes = manifest->total_bytes()};
@@ -210,9 +258,10 @@ void Coordinator::Impl::CommitUpdate() {
   last_committed = v;
   std::vector<uint64_t> targets = update->members;
   if (publisher.has_value()) targets.push_back(*publisher);
+  const uint64_t committed_to = update->members.size();
   update.reset();
   for (uint64_t id : targets)
-    if (CoordinatorPeer* p = Find(id)) SendTo(*p, CommitMsg{v});
+    if (CoordinatorPeer* p = Find(id)) SendTo(*p, CommitMsg{v, committed_to});
   Log("committed " + Version(v) + " in " + std::to_string(SecondsOf(report.copy)) + " s");
   if (options.metrics != nullptr) {
     options.metrics->Add("weightport_versions_committed_total", {});

@@ -75,7 +75,8 @@ struct Publisher::Impl {
 
   Mutex mu;
   std::condition_variable cv;
-  std::map<uint64_t, Status> verdicts GUARDED_BY(mu);  // from Commit / Abort
+  std::map<uint64_t, Status> verdicts GUARDED_BY(mu);        // from Commit / Abort
+  std::map<uint64_t, uint64_t> committed_to GUARDED_BY(mu);  // Commit: subscribers it reached
   std::map<uint64_t, PublishReport> reports GUARDED_BY(mu);
   Status session GUARDED_BY(mu);  // OK while the coordinator is reachable
   uint64_t last_version GUARDED_BY(mu) = 0;
@@ -102,7 +103,8 @@ struct Publisher::Impl {
   void RetireGrant(std::shared_ptr<Grant>& grant);
   std::future<Result<std::unique_ptr<Grant>>> next_grant;  // the trainer's thread or background's
   // Hashes `region`'s bytes, starts the update and waits for its verdict.
-  void RunUpdate(uint64_t version, const MemoryRegion& region, uint64_t region_id, PublishReport& report);
+  void RunUpdate(uint64_t version, const MemoryRegion& region, uint64_t region_id, SubscriberWait wait,
+                 PublishReport& report);
   void Log(const std::string& line) const {
     if (options.log) options.log(line);
   }
@@ -120,6 +122,22 @@ Result<std::unique_ptr<Publisher>> Publisher::Create(std::vector<TensorMeta> ten
     impl->bytes += t.bytes;
   }
   if (impl->bytes == 0) return InvalidArgument("publisher: the model has no bytes");
+  if (impl->options.chunk_size == 0) return InvalidArgument("publisher: chunk size must be positive");
+  {
+    // The manifest travels in one control message: ~19 bytes of JSON per chunk hash, ~256 per
+    // tensor. Refused here, not by the coordinator after the subscribers joined.
+    uint64_t chunks = 0;
+    for (const TensorMeta& t : impl->tensors)
+      chunks += (t.bytes + impl->options.chunk_size - 1) / impl->options.chunk_size;
+    const uint64_t estimate = chunks * 19 + impl->tensors.size() * 256;
+    if (estimate > kDefaultMaxPayload)
+      return InvalidArgument("publisher: a chunk size of " + std::to_string(impl->options.chunk_size) +
+                             " bytes makes " + std::to_string(chunks) + " chunks of this " +
+                             std::to_string(impl->bytes) + "-byte model, a manifest of about " +
+                             std::to_string(estimate >> 20) +
+                             " MiB: more than one control message carries (" +
+                             std::to_string(kDefaultMaxPayload >> 20) + " MiB); use larger chunks");
+  }
 
   if (impl->options.coordinator.empty()) {
     CoordinatorOptions copts = impl->options.coordinator_options;
@@ -247,7 +265,11 @@ void Publisher::Impl::ReadLoop() {
       return end_session(Unavailable("coordinator at " + coordinator_address + " is shutting down"));
     std::optional<std::pair<uint64_t, Status>> verdict;
     if (m->type == MessageType::kCommit) {
-      if (auto c = CommitMsg::Decode(m->payload); c.ok()) verdict.emplace(c->version, Status::Ok());
+      if (auto c = CommitMsg::Decode(m->payload); c.ok()) {
+        verdict.emplace(c->version, Status::Ok());
+        MutexLock lock(mu);
+        committed_to[c->version] = c->subscribers;
+      }
     } else if (m->type == MessageType::kAbort) {
       if (auto a = AbortMsg::Decode(m->payload); a.ok()) verdict.emplace(a->version, Cancelled(a->reason));
     }
@@ -260,7 +282,7 @@ void Publisher::Impl::ReadLoop() {
 }
 
 void Publisher::Impl::RunUpdate(uint64_t version, const MemoryRegion& region, uint64_t region_id,
-                                PublishReport& report) {
+                                SubscriberWait wait, PublishReport& report) {
   auto t0 = Clock::now();
   std::vector<TensorBytes> views;
   views.reserve(tensors.size());
@@ -274,18 +296,23 @@ void Publisher::Impl::RunUpdate(uint64_t version, const MemoryRegion& region, ui
   }
   auto t1 = Clock::now();
   Status sent = channel->Send(ManifestMsg{manifest->ToJson().dump()});
-  if (sent.ok()) sent = channel->Send(UpdateBeginMsg{version, 0, region_id});
+  if (sent.ok())
+    sent = channel->Send(UpdateBeginMsg{.version = version,
+                                        .source_region = region_id,
+                                        .min_subscribers = wait.at_least,
+                                        .wait_ms = static_cast<uint64_t>(wait.within.count())});
   if (!sent.ok()) {
     report.outcome = sent;
     return;
   }
   MutexLock lock(mu);
-  const bool decided = cv.wait_for(lock.native(), options.update_timeout, [&]() REQUIRES(mu) {
+  const bool decided = cv.wait_for(lock.native(), options.update_timeout + wait.within, [&]() REQUIRES(mu) {
     return verdicts.count(version) != 0 || !session.ok();
   });
   report.transfer = Clock::now() - t1;
   if (verdicts.count(version) != 0) {
     report.outcome = verdicts[version];
+    report.subscribers = committed_to[version];
     // An Abort for version 0 answers a refused manifest: it concerns this update too.
   } else if (verdicts.count(0) != 0) {
     report.outcome = verdicts[0];
@@ -299,7 +326,7 @@ void Publisher::Impl::RunUpdate(uint64_t version, const MemoryRegion& region, ui
   }
 }
 
-Result<PublishReport> Publisher::Publish(uint64_t version, PublishMode mode) {
+Result<PublishReport> Publisher::Publish(uint64_t version, PublishMode mode, SubscriberWait wait) {
   Impl& d = *impl_;
   if (d.closed) return FailedPrecondition("publisher '" + d.options.name + "' is closed");
   const auto t0 = Clock::now();
@@ -335,8 +362,8 @@ Result<PublishReport> Publisher::Publish(uint64_t version, PublishMode mode) {
     region_id = kSnapshotRegion;
   }
   // Runs the update and records its report; a grant is retired once the version is decided.
-  auto run = [&d, region, region_id](PublishReport& r, std::shared_ptr<Grant>& g) {
-    d.RunUpdate(r.version, *region, region_id, r);
+  auto run = [&d, region, region_id, wait](PublishReport& r, std::shared_ptr<Grant>& g) {
+    d.RunUpdate(r.version, *region, region_id, wait, r);
     if (g) d.RetireGrant(g);
   };
   if (mode == PublishMode::kLive) {

@@ -59,10 +59,19 @@ struct PublisherOptions {
   std::function<void(std::string)> log;
 };
 
+// Asks the coordinator to hold a version until `at_least` subscribers are connected, for at most
+// `within`; fewer by then aborts the version, naming how many came. Works with an embedded and a
+// standalone coordinator alike.
+struct SubscriberWait {
+  size_t at_least = 0;
+  std::chrono::milliseconds within{0};
+};
+
 struct PublishReport {
   uint64_t version = 0;
   uint64_t bytes = 0;
   Status outcome;                             // OK: committed; otherwise why it was not
+  uint64_t subscribers = 0;                   // committed: how many subscribers made it live
   std::chrono::nanoseconds hold{0};           // how long Publish kept the trainer from its weights
   std::chrono::nanoseconds snapshot_copy{0};  // kSnapshot or rotate_keys: the local copy
   std::chrono::nanoseconds grant{0};          // rotate_keys: the version's transport and region
@@ -91,7 +100,7 @@ class Publisher {
   // Publishes the weights as `version` (see the modes above). Errors: the version is not newer,
   // a snapshot publish still in flight failed to finish in time, the coordinator is lost. A version
   // the coordinator aborts is not an error of the call: report.outcome says why.
-  Result<PublishReport> Publish(uint64_t version, PublishMode mode);
+  Result<PublishReport> Publish(uint64_t version, PublishMode mode, SubscriberWait wait = {});
   // Waits for the outcome of a version published with kSnapshot (or returns a kLive one's).
   Result<PublishReport> Wait(uint64_t version, std::chrono::milliseconds timeout);
 
