@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
+#include "option_checks.h"
 #include "pubsub_common.h"
 #include "weightport/engine/fed/fed_client.h"
 #include "weightport/engine/fed/fed_codec.h"
@@ -237,14 +238,15 @@ Command AddFedCommand(CLI::App& app) {
       ->check(CLI::Range(4, 1 << 20))
       ->capture_default_str();
   server->add_option("--deadline", o->deadline_s, "Seconds a round may take; later updates are late")
-      ->check(CLI::PositiveNumber)
+      ->check(FiniteRange(0.001, 86400 * 365))
       ->capture_default_str();
   server->add_option("--late", o->late, "drop: late chunks are dropped; fold: folded into the next round")
       ->capture_default_str();
   server->add_option("--staleness", o->staleness, "--late fold: a late chunk's weight factor")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(FiniteRange(0.0, 1.0))
       ->capture_default_str();
   server->add_option("--join-timeout", o->join_timeout_s, "Seconds to wait for --clients")
+      ->check(FiniteRange(0, 86400 * 365))
       ->capture_default_str();
   auto* client =
       sub->add_subcommand("client", "Receive each round's model, train (synthetic), send the update");
@@ -254,9 +256,10 @@ Command AddFedCommand(CLI::App& app) {
   client->add_option("--encoding", o->encoding, "Update encoding: f32, bf16 or fp8 (error feedback)")
       ->capture_default_str();
   client->add_option("--samples", o->samples, "Its weight: local sample count")
-      ->check(CLI::PositiveNumber)
+      ->check(FiniteRange(1e-9, 1e15))
       ->capture_default_str();
   client->add_option("--lr", o->lr, "Synthetic training: each element moves by at most this")
+      ->check(FiniteRange(0, 1e6))
       ->capture_default_str();
   client->add_option("--seed", o->seed, "Synthetic training seed")->capture_default_str();
   client->add_option("--rounds", o->client_rounds, "Rounds to take part in (0: until the server ends)");
@@ -264,7 +267,9 @@ Command AddFedCommand(CLI::App& app) {
                      "Send garbage (values that are not finite) in this round");
   client->add_option("--leave-in-round", o->leave_in_round,
                      "Exit after receiving this round's model, sending nothing");
-  client->add_option("--timeout", o->timeout_s, "Seconds to wait for the server")->capture_default_str();
+  client->add_option("--timeout", o->timeout_s, "Seconds to wait for the server")
+      ->check(FiniteRange(0, 86400 * 365))
+      ->capture_default_str();
   return {sub, [o, server] { return server->parsed() ? RunServer(*o) : RunClient(*o); }};
 }
 

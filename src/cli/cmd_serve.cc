@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
+#include "option_checks.h"
 #include "pubsub_common.h"
 #include "weightport/control/metrics.h"
 #include "weightport/control/metrics_server.h"
@@ -83,15 +84,17 @@ Command AddServeCommand(CLI::App& app) {
                 "Create --secret-file with a random secret if it does not exist");
   sub->add_option("--metrics", o->metrics, "Serve Prometheus metrics at [HOST:]PORT/metrics");
   sub->add_option("--peer-timeout", o->peer_timeout_s, "Seconds of silence after which a peer is lost")
-      ->check(CLI::Range(0.5, 3600.0))
+      ->check(FiniteRange(0.5, 3600.0))
       ->capture_default_str();
   sub->add_option("--update-timeout", o->update_timeout_s, "Seconds a version may take to be verified")
-      ->check(CLI::Range(0.5, 86400.0))
+      ->check(FiniteRange(0.5, 86400.0))
       ->capture_default_str();
   sub->add_option("--quorum", o->quorum,
                   "Commit to the subscribers that verified when at least this many remain; 0: all or nothing")
+      ->check(CLI::Range(size_t{0}, size_t{1} << 20))
       ->capture_default_str();
-  sub->add_option("--run-for", o->run_for_s, "Stop after this many seconds (0: until a signal)");
+  sub->add_option("--run-for", o->run_for_s, "Stop after this many seconds (0: until a signal)")
+      ->check(FiniteRange(0, 86400 * 365));
   sub->add_flag("--json", o->json, "Log events as JSON lines");
   return {sub, [o] { return RunServe(*o); }};
 }

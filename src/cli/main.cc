@@ -1,7 +1,10 @@
 // weightport: move model weights between GPUs and hosts; model the interconnects they cross.
 #include <iostream>
+#include <new>
+#include <stdexcept>
 
 #include "cli_common.h"
+#include "option_checks.h"
 
 int main(int argc, char** argv) {
   using namespace weightport::cli;
@@ -20,6 +23,7 @@ int main(int argc, char** argv) {
       AddConvertCommand(app), AddInfoCommand(app),     AddPublishCommand(app), AddSubscribeCommand(app),
       AddServeCommand(app),   AddPlanCommand(app),     AddReshardCommand(app), AddTopologyCommand(app),
       AddSimCommand(app),     AddHbdCommand(app),      AddFedCommand(app)};
+  RefuseMeaninglessNumbers(app);
 
   try {
     app.parse(argc, argv);
@@ -27,7 +31,19 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? kExitOk : kExitUsage;
   }
-  for (const auto& command : commands)
-    if (command.sub->parsed()) return command.run();
+  for (const auto& command : commands) {
+    if (!command.sub->parsed()) continue;
+    // The last resort: a command checks its inputs before it allocates, so reaching either handler
+    // is a defect; it still ends with a message and exit code 1, not an abort.
+    try {
+      return command.run();
+    } catch (const std::bad_alloc&) {
+      std::cerr << "weightport " << command.sub->get_name()
+                << ": out of memory (an input asked for more than this machine has)\n";
+    } catch (const std::exception& e) {
+      std::cerr << "weightport " << command.sub->get_name() << ": internal error: " << e.what() << "\n";
+    }
+    return kExitFailure;
+  }
   return kExitUsage;
 }
