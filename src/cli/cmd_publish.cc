@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "cli_common.h"
+#include "option_checks.h"
 #include "publish_loop.h"
 #include "pubsub_common.h"
 #include "weightport/control/metrics.h"
@@ -44,6 +45,10 @@ int RunPublish(const PublishOptions& o) {
   if (!factory.ok()) return fail(factory.status());
   auto layout = ModelLayout(o.source);
   if (!layout.ok()) return fail(layout.status());
+  uint64_t model_bytes = 0;
+  for (const TensorMeta& t : *layout) model_bytes += t.bytes;
+  const uint64_t copies = 1 + (*mode == PublishMode::kSnapshot ? 1 : 0) + (o.rotate_keys ? 1 : 0);
+  if (Status s = CheckModelFits(model_bytes, copies, o.transport); !s.ok()) return fail(s);
 
   Metrics metrics;
   std::unique_ptr<MetricsServer> metrics_server;
@@ -93,7 +98,8 @@ int RunPublish(const PublishOptions& o) {
             .mode = *mode,
             .quiet = o.quiet || o.json,
             .keep_going = o.keep_going,
-            .subscribers_each = o.wait_each ? o.subscribers : 0,
+            .subscribers = o.subscribers,
+            .wait_each = o.wait_each,
             .subscriber_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.wait_s * 1e3))});
   const uint64_t bytes = pub.model_bytes();
   pub.Close();
@@ -137,7 +143,9 @@ Command AddPublishCommand(CLI::App& app) {
   sub->add_option("--secret-file", o->secret_file, "Shared secret (mode 600)")->required();
   sub->add_flag("--new-secret", o->new_secret,
                 "Create --secret-file with a random secret if it does not exist");
-  sub->add_option("--subscribers", o->subscribers, "Subscribers to wait for before version 1")
+  sub->add_option("--subscribers", o->subscribers,
+                  "Subscribers to wait for (up to --wait) before version 1; also with --coordinator")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20))
       ->capture_default_str();
   sub->add_option("--versions", o->versions, "Versions to publish")
       ->check(CLI::Range(1, 1000000))
@@ -147,7 +155,7 @@ Command AddPublishCommand(CLI::App& app) {
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))
       ->capture_default_str();
   sub->add_option("--perturb", o->perturb, "Fraction of elements each training step changes")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(FiniteRange(0.0, 1.0))
       ->capture_default_str();
   sub->add_option("--mode", o->mode, "live (trainer held until committed) or snapshot (one local copy)")
       ->check(CLI::IsMember({"live", "snapshot"}))
@@ -156,20 +164,23 @@ Command AddPublishCommand(CLI::App& app) {
       ->check(CLI::IsMember(kTransportChoices))
       ->capture_default_str();
   sub->add_option("--chunk-size", o->chunk_size, "Bytes per verified chunk")
-      ->transform(CLI::AsSizeValue(false))
+      ->transform(ByteSize(4096, uint64_t{1} << 30))
       ->capture_default_str();
   sub->add_option("--metrics", o->metrics, "Serve Prometheus metrics at [HOST:]PORT/metrics");
-  sub->add_option("--wait", o->wait_s, "Seconds to wait for the subscribers")->capture_default_str();
+  sub->add_option("--wait", o->wait_s, "Seconds to wait for the subscribers")
+      ->check(FiniteRange(0, 86400 * 365))
+      ->capture_default_str();
   sub->add_flag("--json", o->json, "Print a machine-readable summary");
   sub->add_option("--quorum", o->quorum,
                   "Commit a version to the subscribers that verified it when at least this many remain "
                   "(a lost or failing one is dropped from that version); 0: all or nothing")
+      ->check(CLI::Range(size_t{0}, size_t{1} << 20))
       ->capture_default_str();
   sub->add_option("--update-timeout", o->update_timeout_s,
                   "Seconds from a version's start to every subscriber verified; a subscriber still "
                   "fetching then fails the version (all or nothing) or is dropped from it (--quorum)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(FiniteRange(0.001, 86400 * 365));
   sub->add_flag("--rotate-keys", o->rotate_keys,
                 "Serve each version from memory and a transport of its own, retired (keys revoked) once "
                 "the version is decided; costs a copy and a transport start per version");

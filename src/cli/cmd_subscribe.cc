@@ -1,5 +1,10 @@
 // weightport subscribe: receive every version a coordinator commits; optionally write the last one.
+#include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <filesystem>
 #include <iostream>
@@ -9,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
+#include "option_checks.h"
 #include "pubsub_common.h"
 #include "weightport/engine/pubsub/subscriber.h"
 #include "weightport/format/safetensors_writer.h"
@@ -36,16 +42,31 @@ struct SubscribeOptions {
 
 double Secs(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
 
-// Writes the live version as one safetensors file, model.safetensors, in `dir`.
-Status WriteLive(Subscriber& sub, const std::string& dir) {
+// --out is a file (as for every command that writes one file). Before joining: it must not be a
+// directory, and its directory must take a new file (tried, then removed), so that a bad path
+// fails now and not after the whole transfer.
+Status CheckOutPath(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    return InvalidArgument("--out " + path + " is a directory; --out names the .safetensors file to write");
+  const fs::path parent = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
+  if (!fs::is_directory(parent, ec))
+    return InvalidArgument("--out " + path + ": directory " + parent.string() + " does not exist");
+  const std::string probe = path + ".probe-" + std::to_string(getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("--out " + path + ": cannot create a file in " + parent.string(), errno);
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return Status::Ok();
+}
+
+// Writes the live version as one safetensors file at `path` (beside it first, then renamed).
+Status WriteLive(Subscriber& sub, const std::string& path) {
   WP_ASSIGN_OR_RETURN(Manifest manifest, sub.LiveManifest());
   WP_ASSIGN_OR_RETURN(VersionedStore::Pin pin, sub.Acquire());
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return IoError(dir + ": " + ec.message());
   std::vector<TensorMeta> metas;
   for (const auto& t : manifest.tensors()) metas.push_back(t.meta);
-  const std::string path = (std::filesystem::path(dir) / "model.safetensors").string();
   WP_ASSIGN_OR_RETURN(
       SafetensorsWriter writer,
       SafetensorsWriter::Create(path, metas, {{"weightport.version", std::to_string(pin.version())}}));
@@ -54,8 +75,24 @@ Status WriteLive(Subscriber& sub, const std::string& dir) {
   return writer.Finish();
 }
 
+// SIGINT or SIGTERM when one is pending (blocked by BlockShutdownSignals), else 0; does not wait.
+int TakePendingShutdownSignal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  timespec now{};
+  const int sig = sigtimedwait(&set, nullptr, &now);
+  return sig > 0 ? sig : 0;
+}
+
 int RunSubscribe(SubscribeOptions o) {
   auto fail = [](const Status& s) { return Fail("subscribe", s); };
+  if (!o.out.empty())
+    if (Status s = CheckOutPath(o.out); !s.ok()) return fail(s);
+  // Before any thread starts, so that every thread inherits the mask and the signal waits for the
+  // loop below: an interrupted subscriber still writes what it holds.
+  BlockShutdownSignals();
   if (o.name.empty()) {
     char host[256] = {};
     gethostname(host, sizeof(host) - 1);
@@ -138,22 +175,52 @@ int RunSubscribe(SubscribeOptions o) {
   auto subscriber = Subscriber::Connect(*secret, so);
   while (!subscriber.ok() && subscriber.status().code() != StatusCode::kPermissionDenied &&
          std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (const int sig = WaitForShutdownSignal(200); sig != 0) {
+      std::cerr << "weightport subscribe: stopped by " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
+                << " before joining" << std::endl;
+      return 128 + sig;
+    }
     subscriber = Subscriber::Connect(*secret, so);
   }
   if (!subscriber.ok()) return fail(subscriber.status());
   Subscriber& sub = **subscriber;
   if (!o.quiet && !o.json) std::cout << o.name << " subscribed to " << o.connect << std::endl;
 
-  const auto timeout = o.timeout_s > 0 ? std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1e3))
-                                       : std::chrono::milliseconds(int64_t{1} << 40);
-  Status end = o.versions > 0 ? sub.WaitForVersion(o.versions, timeout) : sub.WaitForEnd(timeout);
+  // Waits in slices, so that SIGINT / SIGTERM are noticed within one.
+  const auto deadline = o.timeout_s > 0
+                            ? std::chrono::steady_clock::now() +
+                                  std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1e3))
+                            : std::chrono::steady_clock::time_point::max();
+  constexpr std::chrono::milliseconds kSlice(200);
+  Status end = Status::Ok();
+  int signal_number = 0;
+  for (;;) {
+    end = o.versions > 0 ? sub.WaitForVersion(o.versions, kSlice) : sub.WaitForEnd(kSlice);
+    if (end.code() != StatusCode::kTimeout) break;
+    if ((signal_number = TakePendingShutdownSignal()) != 0) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      end = Timeout("no end after --timeout " + std::to_string(o.timeout_s) + " s (live version " +
+                    std::to_string(sub.live_version()) + ")");
+      break;
+    }
+  }
   Status written = Status::Ok();
   if (!o.out.empty() && sub.live_version() > 0) written = WriteLive(sub, o.out);
   const uint64_t live = sub.live_version();
   sub.Close();
+  if (signal_number != 0) {
+    std::cerr << "weightport subscribe: stopped by " << (signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+    if (!o.out.empty() && live > 0 && written.ok())
+      std::cerr << "; wrote version " << live << " to " << o.out;
+    if (!written.ok()) std::cerr << "; " << written.ToString();
+    std::cerr << std::endl;
+    return 128 + signal_number;
+  }
   if (!end.ok()) return fail(end);
   if (!written.ok()) return fail(written);
+  if (live == 0)
+    return fail(Unavailable("no version became live here before the session ended" +
+                            std::string(o.out.empty() ? "" : "; nothing written to " + o.out)));
   if (o.json) {
     std::lock_guard<std::mutex> lock(out_mu);
     nlohmann::ordered_json j = {{"name", o.name},
@@ -165,7 +232,7 @@ int RunSubscribe(SubscribeOptions o) {
     if (!o.out.empty()) j["out"] = o.out;
     std::cout << j.dump(2) << std::endl;
   } else if (!o.quiet && !o.out.empty()) {
-    std::cout << "wrote version " << live << " to " << o.out << "/model.safetensors" << std::endl;
+    std::cout << "wrote version " << live << " to " << o.out << std::endl;
   }
   return kExitOk;
 }
@@ -189,11 +256,16 @@ Command AddSubscribeCommand(CLI::App& app) {
       ->check(CLI::IsMember(kTransportChoices))
       ->capture_default_str();
   sub->add_option("--tensors", o->tensors, "Fetch only these tensors (comma-separated)")->delimiter(',');
-  sub->add_option("--out", o->out, "Write the last live version here as model.safetensors");
-  sub->add_option("--versions", o->versions, "Exit once this version is live (0: when the publisher leaves)");
+  sub->add_option("--out", o->out,
+                  "Write the last live version to this .safetensors file (also on SIGINT/SIGTERM); checked "
+                  "before joining");
+  sub->add_option("--versions", o->versions, "Exit once this version is live (0: when the publisher leaves)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 40));
   sub->add_option("--wait", o->wait_s, "Seconds to keep retrying while the coordinator is not reachable")
+      ->check(FiniteRange(0, 86400 * 365))
       ->capture_default_str();
-  sub->add_option("--timeout", o->timeout_s, "Give up after this many seconds (0: never)");
+  sub->add_option("--timeout", o->timeout_s, "Give up after this many seconds (0: never)")
+      ->check(FiniteRange(0, 86400 * 365));
   sub->add_option("--window", o->window, "Gets in flight at most")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();

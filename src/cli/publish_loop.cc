@@ -71,7 +71,8 @@ nlohmann::ordered_json Describe(Publisher& publisher, const PublishReport& pub, 
           {"snapshot_copy_s", Secs(pub.snapshot_copy)},
           {"grant_s", Secs(pub.grant)},
           {"verified", pub.outcome.ok()},
-          {"subscribers_verified", verified},
+          // Without the embedded coordinator's report: the count its Commit carried.
+          {"subscribers_verified", report != nullptr ? verified : pub.subscribers},
           {"retries", retries},
           {"subscribers", subscribers}};
 }
@@ -91,14 +92,17 @@ Result<nlohmann::ordered_json> PublishVersions(Publisher& publisher, const Publi
           PerturbInMemory(publisher.tensors(), publisher.weights(), o.perturb, 1u << 19, o.seed + v)
               .status());
     }
-    if (o.subscribers_each > 0 && publisher.coordinator() != nullptr) {
-      Status s = publisher.coordinator()->WaitForSubscribers(o.subscribers_each, o.subscriber_timeout);
-      if (!s.ok()) return s.WithContext("before version " + std::to_string(v));
-    }
-    WP_ASSIGN_OR_RETURN(PublishReport report, publisher.Publish(v, o.mode));
+    SubscriberWait wait;
+    if (v == o.first_version || o.wait_each)
+      wait = {.at_least = o.subscribers, .within = o.subscriber_timeout};
+    WP_ASSIGN_OR_RETURN(PublishReport report, publisher.Publish(v, o.mode, wait));
     if (o.mode == PublishMode::kSnapshot) {  // the outcome comes later; hold and copy are in it too
-      WP_ASSIGN_OR_RETURN(report, publisher.Wait(v, o.report_timeout));
+      WP_ASSIGN_OR_RETURN(report, publisher.Wait(v, o.report_timeout + wait.within));
     }
+    // Committed to nobody (no subscriber was connected, or every one left): nothing was verified.
+    if (report.outcome.ok() && report.subscribers == 0)
+      report.outcome = FailedPrecondition("version " + std::to_string(v) +
+                                          " was committed to no subscriber: none was connected");
     if (!report.outcome.ok() && !o.keep_going)
       return report.outcome.WithContext("version " + std::to_string(v) + " was not committed");
     if (!report.outcome.ok() && !o.quiet)

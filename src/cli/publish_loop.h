@@ -25,9 +25,11 @@ struct PublishLoopOptions {
   // An aborted version is reported ("verified": false, "reason") and the next one published, instead
   // of ending the loop with its error.
   bool keep_going = false;
-  // Before each version, wait (up to subscriber_timeout) until this many subscribers are connected
-  // (one that was lost and restarted has rejoined). 0: do not wait.
-  size_t subscribers_each = 0;
+  // The coordinator holds the first version (with wait_each, every version: one that was lost and
+  // restarted has rejoined) until this many subscribers are connected, up to subscriber_timeout;
+  // fewer aborts it. A version committed to no subscriber is reported as not verified.
+  size_t subscribers = 0;
+  bool wait_each = false;
   std::chrono::milliseconds subscriber_timeout{120'000};
 };
 

@@ -11,7 +11,9 @@
 #include <fstream>
 
 #include "cli_common.h"
+#include "option_checks.h"
 #include "weightport/control/metrics_server.h"
+#include "weightport/core/memory_check.h"
 #include "weightport/format/checkpoint.h"
 #include "weightport/format/synthetic_model.h"
 #include "weightport/transport/ucx_transport.h"
@@ -37,7 +39,7 @@ void ModelSource::AddOptions(CLI::App& sub) {
   auto* bytes = sub.add_option("--model-bytes", model_bytes,
                                "Synthetic model of about this size instead of a preset (e.g. 256MiB, 2GiB): "
                                "bf16 tensors of 64 MiB")
-                    ->transform(CLI::AsSizeValue(false));
+                    ->transform(ByteSize(2, uint64_t{1} << 50));
   sub.add_option("--seed", seed, "Seed of the synthetic weights")->capture_default_str();
   model->excludes(preset_opt);
   model->excludes(bytes);
@@ -57,6 +59,9 @@ Result<std::vector<TensorMeta>> ModelLayout(const ModelSource& source) {
     return layout;
   }
   if (source.model_bytes != 0) {
+    // Before the layout itself: a petabyte is 16 million tensors.
+    WP_RETURN_IF_ERROR(
+        CheckMemoryFits(source.model_bytes, false, "--model-bytes " + HumanBytes(source.model_bytes)));
     constexpr uint64_t kRow = 8192, kTensorBytes = 64ull << 20;  // 4096 rows of 8192 bf16
     const uint64_t elements = std::max<uint64_t>(source.model_bytes / 2, 1);
     std::vector<TensorMeta> layout;
@@ -170,6 +175,18 @@ PrivateRssSampler::~PrivateRssSampler() {
 }
 
 uint64_t MemoryOverheadBudget(uint64_t model_bytes) { return (64ull << 20) + model_bytes / 100; }
+
+Status CheckModelFits(uint64_t model_bytes, uint64_t copies, const std::string& transport) {
+  // Overflow-safe: a model of 2^50 bytes times a few copies still fits in 64 bits.
+  const uint64_t total = model_bytes * copies + MemoryOverheadBudget(model_bytes);
+  const std::string what = "a model of " + HumanBytes(model_bytes) + " held " + std::to_string(copies) +
+                           " time(s) (with " + HumanBytes(MemoryOverheadBudget(model_bytes)) +
+                           " of overhead)";
+  WP_RETURN_IF_ERROR(CheckMemoryFits(total, false, what));
+  // The copy peers map lives in /dev/shm when the transport may be shared memory.
+  if (transport != "tcp") WP_RETURN_IF_ERROR(CheckMemoryFits(model_bytes, true, "its shared copy"));
+  return Status::Ok();
+}
 
 void BlockShutdownSignals() {
   sigset_t set;

@@ -77,6 +77,11 @@ class PrivateRssSampler {
 // What a process may use beyond the weights and its copies: 64 MiB + 1% of the model.
 uint64_t MemoryOverheadBudget(uint64_t model_bytes);
 
+// Refuses, before anything is allocated, a model whose `copies` (plus the overhead budget) exceed
+// this machine's memory, or whose shared copy exceeds /dev/shm (any transport but "tcp"); the error
+// names the sizes and what is available.
+Status CheckModelFits(uint64_t model_bytes, uint64_t copies, const std::string& transport);
+
 // Blocks SIGINT and SIGTERM in this thread and the threads it starts; WaitForShutdownSignal then
 // waits for one (or `timeout_ms`, 0 = forever) and returns its number, 0 on timeout.
 void BlockShutdownSignals();

@@ -97,7 +97,7 @@ def test_killed_publisher_leaves_the_old_version_live_and_its_restart_completes_
         subs = []
         for name in ("a", "b"):
             subs.append(start(["subscribe", "--connect", f"127.0.0.1:{port}", "--secret-file", secret, "--name", name,
-                               "--transport", "tcp", "--versions", 3, "--timeout", 140, "--out", tmp_path / name,
+                               "--transport", "tcp", "--versions", 3, "--timeout", 140, "--out", tmp_path / f"{name}.safetensors",
                                "--json", "--quiet"]))
         procs += subs
         log.wait_for("joined", 2)
@@ -127,8 +127,8 @@ def test_killed_publisher_leaves_the_old_version_live_and_its_restart_completes_
             # live version stands for them).
             assert seen.count((2, False)) == 1, seen
             assert [v for v, committed in seen if committed is not False] == [1, 2, 3], seen
-        a = (tmp_path / "a" / "model.safetensors").read_bytes()
-        assert a == (tmp_path / "b" / "model.safetensors").read_bytes()
+        a = (tmp_path / "a.safetensors").read_bytes()
+        assert a == (tmp_path / "b.safetensors").read_bytes()
     finally:
         for p in procs:
             if p.poll() is None:

@@ -34,7 +34,7 @@ def test_subscriber_writes_what_it_received_byte_equal(tmp_path, procs, transpor
     pub = procs.start("publish", "--model", model, "--listen", f"127.0.0.1:{port}", "--secret-file", secret,
                       "--subscribers", "2", "--versions", "1", "--transport", transport, "--json")
     subs = [procs.start("subscribe", "--connect", f"127.0.0.1:{port}", "--secret-file", secret, "--name", f"s{i}",
-                        "--out", tmp_path / f"out{i}", "--swap-mode", mode, "--transport", transport, "--quiet")
+                        "--out", tmp_path / f"out{i}.safetensors", "--swap-mode", mode, "--transport", transport, "--quiet")
             for i, mode in enumerate(["double-buffer", "stage-copy"])]
     code, out = procs.finish(pub)
     assert code == 0, out
@@ -46,7 +46,7 @@ def test_subscriber_writes_what_it_received_byte_equal(tmp_path, procs, transpor
     for f in sorted(model.glob("*.safetensors")):
         source.update(tensors_of(f))
     for i in range(2):
-        got = tensors_of(tmp_path / f"out{i}" / "model.safetensors")
+        got = tensors_of(tmp_path / f"out{i}.safetensors")
         assert set(got) == set(source)
         for name, array in source.items():
             assert got[name].dtype == array.dtype and got[name].shape == array.shape, name

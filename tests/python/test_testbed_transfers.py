@@ -39,7 +39,7 @@ def publish_to_two_hosts(tmp_path, procs, model_dir, versions):
     pub = procs.start_on("h0", "publish", "--model", model_dir, "--listen", coordinator, "--secret-file", secret,
                          "--subscribers", 2, "--versions", versions, "--perturb", 0, "--transport", "tcp", "--json")
     subs = [procs.start_on(f"h{i}", "subscribe", "--connect", coordinator, "--secret-file", secret, "--name",
-                           f"h{i}", "--out", tmp_path / f"out{i}", "--transport", "tcp", "--timeout", 120, "--quiet")
+                           f"h{i}", "--out", tmp_path / f"out{i}.safetensors", "--transport", "tcp", "--timeout", 120, "--quiet")
             for i in (1, 2)]
     code, out = procs.finish(pub)
     assert code == 0, out
@@ -64,7 +64,7 @@ def test_publisher_and_subscribers_on_three_hosts(tmp_path, procs, testbed, mode
     model_dir, source = model
     publish_to_two_hosts(tmp_path, procs, model_dir, versions=2)
     for i in (1, 2):
-        assert_byte_equal(tmp_path / f"out{i}" / "model.safetensors", source)
+        assert_byte_equal(tmp_path / f"out{i}.safetensors", source)
 
 
 def test_subscribers_behind_20ms_delay_and_half_a_percent_loss(tmp_path, procs, testbed, netem_built, model):
@@ -74,7 +74,7 @@ def test_subscribers_behind_20ms_delay_and_half_a_percent_loss(tmp_path, procs, 
     model_dir, source = model
     publish_to_two_hosts(tmp_path, procs, model_dir, versions=1)
     for i in (1, 2):
-        assert_byte_equal(tmp_path / f"out{i}" / "model.safetensors", source)
+        assert_byte_equal(tmp_path / f"out{i}.safetensors", source)
     status = run_testbed("status").stdout
     assert status.count("delay 20.000 ms, loss 0.0050") == 3, status
 
