@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
+#include "option_checks.h"
 #include "weightport/format/checkpoint.h"
 
 namespace weightport::cli {
@@ -64,7 +65,9 @@ Command AddManifestCommand(CLI::App& app) {
   sub->add_option("--chunk-size", o->chunk_size, "Bytes per hashed chunk")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))
       ->capture_default_str();
-  sub->add_option("--version", o->version, "Version id to record")->capture_default_str();
+  sub->add_option("--version", o->version, "Version id to record")
+      ->check(kNotNegative)
+      ->capture_default_str();
   sub->add_option("--diff", o->diff_against, "An older checkpoint of the same model: report changed chunks");
   return {sub, [o] { return RunManifest(*o); }};
 }
