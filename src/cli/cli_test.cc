@@ -117,6 +117,18 @@ TEST_F(CliTest, RefusesBadSizesAndCountsAtParseTime) {
   EXPECT_EQ(Cli("convert -q " + Path("g") + " " + Path("c") + " --shards -1").code, 2);
 }
 
+// One hash per chunk: a chunk size that would make millions of chunks is refused with the size
+// that fits, before anything is allocated for them (--chunk-size 1 died of std::bad_alloc).
+TEST_F(CliTest, ManifestBoundsTheChunkCount) {
+  ASSERT_EQ(Cli("gen-model --preset tiny --layers 1 --hidden 128 -q --out " + Path("g")).code, 0);
+  CliRun r = Cli("manifest " + Path("g") + " --chunk-size 1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find(Path("g") + ": --chunk-size 1 makes more than 4194304 chunks"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("use --chunk-size 2 or more"), std::string::npos) << r.out;
+  EXPECT_EQ(Cli("manifest " + Path("g") + " --chunk-size 1048576 --diff " + Path("g")).code, 0);
+}
+
 // gen-model --from honours --shards (it used to keep the source's files silently).
 TEST_F(CliTest, PerturbReshardsWhenAskedTo) {
   ASSERT_EQ(Cli("gen-model --preset tiny --layers 1 --hidden 128 -q --out " + Path("a")).code, 0);
