@@ -100,6 +100,46 @@ TEST_F(CliTest, ConvertReshardsWithoutChangingBytes) {
   EXPECT_EQ(Cli("convert -q --force " + Path("a") + " " + Path("b")).code, 0);
 }
 
+// Sizes and counts out of range are usage errors (exit 2) caught while parsing, before any work.
+TEST_F(CliTest, RefusesBadSizesAndCountsAtParseTime) {
+  const std::string out = " -q --out " + Path("g");
+  for (const char* args : {"--seed -1", "--layers 0", "--layers -3", "--layers 99999999999", "--hidden 0",
+                           "--arch moe --experts 0", "--shards 0", "--perturb-block 5"}) {
+    CliRun r = Cli("gen-model --preset tiny " + std::string(args) + out);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.out;
+  }
+  EXPECT_NE(Cli("gen-model --preset tiny --seed -1" + out).out.find("--seed: must not be negative"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(Path("g")));
+  ASSERT_EQ(Cli("gen-model --preset tiny --layers 1 --hidden 128" + out).code, 0);
+  EXPECT_EQ(Cli("manifest " + Path("g") + " --version -1").code, 2);
+  EXPECT_EQ(Cli("manifest " + Path("g") + " --chunk-size 0").code, 2);
+  EXPECT_EQ(Cli("convert -q " + Path("g") + " " + Path("c") + " --shards -1").code, 2);
+}
+
+// One hash per chunk: a chunk size that would make millions of chunks is refused with the size
+// that fits, before anything is allocated for them (--chunk-size 1 died of std::bad_alloc).
+TEST_F(CliTest, ManifestBoundsTheChunkCount) {
+  ASSERT_EQ(Cli("gen-model --preset tiny --layers 1 --hidden 128 -q --out " + Path("g")).code, 0);
+  CliRun r = Cli("manifest " + Path("g") + " --chunk-size 1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find(Path("g") + ": --chunk-size 1 makes more than 4194304 chunks"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("use --chunk-size 2 or more"), std::string::npos) << r.out;
+  EXPECT_EQ(Cli("manifest " + Path("g") + " --chunk-size 1048576 --diff " + Path("g")).code, 0);
+}
+
+// gen-model --from honours --shards (it used to keep the source's files silently).
+TEST_F(CliTest, PerturbReshardsWhenAskedTo) {
+  ASSERT_EQ(Cli("gen-model --preset tiny --layers 1 --hidden 128 -q --out " + Path("a")).code, 0);
+  ASSERT_EQ(Cli("gen-model --from " + Path("a") + " --perturb 0.1 --shards 3 -q --out " + Path("b")).code, 0);
+  auto b = nlohmann::json::parse(Cli("inspect --json --no-hash " + Path("b")).out);
+  EXPECT_EQ(b["files"].size(), 3u);
+  EXPECT_EQ(b["metadata"]["weightport.step"], "1");
+  ASSERT_EQ(Cli("gen-model --from " + Path("b") + " --perturb 0.1 -q --out " + Path("c")).code, 0);
+  EXPECT_EQ(nlohmann::json::parse(Cli("inspect --json --no-hash " + Path("c")).out)["files"].size(), 3u);
+}
+
 TEST_F(CliTest, FailuresNameTheFileAndExitOne) {
   CliRun missing = Cli("inspect " + Path("nope.safetensors"));
   EXPECT_EQ(missing.code, 1);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
+#include "option_checks.h"
 #include "weightport/format/synthetic_model.h"
 
 namespace weightport::cli {
@@ -20,6 +21,7 @@ struct GenModelOptions {
   std::string dtype = "bf16";
   uint64_t seed = 0;
   int shards = 1;
+  bool shards_given = false;  // with --from: re-shard instead of keeping the source's files
   std::optional<int> layers, hidden, experts;
   std::optional<double> perturb;
   uint64_t perturb_block = PerturbOptions{}.block;
@@ -82,6 +84,7 @@ int RunPerturb(const GenModelOptions& o) {
                    .block = o.perturb_block,
                    .seed = o.seed,
                    .overwrite = o.force,
+                   .shards = o.shards_given ? o.shards : 0,
                    .progress = std::ref(progress)};
   auto report = PerturbModel(p);
   if (!report.ok()) return Fail("gen-model", report.status());
@@ -117,28 +120,37 @@ Command AddGenModelCommand(CLI::App& app) {
       ->check(CLI::IsMember({"dense", "moe"}))
       ->capture_default_str();
   sub->add_option("--out", o->out, "Output directory")->required();
-  sub->add_option("--seed", o->seed, "Seed: the same seed gives the same bytes")->capture_default_str();
-  sub->add_option("--dtype", o->dtype, "Element type: bf16, f16 or f32")->capture_default_str();
-  sub->add_option("--shards", o->shards, "Number of safetensors files (an index is written when > 1)")
-      ->check(CLI::Range(1, 100000))
+  sub->add_option("--seed", o->seed, "Seed: the same seed gives the same bytes")
+      ->check(kNotNegative)
       ->capture_default_str();
-  sub->add_option("--layers", o->layers, "Override the number of layers");
-  sub->add_option("--hidden", o->hidden, "Override the hidden size (widths and heads scale with it)");
-  sub->add_option("--experts", o->experts, "Override the number of routed experts (moe)");
+  sub->add_option("--dtype", o->dtype, "Element type: bf16, f16 or f32")->capture_default_str();
+  auto* shards = sub->add_option("--shards", o->shards,
+                                 "Number of safetensors files (an index is written when > 1); with --from, "
+                                 "re-shard the next step (default: the source's files)")
+                     ->check(CLI::Range(1, 100000))
+                     ->capture_default_str();
+  // The ranges ApplyOverrides enforces, checked here too so that a bad value is a usage error.
+  sub->add_option("--layers", o->layers, "Override the number of layers")->check(CLI::Range(1, 1024));
+  sub->add_option("--hidden", o->hidden, "Override the hidden size (widths and heads scale with it)")
+      ->check(CLI::Range(1, 65536));
+  sub->add_option("--experts", o->experts, "Override the number of routed experts (moe)")
+      ->check(CLI::Range(1, 4096));
   auto* from = sub->add_option("--from", o->from, "Existing checkpoint to derive the next step from");
   auto* perturb = sub->add_option("--perturb", o->perturb, "Fraction of elements to change, in [0, 1]")
                       ->check(CLI::Range(0.0, 1.0));
-  sub->add_option("--perturb-block", o->perturb_block,
-                  "Changed elements come in runs of this many (1 = scattered)")
-      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))
-      ->capture_default_str();
+  auto* perturb_block = sub->add_option("--perturb-block", o->perturb_block,
+                                        "Changed elements come in runs of this many (1 = scattered)")
+                            ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))
+                            ->capture_default_str();
   sub->add_flag("--force", o->force, "Replace a checkpoint already in --out");
   sub->add_flag("--quiet,-q", o->quiet, "No progress output");
   sub->add_flag("--json", o->json, "Print a machine-readable summary");
   preset->excludes(from);
   from->needs(perturb);
   perturb->needs(from);
-  sub->callback([o] {
+  perturb_block->needs(perturb);
+  sub->callback([o, shards] {
+    o->shards_given = shards->count() > 0;
     if (o->preset.empty() && o->from.empty())
       throw CLI::ValidationError("gen-model", "give --preset NAME, or --from DIR with --perturb FRACTION");
   });

@@ -23,6 +23,17 @@ CLI::Validator ByteSize(uint64_t lo, uint64_t hi);
 // A check for a floating-point option: finite and within [lo, hi]. (CLI::Range lets NaN through.)
 CLI::Validator FiniteRange(double lo, double hi);
 
+// For unsigned options: CLI11 converts "-1" into an unsigned type by wrapping it to 2^64-1, and
+// CLI::NonNegativeNumber's message prints DBL_MAX. A leading '-' is a usage error here.
+inline const CLI::Validator kNotNegative(
+    [](std::string& value) {
+      return value.find_first_not_of(" \t") != std::string::npos &&
+                     value[value.find_first_not_of(" \t")] == '-'
+                 ? "must not be negative, got " + value
+                 : std::string();
+    },
+    "NONNEGATIVE");
+
 // Walks every option of `app` and its subcommands, and adds to those typed UINT, INT or FLOAT a
 // check refusing what no such option means: a minus sign on an unsigned one (CLI11 would wrap
 // "-5" to 2^64 - 5), NaN and infinities on a floating one. Call after every command is added.

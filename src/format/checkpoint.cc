@@ -90,6 +90,38 @@ Result<ShardIndex> ShardIndex::Read(const std::string& path) {
 
 Status ShardIndex::Write(const std::string& path) const { return json_util::WriteFile(path, ToJson()); }
 
+std::string FirstMissingShard(const std::vector<std::string>& names) {
+  const std::set<std::string> have(names.begin(), names.end());
+  std::set<std::string> checked;  // "PREFIX|width|N" groups already walked
+  for (const std::string& name : names) {
+    constexpr std::string_view kExt = ".safetensors";
+    if (!name.ends_with(kExt)) continue;
+    const std::string stem = name.substr(0, name.size() - kExt.size());
+    const size_t of = stem.rfind("-of-");
+    if (of == std::string::npos) continue;
+    const std::string count_text = stem.substr(of + 4);
+    const size_t dash = stem.rfind('-', of == 0 ? 0 : of - 1);
+    if (dash == std::string::npos || dash >= of) continue;
+    const std::string index_text = stem.substr(dash + 1, of - dash - 1);
+    auto all_digits = [](const std::string& t) {
+      return !t.empty() && t.size() <= 9 &&
+             std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+    };
+    if (!all_digits(count_text) || !all_digits(index_text)) continue;
+    const std::string prefix = stem.substr(0, dash + 1);
+    if (!checked.insert(prefix + "|" + std::to_string(index_text.size()) + "|" + count_text).second) continue;
+    const long count = std::stol(count_text);
+    // The walk stops at the first gap, so it is bounded by the names given, whatever N claims.
+    for (long i = 1; i <= count; ++i) {
+      std::string number = std::to_string(i);
+      if (number.size() < index_text.size()) number.insert(0, index_text.size() - number.size(), '0');
+      const std::string sibling = prefix + number + "-of-" + count_text + std::string(kExt);
+      if (!have.count(sibling)) return sibling;
+    }
+  }
+  return "";
+}
+
 std::string ShardFileName(int index, int count) {
   if (count <= 1) return "model.safetensors";
   char buf[64];
@@ -108,15 +140,26 @@ Result<Checkpoint> Checkpoint::Open(const std::string& path) {
   if (S_ISDIR(st.st_mode)) {
     index_path = (fs::path(path) / kShardIndexFileName).string();
     std::error_code ec;
+    std::vector<std::string> names;
     if (fs::exists(index_path, ec)) {
       WP_ASSIGN_OR_RETURN(index, ShardIndex::Read(index_path));
-      std::set<std::string> names;
-      for (const auto& [tensor, file] : index->weight_map) names.insert(file);
-      for (const auto& name : names) files.push_back((fs::path(path) / name).string());
+      std::set<std::string> listed;
+      for (const auto& [tensor, file] : index->weight_map) listed.insert(file);
+      for (const auto& name : listed) {
+        std::error_code exists_ec;
+        if (!fs::exists(fs::path(path) / name, exists_ec))
+          return NotFound(path + ": checkpoint is incomplete: " + name + " is missing (" +
+                          std::string(kShardIndexFileName) + " lists tensors in it)");
+      }
+      names.assign(listed.begin(), listed.end());
     } else {
-      WP_ASSIGN_OR_RETURN(std::vector<std::string> names, ListShards(path));
-      for (const auto& name : names) files.push_back((fs::path(path) / name).string());
+      WP_ASSIGN_OR_RETURN(names, ListShards(path));
     }
+    if (const std::string missing = FirstMissingShard(names); !missing.empty())
+      return NotFound(path + ": checkpoint is incomplete: " + missing + " is missing (the shard names " +
+                      (index ? "in " + std::string(kShardIndexFileName) + " " : std::string()) +
+                      "say how many there are)");
+    for (const auto& name : names) files.push_back((fs::path(path) / name).string());
   } else {
     files.push_back(path);
   }

@@ -189,6 +189,43 @@ TEST_F(CheckpointTest, IndexIsCheckedBothWays) {
   ExpectOpenError(std::string(kShardIndexFileName), "not valid JSON");
 }
 
+TEST(FirstMissingShard, NamesTheFirstGapOfEachNumberedSet) {
+  EXPECT_EQ(FirstMissingShard({}), "");
+  EXPECT_EQ(FirstMissingShard({"model.safetensors", "a.safetensors", "x-1.safetensors"}), "");
+  EXPECT_EQ(FirstMissingShard({ShardFileName(1, 2), ShardFileName(2, 2)}), "");
+  EXPECT_EQ(FirstMissingShard({ShardFileName(1, 4)}), ShardFileName(2, 4));
+  EXPECT_EQ(FirstMissingShard({ShardFileName(2, 3), ShardFileName(3, 3)}), ShardFileName(1, 3));
+  // Other prefixes and widths keep their own; each numbered set is checked on its own.
+  EXPECT_EQ(FirstMissingShard({"unet-1-of-2.safetensors"}), "unet-2-of-2.safetensors");
+  EXPECT_EQ(FirstMissingShard({"a-001-of-002.safetensors", "a-002-of-002.safetensors", "b-1-of-3.safetensors",
+                               "b-2-of-3.safetensors"}),
+            "b-3-of-3.safetensors");
+  // A name claiming an absurd count costs one step: the walk stops at the first gap.
+  EXPECT_EQ(FirstMissingShard({"m-1-of-999999999.safetensors"}), "m-2-of-999999999.safetensors");
+}
+
+// A writer killed after its first shards (or a copy that lost one) must not pass for a checkpoint.
+TEST_F(CheckpointTest, RefusesAnIncompleteShardSet) {
+  WriteShard(ShardFileName(1, 3), {"a"});
+  WriteShard(ShardFileName(3, 3), {"c"});
+  ExpectOpenError("checkpoint is incomplete: " + ShardFileName(2, 3) + " is missing");
+  fs::remove(dir_ + "/" + ShardFileName(3, 3));
+  ExpectOpenError("checkpoint is incomplete: " + ShardFileName(2, 3) + " is missing");
+
+  // With an index: a file it lists is missing, or its -of-N names say one is.
+  WriteShard(ShardFileName(2, 3), {"b"});
+  WriteIndex({{"a", ShardFileName(1, 3)}, {"b", ShardFileName(2, 3)}, {"c", ShardFileName(3, 3)}});
+  ExpectOpenError("checkpoint is incomplete: " + ShardFileName(3, 3) + " is missing", kShardIndexFileName);
+  WriteIndex({{"a", ShardFileName(1, 3)}, {"b", ShardFileName(2, 3)}});
+  ExpectOpenError("checkpoint is incomplete: " + ShardFileName(3, 3) + " is missing", kShardIndexFileName);
+
+  WriteShard(ShardFileName(3, 3), {"c"});
+  WriteIndex({{"a", ShardFileName(1, 3)}, {"b", ShardFileName(2, 3)}, {"c", ShardFileName(3, 3)}});
+  auto c = Checkpoint::Open(dir_);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->tensors().size(), 3u);
+}
+
 TEST_F(CheckpointTest, ReportsTheCorruptShard) {
   WriteShard("good.safetensors", {"a"});
   std::ofstream(dir_ + "/zbad.safetensors", std::ios::binary) << std::string("\x02\0\0\0\0\0\0\0[]", 10);

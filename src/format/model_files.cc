@@ -1,32 +1,14 @@
 #include "weightport/format/model_files.h"
 
 #include <filesystem>
-#include <system_error>
 
 #include "weightport/format/checkpoint.h"
+#include "weightport/format/checkpoint_dir.h"
 #include "weightport/format/safetensors_writer.h"
 
 namespace weightport::model_files {
 
 namespace fs = std::filesystem;
-
-Status PrepareOutputDir(const std::string& dir, bool overwrite) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return IoError("cannot create directory " + dir + ": " + ec.message());
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    const bool is_checkpoint = entry.path().extension() == ".safetensors" || name == kShardIndexFileName;
-    if (!is_checkpoint) continue;
-    if (!overwrite)
-      return AlreadyExists(dir + " already holds a checkpoint (" + name +
-                           "); choose another directory or overwrite");
-    fs::remove(entry.path(), ec);
-    if (ec) return IoError("cannot remove " + entry.path().string() + ": " + ec.message());
-  }
-  if (ec) return IoError("cannot list directory " + dir + ": " + ec.message());
-  return Status::Ok();
-}
 
 Result<std::vector<std::vector<TensorMeta>>> SplitIntoShards(const std::vector<TensorMeta>& tensors,
                                                              int shards) {
@@ -58,26 +40,29 @@ Status WriteShardedCheckpoint(const std::string& dir, bool overwrite, const std:
                               const TensorSource& source,
                               const std::function<void(uint64_t done, uint64_t total)>& progress) {
   WP_ASSIGN_OR_RETURN(auto groups, SplitIntoShards(tensors, shards));
-  WP_RETURN_IF_ERROR(PrepareOutputDir(dir, overwrite));
-  ShardIndex index;
-  index.metadata = {{"format", "pt"}};
-  for (const auto& t : tensors) index.total_size += t.bytes;
-  uint64_t done = 0;
-  for (size_t s = 0; s < groups.size(); ++s) {
-    const std::string file = ShardFileName(static_cast<int>(s + 1), static_cast<int>(groups.size()));
-    WP_ASSIGN_OR_RETURN(SafetensorsWriter writer,
-                        SafetensorsWriter::Create((fs::path(dir) / file).string(), groups[s], metadata));
-    for (const auto& meta : groups[s]) {
-      WP_ASSIGN_OR_RETURN(std::span<const std::byte> bytes, source(meta));
-      WP_RETURN_IF_ERROR(writer.Append(bytes));
-      index.weight_map[meta.name] = file;
-      done += meta.bytes;
-      if (progress) progress(done, index.total_size);
+  return ReplaceCheckpointDir(dir, overwrite, [&](const std::string& staging) -> Status {
+    ShardIndex index;
+    index.metadata = {{"format", "pt"}};
+    for (const auto& t : tensors) index.total_size += t.bytes;
+    uint64_t done = 0;
+    for (size_t s = 0; s < groups.size(); ++s) {
+      const std::string file = ShardFileName(static_cast<int>(s + 1), static_cast<int>(groups.size()));
+      WP_ASSIGN_OR_RETURN(
+          SafetensorsWriter writer,
+          SafetensorsWriter::Create((fs::path(staging) / file).string(), groups[s], metadata));
+      for (const auto& meta : groups[s]) {
+        WP_ASSIGN_OR_RETURN(std::span<const std::byte> bytes, source(meta));
+        WP_RETURN_IF_ERROR(writer.Append(bytes));
+        index.weight_map[meta.name] = file;
+        done += meta.bytes;
+        if (progress) progress(done, index.total_size);
+      }
+      WP_RETURN_IF_ERROR(writer.Finish());
     }
-    WP_RETURN_IF_ERROR(writer.Finish());
-  }
-  if (groups.size() > 1) WP_RETURN_IF_ERROR(index.Write((fs::path(dir) / kShardIndexFileName).string()));
-  return Status::Ok();
+    if (groups.size() > 1)
+      WP_RETURN_IF_ERROR(index.Write((fs::path(staging) / kShardIndexFileName).string()));
+    return Status::Ok();
+  });
 }
 
 }  // namespace weightport::model_files

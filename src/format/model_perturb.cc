@@ -6,6 +6,7 @@
 
 #include "float_bits.h"
 #include "weightport/format/checkpoint.h"
+#include "weightport/format/checkpoint_dir.h"
 #include "weightport/format/model_files.h"
 #include "weightport/format/safetensors_reader.h"
 #include "weightport/format/safetensors_writer.h"
@@ -96,6 +97,13 @@ uint64_t PerturbTensor(const TensorMeta& meta, std::span<std::byte> data, uint64
   return changed;
 }
 
+// Metadata of the next step: weightport.step incremented where present.
+std::map<std::string, std::string> NextStepMetadata(std::map<std::string, std::string> metadata) {
+  if (auto it = metadata.find("weightport.step"); it != metadata.end())
+    it->second = std::to_string(std::strtoull(it->second.c_str(), nullptr, 10) + 1);
+  return metadata;
+}
+
 Status CheckPerturbArgs(double fraction, uint64_t block) {
   if (!(fraction >= 0.0 && fraction <= 1.0))
     return InvalidArgument("--perturb must be a fraction in [0, 1], got " + std::to_string(fraction));
@@ -131,10 +139,11 @@ Result<PerturbReport> PerturbInMemory(std::span<const TensorMeta> tensors, std::
 
 Result<PerturbReport> PerturbModel(const PerturbOptions& o) {
   WP_RETURN_IF_ERROR(CheckPerturbArgs(o.fraction, o.block));
+  if (o.shards < 0)
+    return InvalidArgument("gen-model: --shards must be at least 1, got " + std::to_string(o.shards));
   if (fs::exists(o.out_dir) && fs::exists(o.from_dir) && fs::equivalent(o.out_dir, o.from_dir))
     return InvalidArgument("gen-model: --out must differ from --from (" + o.out_dir + ")");
   WP_ASSIGN_OR_RETURN(Checkpoint source, Checkpoint::Open(o.from_dir));
-  WP_RETURN_IF_ERROR(model_files::PrepareOutputDir(o.out_dir, o.overwrite));
 
   PerturbReport report;
   for (const auto& t : source.tensors())
@@ -143,37 +152,54 @@ Result<PerturbReport> PerturbModel(const PerturbOptions& o) {
   RunSampler sampler(
       static_cast<uint64_t>(std::llround(o.fraction * static_cast<double>(report.elements_total))),
       report.elements_total, o.seed);
-  const uint64_t total = source.total_bytes();
-  uint64_t done = 0;
+  // The next step's bytes of each tensor, asked for in model order (the sampler's order).
   std::vector<std::byte> buffer;
-  for (const SafetensorsFile& file : source.files()) {
-    auto metadata = file.metadata();
-    if (auto it = metadata.find("weightport.step"); it != metadata.end())
-      it->second = std::to_string(std::strtoull(it->second.c_str(), nullptr, 10) + 1);
+  auto next_step = [&](const SafetensorsFile& file,
+                       const SafetensorsTensor& t) -> std::span<const std::byte> {
+    auto src = file.Data(t);
+    if (!IsFloatingPoint(t.meta.dtype)) return src;
+    buffer.assign(src.begin(), src.end());
+    report.elements_changed += PerturbTensor(t.meta, buffer, o.block, sampler);
+    return buffer;
+  };
+
+  if (o.shards > 0) {  // re-sharded: one metadata map (the first shard's) for every file
     std::vector<TensorMeta> metas;
-    for (const auto& t : file.tensors()) metas.push_back(t.meta);
-    const std::string out_path = (fs::path(o.out_dir) / fs::path(file.path()).filename()).string();
-    WP_ASSIGN_OR_RETURN(SafetensorsWriter writer, SafetensorsWriter::Create(out_path, metas, metadata));
-    for (const auto& t : file.tensors()) {
-      auto src = file.Data(t);
-      if (!IsFloatingPoint(t.meta.dtype)) {
-        WP_RETURN_IF_ERROR(writer.Append(src));
-      } else {
-        buffer.assign(src.begin(), src.end());
-        report.elements_changed += PerturbTensor(t.meta, buffer, o.block, sampler);
-        WP_RETURN_IF_ERROR(writer.Append(buffer));
+    for (const auto& t : source.tensors()) metas.push_back(t.meta());
+    auto view = [&](const TensorMeta& meta) -> Result<std::span<const std::byte>> {
+      const CheckpointTensor* t = source.Find(meta.name);
+      return next_step(source.files()[t->file], *t->entry);
+    };
+    WP_RETURN_IF_ERROR(model_files::WriteShardedCheckpoint(
+        o.out_dir, o.overwrite, metas, o.shards, NextStepMetadata(source.metadata()), view, o.progress));
+    return report;
+  }
+
+  const uint64_t total = source.total_bytes();
+  auto write = [&](const std::string& staging) -> Status {
+    uint64_t done = 0;
+    for (const SafetensorsFile& file : source.files()) {
+      std::vector<TensorMeta> metas;
+      for (const auto& t : file.tensors()) metas.push_back(t.meta);
+      const std::string out_path = (fs::path(staging) / fs::path(file.path()).filename()).string();
+      WP_ASSIGN_OR_RETURN(SafetensorsWriter writer,
+                          SafetensorsWriter::Create(out_path, metas, NextStepMetadata(file.metadata())));
+      for (const auto& t : file.tensors()) {
+        WP_RETURN_IF_ERROR(writer.Append(next_step(file, t)));
+        done += t.meta.bytes;
+        if (o.progress) o.progress(done, total);
       }
-      done += t.meta.bytes;
-      if (o.progress) o.progress(done, total);
+      WP_RETURN_IF_ERROR(writer.Finish());
     }
-    WP_RETURN_IF_ERROR(writer.Finish());
-  }
-  const fs::path index = fs::path(source.path()) / kShardIndexFileName;
-  if (fs::is_directory(source.path()) && fs::exists(index)) {
-    std::error_code ec;
-    fs::copy_file(index, fs::path(o.out_dir) / kShardIndexFileName, fs::copy_options::overwrite_existing, ec);
-    if (ec) return IoError("cannot copy " + index.string() + ": " + ec.message());
-  }
+    const fs::path index = fs::path(source.path()) / kShardIndexFileName;
+    if (fs::is_directory(source.path()) && fs::exists(index)) {
+      std::error_code ec;
+      fs::copy_file(index, fs::path(staging) / kShardIndexFileName, fs::copy_options::overwrite_existing, ec);
+      if (ec) return IoError("cannot copy " + index.string() + ": " + ec.message());
+    }
+    return Status::Ok();
+  };
+  WP_RETURN_IF_ERROR(ReplaceCheckpointDir(o.out_dir, o.overwrite, write));
   return report;
 }
 

@@ -8,13 +8,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "safetensors_header_json.h"
 #include "weightport/core/json_util.h"
 #include "weightport/format/safetensors_reader.h"
 
@@ -25,52 +25,14 @@ using json_util::Json;
 
 constexpr std::string_view kMetadataKey = "__metadata__";
 // A valid header nests three levels (object -> entry -> shape); anything much deeper is refused
-// before nlohmann builds it.
-constexpr int kMaxJsonDepth = 32;
+// before it is built.
+constexpr size_t kMaxJsonDepth = 32;
 
 std::string Quote(std::string_view s) { return "'" + std::string(s) + "'"; }
 
 std::string OffsetsToString(const ByteRange& r) {
   return "[" + std::to_string(r.offset) + ", " + std::to_string(r.end()) + "]";
 }
-
-// nlohmann keeps the last of duplicate keys silently; this callback records the first duplicate
-// at any depth, and refuses absurd nesting.
-struct DuplicateFinder {
-  std::vector<std::set<std::string>> keys;  // one set per open object
-  std::vector<std::string> top_keys;        // keys of the top-level object, in text order
-  std::string duplicate;                    // first duplicate key found
-  std::string duplicate_in;                 // top-level key it was found under ("" at depth 1)
-  bool too_deep = false;
-
-  bool operator()(int depth, Json::parse_event_t event, Json& parsed) {
-    switch (event) {
-      case Json::parse_event_t::object_start:
-      case Json::parse_event_t::array_start:
-        if (depth >= kMaxJsonDepth) {
-          too_deep = true;
-          return false;  // discard: nothing deeper gets built
-        }
-        if (event == Json::parse_event_t::object_start) keys.emplace_back();
-        return true;
-      case Json::parse_event_t::object_end:
-        if (!keys.empty()) keys.pop_back();
-        return true;
-      case Json::parse_event_t::key: {
-        if (keys.empty() || !parsed.is_string()) return true;
-        const auto& key = parsed.get_ref<const std::string&>();
-        if (!keys.back().insert(key).second && duplicate.empty()) {
-          duplicate = key;
-          duplicate_in = depth == 1 || top_keys.empty() ? "" : top_keys.back();
-        }
-        if (depth == 1) top_keys.push_back(key);
-        return true;
-      }
-      default:
-        return true;
-    }
-  }
-};
 
 Result<std::map<std::string, std::string>> ParseMetadata(const Json& j, const std::string& ctx) {
   if (!j.is_object()) return InvalidArgument(ctx + ": __metadata__ must be an object of string -> string");
@@ -170,41 +132,47 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::span<const std::byte> file
                            " runs past the end of the file (" + std::to_string(file.size()) + " bytes)");
   const char* text = reinterpret_cast<const char*>(file.data() + 8);
 
-  DuplicateFinder finder;
-  Json root = Json::parse(text, text + n, std::ref(finder), /*allow_exceptions=*/false);
-  if (finder.too_deep)
+  // One linear pass (see safetensors_header_json.h). Entries are checked as they complete; the
+  // first entry error is reported only if the text as a whole is sound (framing errors first).
+  SafetensorsHeader header;
+  header.data_start = 8 + n;
+  Status entry_error;
+  auto take_entry = [&](std::string&& key, Json&& value) {
+    if (!entry_error.ok()) return;
+    if (key == kMetadataKey) {
+      auto metadata = ParseMetadata(value, name);
+      if (metadata.ok())
+        header.metadata = std::move(*metadata);
+      else
+        entry_error = metadata.status();
+      return;
+    }
+    auto tensor = ParseEntry(key, value, name);
+    if (tensor.ok())
+      header.tensors.push_back(std::move(*tensor));
+    else
+      entry_error = tensor.status();
+  };
+  const HeaderJson parsed = ParseHeaderJson({text, n}, kMaxJsonDepth, take_entry);
+  if (parsed.too_deep)
     return InvalidArgument(name + ": header JSON nests deeper than " + std::to_string(kMaxJsonDepth) +
                            " levels");
-  if (root.is_discarded()) return InvalidArgument(name + ": header is not valid JSON");
-  if (!root.is_object())
-    return InvalidArgument(name + ": header must be a JSON object, not " + std::string(root.type_name()));
+  if (!parsed.valid) return InvalidArgument(name + ": header is not valid JSON");
+  if (parsed.root_type != "object")
+    return InvalidArgument(name + ": header must be a JSON object, not " + parsed.root_type);
   if (text[0] != '{')
     return InvalidArgument(name +
                            ": header must start with '{' (the reference implementation refuses "
                            "leading whitespace)");
-  if (!finder.duplicate.empty()) {
-    if (finder.duplicate_in.empty())
-      return InvalidArgument(name + ": tensor " + Quote(finder.duplicate) +
+  // nlohmann alone would keep the last of duplicate keys silently.
+  if (!parsed.duplicate.empty()) {
+    if (parsed.duplicate_in.empty())
+      return InvalidArgument(name + ": tensor " + Quote(parsed.duplicate) +
                              " appears more than once in the header");
-    return InvalidArgument(name + ": duplicate key " + Quote(finder.duplicate) + " in the entry of " +
-                           Quote(finder.duplicate_in));
+    return InvalidArgument(name + ": duplicate key " + Quote(parsed.duplicate) + " in the entry of " +
+                           Quote(parsed.duplicate_in));
   }
-
-  SafetensorsHeader header;
-  header.data_start = 8 + n;
-  header.tensors.reserve(root.size());
-  // Json sorts its keys; header order comes from the keys as the callback saw them (unique here).
-  for (const std::string& key : finder.top_keys) {
-    auto it = root.find(key);
-    if (it == root.end()) return Internal(name + ": key " + Quote(key) + " lost while parsing");
-    const Json& value = *it;
-    if (key == kMetadataKey) {
-      WP_ASSIGN_OR_RETURN(header.metadata, ParseMetadata(value, name));
-      continue;
-    }
-    WP_ASSIGN_OR_RETURN(SafetensorsTensor t, ParseEntry(key, value, name));
-    header.tensors.push_back(std::move(t));
-  }
+  WP_RETURN_IF_ERROR(entry_error);
   WP_RETURN_IF_ERROR(CheckTiling(header.tensors, file.size() - header.data_start, name));
   return header;
 }

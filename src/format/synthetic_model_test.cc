@@ -206,6 +206,25 @@ TEST(SyntheticModelTest, PerturbChangesExactlyTheFractionInRuns) {
   }
 }
 
+// Sizes come from the command line: a tensor too large to fill in memory, or a model larger than
+// the disk, is refused before anything is allocated or written.
+TEST(SyntheticModelTest, GenerateRefusesModelsTooLargeToHoldOrStore) {
+  TempDir dir;
+  auto huge_tensor = *ApplyOverrides(*PresetSpec("1b", ModelArch::kDense), {.hidden = 65536});
+  Status s = GenerateModel(huge_tensor, {.out_dir = dir / "a"});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("tensor 'model.layers.0.mlp.gate_proj.weight' would be 23622320128 bytes"),
+            std::string::npos)
+      << s.message();
+  // About 6 TB: more than any disk these tests run on.
+  auto huge_model = *ApplyOverrides(*PresetSpec("1b", ModelArch::kDense), {.layers = 1024, .hidden = 16384});
+  s = GenerateModel(huge_model, {.out_dir = dir / "b/c"});
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_NE(s.message().find("bytes free"), std::string::npos) << s.message();
+  EXPECT_FALSE(fs::exists(dir / "a"));
+  EXPECT_FALSE(fs::exists(dir / "b"));
+}
+
 TEST(SyntheticModelTest, PerturbRejectsBadArguments) {
   TempDir dir;
   EXPECT_FALSE(PerturbModel({.from_dir = dir / "none", .out_dir = dir / "x", .fraction = 0.1}).ok());

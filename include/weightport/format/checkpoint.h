@@ -38,6 +38,11 @@ struct ShardIndex {
 // "model-00002-of-00004.safetensors"; "model.safetensors" when there is one shard.
 std::string ShardFileName(int index, int count);
 
+// The shard set `names` (file names of one checkpoint) is complete when, for every name of the form
+// PREFIX-i-of-N.safetensors, each of PREFIX-1-of-N ... PREFIX-N-of-N (numbered as wide as that
+// name's i) is in it. Returns the first missing name, or "" when none is.
+std::string FirstMissingShard(const std::vector<std::string>& names);
+
 struct CheckpointTensor {
   const SafetensorsTensor* entry;  // within files()[file]
   size_t file;
@@ -48,7 +53,8 @@ class Checkpoint {
  public:
   // `path` is a .safetensors file or a directory. Errors name the file and tensor at fault:
   // a tensor in two shards, an index naming a missing file or a tensor its file lacks, a shard
-  // holding a tensor the index does not list.
+  // holding a tensor the index does not list, a shard set whose -i-of-N names (from the index or
+  // the directory) say a shard is missing.
   static Result<Checkpoint> Open(const std::string& path);
 
   const std::string& path() const { return path_; }

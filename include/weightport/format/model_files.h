@@ -14,10 +14,6 @@
 
 namespace weightport::model_files {
 
-// Creates `dir` (and parents). Unless `overwrite`, fails when it already holds a checkpoint
-// (*.safetensors or the shard index).
-Status PrepareOutputDir(const std::string& dir, bool overwrite);
-
 // Splits tensors, in order, into `shards` contiguous groups of about equal bytes. Each group is
 // non-empty; `shards` larger than the tensor count is an error.
 Result<std::vector<std::vector<TensorMeta>>> SplitIntoShards(const std::vector<TensorMeta>& tensors,
@@ -29,7 +25,9 @@ using TensorSource = std::function<Result<std::span<const std::byte>>(const Tens
 
 // Writes `tensors`, in order, as `shards` safetensors files in `dir` (one model.safetensors, or
 // model-0000i-of-0000N.safetensors plus the index), each file carrying `metadata`. Checks the split
-// and prepares `dir` (see PrepareOutputDir) before writing anything. `progress` may be empty.
+// before writing anything; writes beside `dir` and swaps the checkpoint in whole once complete
+// (ReplaceCheckpointDir: refuses a `dir` holding a checkpoint unless `overwrite`). `progress` may be
+// empty.
 Status WriteShardedCheckpoint(const std::string& dir, bool overwrite, const std::vector<TensorMeta>& tensors,
                               int shards, const std::map<std::string, std::string>& metadata,
                               const TensorSource& source,

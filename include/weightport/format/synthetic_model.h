@@ -73,7 +73,8 @@ struct GenerateOptions {
 
 // Writes the checkpoint: one file model.safetensors, or `shards` files with balanced sizes plus
 // model.safetensors.index.json. Creates out_dir if needed; refuses to overwrite existing
-// checkpoint files there.
+// checkpoint files there unless `overwrite`. Writes beside out_dir and swaps the new checkpoint in
+// whole once it is complete (ReplaceCheckpointDir, checkpoint_dir.h), as PerturbModel does.
 Status GenerateModel(const ModelSpec& spec, const GenerateOptions& options);
 
 struct PerturbOptions {
@@ -83,6 +84,7 @@ struct PerturbOptions {
   uint64_t block = 1u << 19;  // changed elements come in runs of this many (1 = scattered)
   uint64_t seed = 1;
   bool overwrite = false;
+  int shards = 0;  // 0: the source's files, names and per-file metadata; N: N balanced shards
   ProgressFn progress;
 };
 
@@ -98,11 +100,11 @@ Result<PerturbReport> PerturbInMemory(std::span<const TensorMeta> tensors, std::
                                       double fraction, uint64_t block = 1u << 19, uint64_t seed = 1);
 
 // Writes the next "training step" of a checkpoint: the same files, names, shapes and metadata
-// (with weightport.step incremented), where exactly round(fraction x E) of the E floating-point
-// elements of the model take a new value that differs in its bits (old value plus a small step).
-// Changes come in runs of `block` elements (aligned within each tensor) spread at random over the
-// whole model, so they stay local the way chunked delta transfers see them; block = 1 scatters
-// them. The default run, 2^19 elements, is 1 MiB of bf16: one default manifest chunk.
+// (with weightport.step incremented; with `shards`, that many files as GenerateModel writes them), where
+// exactly round(fraction x E) of the E floating-point elements of the model take a new value that differs in
+// its bits (old value plus a small step). Changes come in runs of `block` elements (aligned within each
+// tensor) spread at random over the whole model, so they stay local the way chunked delta transfers see them;
+// block = 1 scatters them. The default run, 2^19 elements, is 1 MiB of bf16: one default manifest chunk.
 Result<PerturbReport> PerturbModel(const PerturbOptions& options);
 
 }  // namespace weightport
