@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "channel_handshake.h"
 #include "socket.h"
 #include "weightport/control/handshake.h"
 
@@ -24,83 +25,6 @@ Status CheckName(std::string_view name, std::string_view what) {
   return Status::Ok();
 }
 }  // namespace
-
-// The two halves of the handshake (auth.h), run on a fresh channel before it is returned.
-struct ControlHandshake {
-  // Reads the next handshake frame, which must be `type`; a Refused frame ends the handshake.
-  static Result<Frame> Expect(ControlChannel& ch, MessageType type, Clock::time_point deadline) {
-    WP_ASSIGN_OR_RETURN(Frame frame, ch.ReadFrame(kHandshakeKey, deadline));
-    if (frame.type == MessageType::kRefused) {
-      Result<RefusedMsg> refused = RefusedMsg::Decode(frame.payload);
-      std::string reason = refused.ok() ? refused->reason : "(malformed Refused message)";
-      ch.Log(ch.peer_ + " refused the connection: " + reason);
-      ch.Close();
-      return PermissionDenied(ch.peer_ + " refused the connection: " + reason);
-    }
-    if (frame.type != type) {
-      return ch.Refuse(InvalidArgument("expected " + std::string(MessageTypeName(type)) + ", got " +
-                                       std::string(MessageTypeName(frame.type))),
-                       true, kHandshakeKey);
-    }
-    return frame;
-  }
-
-  static Status Server(ControlChannel& ch, std::string_view name, const Secret& secret) {
-    const auto deadline = Clock::now() + ch.options_.handshake_timeout;
-    WP_ASSIGN_OR_RETURN(Frame frame, Expect(ch, MessageType::kHello, deadline));
-    Result<HelloMsg> hello = HelloMsg::Decode(frame.payload);
-    if (!hello.ok()) return ch.Refuse(hello.status(), true, kHandshakeKey);
-    ch.peer_name_ = hello->name;
-    ch.peer_role_ = hello->role;
-    ch.peer_ = std::string(PeerRoleName(hello->role)) + " '" + hello->name + "' at " + ch.peer_address_;
-
-    WP_ASSIGN_OR_RETURN(Nonce server_nonce, RandomNonce());
-    WP_RETURN_IF_ERROR(
-        ch.WriteFrame(MessageType::kChallenge, ChallengeMsg{server_nonce}.Encode(), kHandshakeKey, deadline));
-    WP_ASSIGN_OR_RETURN(frame, Expect(ch, MessageType::kProof, deadline));
-    Result<ProofMsg> proof = ProofMsg::Decode(frame.payload);
-    if (!proof.ok()) return ch.Refuse(proof.status(), true, kHandshakeKey);
-    WP_ASSIGN_OR_RETURN(Digest expected, ClientProof(secret, server_nonce, proof->client_nonce, hello->name));
-    if (!ConstantTimeEqual(expected, proof->proof)) {
-      return ch.Refuse(PermissionDenied("wrong proof: the peer does not know the shared secret"), true,
-                       kHandshakeKey);
-    }
-    WelcomeMsg welcome{std::string(name), {}};
-    WP_ASSIGN_OR_RETURN(welcome.server_proof, ServerProof(secret, proof->client_nonce, server_nonce, name));
-    WP_RETURN_IF_ERROR(ch.WriteFrame(MessageType::kWelcome, welcome.Encode(), kHandshakeKey, deadline));
-    WP_ASSIGN_OR_RETURN(ch.session_key_, SessionKey(secret, server_nonce, proof->client_nonce));
-    return Status::Ok();
-  }
-
-  static Status Client(ControlChannel& ch, std::string_view name, PeerRole role, const Secret& secret,
-                       Clock::time_point deadline) {
-    WP_RETURN_IF_ERROR(ch.WriteFrame(MessageType::kHello, HelloMsg{role, std::string(name)}.Encode(),
-                                     kHandshakeKey, deadline));
-    WP_ASSIGN_OR_RETURN(Frame frame, Expect(ch, MessageType::kChallenge, deadline));
-    Result<ChallengeMsg> challenge = ChallengeMsg::Decode(frame.payload);
-    if (!challenge.ok()) return ch.Refuse(challenge.status(), true, kHandshakeKey);
-
-    ProofMsg proof;
-    WP_ASSIGN_OR_RETURN(proof.client_nonce, RandomNonce());
-    WP_ASSIGN_OR_RETURN(proof.proof, ClientProof(secret, challenge->server_nonce, proof.client_nonce, name));
-    WP_RETURN_IF_ERROR(ch.WriteFrame(MessageType::kProof, proof.Encode(), kHandshakeKey, deadline));
-    WP_ASSIGN_OR_RETURN(frame, Expect(ch, MessageType::kWelcome, deadline));
-    Result<WelcomeMsg> welcome = WelcomeMsg::Decode(frame.payload);
-    if (!welcome.ok()) return ch.Refuse(welcome.status(), true, kHandshakeKey);
-    ch.peer_name_ = welcome->server_name;
-    ch.peer_ = "coordinator '" + welcome->server_name + "' at " + ch.peer_address_;
-    // The server must prove itself too, or a rogue coordinator could feed us plans and manifests.
-    WP_ASSIGN_OR_RETURN(Digest expected, ServerProof(secret, proof.client_nonce, challenge->server_nonce,
-                                                     welcome->server_name));
-    if (!ConstantTimeEqual(expected, welcome->server_proof)) {
-      return ch.Refuse(
-          PermissionDenied("wrong server proof: the coordinator does not know the shared secret"), true,
-          kHandshakeKey);
-    }
-    WP_ASSIGN_OR_RETURN(ch.session_key_, SessionKey(secret, challenge->server_nonce, proof.client_nonce));
-    return Status::Ok();
-  }
-};
 
 ControlChannel::ControlChannel(int fd, std::string peer_address, ControlOptions options)
     : fd_(fd), peer_address_(std::move(peer_address)), options_(std::move(options)) {}
@@ -242,43 +166,6 @@ Result<std::unique_ptr<ControlChannel>> ControlChannel::Connect(std::string_view
   std::unique_ptr<ControlChannel> ch(new ControlChannel(conn.fd.Release(), conn.address, std::move(options)));
   ch->peer_ = "coordinator at " + ch->peer_address_;
   Status status = ControlHandshake::Client(*ch, name, role, secret, deadline);
-  if (!status.ok()) {
-    if (!ch->refused_.load()) ch->Log("handshake with " + ch->peer_ + " failed: " + status.message());
-    return status;
-  }
-  return ch;
-}
-
-ControlListener::ControlListener(int fd, std::string address, uint16_t port, std::string name, Secret secret,
-                                 ControlOptions options)
-    : fd_(fd),
-      address_(std::move(address)),
-      port_(port),
-      name_(std::move(name)),
-      secret_(std::move(secret)),
-      options_(std::move(options)) {}
-
-ControlListener::~ControlListener() {
-  if (fd_ >= 0) close(fd_);
-}
-
-Result<std::unique_ptr<ControlListener>> ControlListener::Listen(std::string_view host, uint16_t port,
-                                                                 std::string_view name, const Secret& secret,
-                                                                 ControlOptions options) {
-  WP_RETURN_IF_ERROR(CheckName(name, "coordinator name"));
-  WP_ASSIGN_OR_RETURN(control_internal::Listening listening, control_internal::ListenTcp(host, port));
-  std::unique_ptr<ControlListener> listener(new ControlListener(listening.fd.Release(), listening.address,
-                                                                listening.port, std::string(name), secret,
-                                                                std::move(options)));
-  return listener;
-}
-
-Result<std::unique_ptr<ControlChannel>> ControlListener::Accept(std::chrono::milliseconds timeout) {
-  WP_ASSIGN_OR_RETURN(control_internal::Connected conn,
-                      control_internal::AcceptTcp(fd_, Deadline(timeout), address_));
-  std::unique_ptr<ControlChannel> ch(new ControlChannel(conn.fd.Release(), conn.address, options_));
-  ch->peer_ = "peer at " + ch->peer_address_;
-  Status status = ControlHandshake::Server(*ch, name_, secret_);
   if (!status.ok()) {
     if (!ch->refused_.load()) ch->Log("handshake with " + ch->peer_ + " failed: " + status.message());
     return status;
