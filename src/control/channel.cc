@@ -3,6 +3,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
+
 #include "channel_handshake.h"
 #include "socket.h"
 #include "weightport/control/handshake.h"
@@ -17,6 +19,60 @@ constexpr auto kRefusalSendTimeout = std::chrono::milliseconds(200);
 // A receive buffer this large is released after its frame instead of kept for the next one.
 constexpr size_t kKeepBufferBytes = 1 << 20;
 
+// How much of a stranger's first bytes an error quotes.
+constexpr size_t kQuotedBytes = 48;
+constexpr auto kQuoteWait = std::chrono::milliseconds(50);
+
+// The first line of `bytes`, printable, for an error message: "HTTP/1.1 400 Bad Request".
+std::string Quote(ByteView bytes) {
+  std::string out;
+  for (std::byte b : bytes.first(std::min(bytes.size(), kQuotedBytes))) {
+    const auto c = std::to_integer<unsigned char>(b);
+    if (c == '\r' || c == '\n') break;
+    if (std::isprint(c) != 0 && c != '\\' && c != '\'') {
+      out += static_cast<char>(c);
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+// Whether a frame header can open a handshake: frame 0, of a handshake message type.
+bool OpensHandshake(ByteView header) {
+  for (size_t i = 5; i < kFrameHeaderSize; ++i)
+    if (header[i] != std::byte{0}) return false;
+  const auto type = std::to_integer<uint8_t>(header[4]);
+  return type >= static_cast<uint8_t>(MessageType::kHello) &&
+         type <= static_cast<uint8_t>(MessageType::kRefused);
+}
+}  // namespace
+
+// Ends a handshake whose first frame is not one: the peer speaks some other protocol (an HTTP server
+// or client, most often). Quotes what it sent, including what else has already arrived.
+Status ControlChannel::NotOurProtocol() {
+  rbuf_.resize(kFrameHeaderSize + kQuotedBytes);
+  // The dialing end waits a moment for the rest of a reply; the accepting end serves many peers from
+  // one thread and takes only what is already here.
+  const Deadline until(dialed_ ? kQuoteWait : std::chrono::milliseconds(0));
+  for (int i = 0; i < 8 && rlen_ < rbuf_.size(); ++i) {
+    Result<size_t> n = control_internal::RecvSome(fd_, std::span(rbuf_).subspan(rlen_), until, peer_);
+    if (!n.ok()) break;
+    rlen_ += *n;
+  }
+  Status why =
+      InvalidArgument("peer at " + peer_address_ + " does not speak the weightport control protocol (got '" +
+                      Quote(std::span(rbuf_).first(rlen_)) + "')");
+  Log(why.message());
+  refused_.store(true);
+  Close();
+  return why;
+}
+
+namespace {
 Status CheckName(std::string_view name, std::string_view what) {
   // Names travel in Hello/Welcome; the strict decoder is the one definition of a valid name.
   Status status = HelloMsg::Decode(HelloMsg{PeerRole::kObserver, std::string(name)}.Encode()).status();
@@ -114,14 +170,20 @@ Result<Frame> ControlChannel::ReadFrame(ByteView key, Clock::time_point deadline
   };
   if (rbuf_.size() < kFrameHeaderSize) rbuf_.resize(kFrameHeaderSize);
   WP_RETURN_IF_ERROR(fill(kFrameHeaderSize));
+  // Before the peer has authenticated, frames are handshake messages, all small: a stranger cannot
+  // make this end allocate max_payload bytes.
+  const bool handshake = key.data() == kHandshakeKey.data();
+  if (handshake && recv_seq_ == 0 && !OpensHandshake(std::span(rbuf_).first(kFrameHeaderSize)))
+    return NotOurProtocol();
   // The length is checked here, before the buffer grows to hold the payload.
-  Result<FrameHeader> header =
-      DecodeFrameHeader(std::span(rbuf_).first(kFrameHeaderSize), options_.max_payload);
+  const uint32_t limit =
+      handshake ? std::min(options_.max_payload, kMaxHandshakePayload) : options_.max_payload;
+  Result<FrameHeader> header = DecodeFrameHeader(std::span(rbuf_).first(kFrameHeaderSize), limit);
   if (!header.ok()) return Refuse(header.status(), true, key);
   const size_t total = kFrameHeaderSize + size_t{header->payload_size} + kFrameMacSize;
   if (rbuf_.size() != total) rbuf_.resize(total);
   WP_RETURN_IF_ERROR(fill(total));
-  Result<Frame> frame = DecodeFrame(rbuf_, key, recv_seq_, options_.max_payload);
+  Result<Frame> frame = DecodeFrame(rbuf_, key, recv_seq_, limit);
   rlen_ = 0;
   if (rbuf_.capacity() > kKeepBufferBytes) Bytes().swap(rbuf_);
   if (!frame.ok()) return Refuse(frame.status(), true, key);
@@ -165,6 +227,7 @@ Result<std::unique_ptr<ControlChannel>> ControlChannel::Connect(std::string_view
                       control_internal::ConnectTcp(address, Deadline(deadline)));
   std::unique_ptr<ControlChannel> ch(new ControlChannel(conn.fd.Release(), conn.address, std::move(options)));
   ch->peer_ = "coordinator at " + ch->peer_address_;
+  ch->dialed_ = true;
   Status status = ControlHandshake::Client(*ch, name, role, secret, deadline);
   if (!status.ok()) {
     if (!ch->refused_.load()) ch->Log("handshake with " + ch->peer_ + " failed: " + status.message());

@@ -27,6 +27,7 @@ namespace {
 constexpr auto kHandshakeWriteTimeout = std::chrono::milliseconds(100);
 // Connections taken from the backlog per wake-up, so a flood cannot starve pending handshakes.
 constexpr int kAcceptBurst = 64;
+static_assert(kMaxReasonSize + 64 <= kMaxHandshakePayload, "a Refused reason must fit a handshake frame");
 
 int PollMsUntil(Clock::time_point at) {
   const auto left = at - Clock::now();

@@ -103,6 +103,8 @@ class ControlChannel {
   // Reports and ends the connection after a protocol violation, telling the peer why when
   // `tell_peer`. Returns `why` for the caller to propagate.
   Status Refuse(const Status& why, bool tell_peer, ByteView key);
+  // Ends a handshake whose peer's first bytes are not a handshake frame, quoting them.
+  Status NotOurProtocol();
   void Log(const std::string& line) const;
 
   int fd_ = -1;
@@ -110,6 +112,7 @@ class ControlChannel {
   std::string peer_name_;
   std::string peer_;
   PeerRole peer_role_ = PeerRole::kObserver;
+  bool dialed_ = false;  // Connect made it (the accepting end: false)
   ControlOptions options_;
   Digest session_key_{};
   std::atomic<bool> closed_{false};
