@@ -1,4 +1,4 @@
-// ControlListener against hostile connections: silent sockets, too many of them.
+// ControlListener against hostile connections: silent sockets, too many of them, a taken port.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -127,6 +127,20 @@ TEST(ControlListenerTest, ConnectionsBeyondTheCapCloseTheOldestAndARealPeerGetsI
   auto server = accepted.get();
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   EXPECT_TRUE(log.Contains("handshakes in progress")) << "the eviction was not reported";
+}
+
+TEST(ControlListenerTest, ATakenPortIsNamedAsAddressAlreadyInUse) {
+  const Secret secret = MakeSecret('s');
+  LogCapture log;
+  auto first = MakeListener(secret, log, milliseconds(1000));
+  ASSERT_NE(first, nullptr);
+  auto second = ControlListener::Listen("127.0.0.1", first->port(), "coord", secret);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kAlreadyExists) << second.status().ToString();
+  EXPECT_NE(second.status().message().find("127.0.0.1:" + std::to_string(first->port()) +
+                                           ": address already in use"),
+            std::string::npos)
+      << second.status().ToString();
 }
 
 }  // namespace

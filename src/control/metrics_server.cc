@@ -204,7 +204,7 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(std::string_view hos
     int one = 1;
     setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
-      last = ErrnoError(where + ": bind", errno);
+      last = control_internal::BindError(where, errno);
       continue;
     }
     if (listen(fd.get(), 64) != 0) {

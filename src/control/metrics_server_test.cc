@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include "control_test_util.h"
+#include "weightport/control/channel.h"
 #include "weightport/control/metrics.h"
 #include "weightport/control/metrics_server.h"
 
@@ -183,6 +185,18 @@ TEST_F(MetricsServerTest, PortInUseErrorNamesTheAddress) {
   EXPECT_NE(second.status().message().find(server->address()), std::string::npos)
       << second.status().ToString();
   EXPECT_FALSE(MetricsServer::Start("", 0, metrics_).ok());
+}
+
+TEST_F(MetricsServerTest, PortTakenByTheControlListenerSaysAddressAlreadyInUse) {
+  auto listener = ControlListener::Listen("127.0.0.1", 0, "coord", control_test::MakeSecret('s'));
+  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+  auto second = MetricsServer::Start("127.0.0.1", (*listener)->port(), metrics_);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kAlreadyExists) << second.status().ToString();
+  EXPECT_NE(second.status().message().find("metrics server on " + (*listener)->address() +
+                                           ": address already in use"),
+            std::string::npos)
+      << second.status().ToString();
 }
 
 }  // namespace

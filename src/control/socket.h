@@ -55,6 +55,10 @@ class UniqueFd {
 // "host:port" or "[v6]:port" -> (host, port).
 Result<std::pair<std::string, uint16_t>> SplitHostPort(std::string_view address);
 
+// The error for a failed bind(2) of `where` ("control listener on 127.0.0.1:7000"): AlreadyExists
+// "...: address already in use" when another socket holds the port, IoError otherwise.
+Status BindError(std::string_view where, int errnum);
+
 struct Listening {
   UniqueFd fd;
   std::string address;  // the bound address, "127.0.0.1:41234" (port 0 resolved)

@@ -133,7 +133,8 @@ class ControlChannel {
 class ControlListener {
  public:
   // Binds host:port (port 0: any free port; see address()/port()). `name` is this end's name, sent
-  // to peers in Welcome.
+  // to peers in Welcome. A port another socket holds is AlreadyExists
+  // "control listener on 127.0.0.1:7000: address already in use".
   static Result<std::unique_ptr<ControlListener>> Listen(std::string_view host, uint16_t port,
                                                          std::string_view name, const Secret& secret,
                                                          ControlOptions options = {});

@@ -31,8 +31,8 @@ struct MetricsServerOptions {
 // response closes the connection. One thread accepts and serves connections one at a time.
 class MetricsServer {
  public:
-  // Binds host:port (port 0 picks a free port). Errors name the address, e.g.
-  // "metrics server on 127.0.0.1:9100: bind: Address already in use".
+  // Binds host:port (port 0 picks a free port). Errors name the address; a port another socket
+  // holds is AlreadyExists "metrics server on 127.0.0.1:9100: address already in use".
   static Result<std::unique_ptr<MetricsServer>> Start(std::string_view host, uint16_t port,
                                                       const Metrics& metrics,
                                                       MetricsServerOptions options = {});
