@@ -25,6 +25,7 @@ class Deadline {
   // Milliseconds left for poll(), rounded up so a wait never ends just short of the deadline.
   int PollMs() const;
   bool Expired() const { return std::chrono::steady_clock::now() >= at_; }
+  std::chrono::steady_clock::time_point At() const { return at_; }
   Deadline Sooner(std::chrono::milliseconds timeout) const {
     Deadline other(timeout);
     return other.at_ < at_ ? other : *this;
