@@ -3,6 +3,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
+
+#include "channel_handshake.h"
 #include "socket.h"
 #include "weightport/control/handshake.h"
 
@@ -16,6 +19,60 @@ constexpr auto kRefusalSendTimeout = std::chrono::milliseconds(200);
 // A receive buffer this large is released after its frame instead of kept for the next one.
 constexpr size_t kKeepBufferBytes = 1 << 20;
 
+// How much of a stranger's first bytes an error quotes.
+constexpr size_t kQuotedBytes = 48;
+constexpr auto kQuoteWait = std::chrono::milliseconds(50);
+
+// The first line of `bytes`, printable, for an error message: "HTTP/1.1 400 Bad Request".
+std::string Quote(ByteView bytes) {
+  std::string out;
+  for (std::byte b : bytes.first(std::min(bytes.size(), kQuotedBytes))) {
+    const auto c = std::to_integer<unsigned char>(b);
+    if (c == '\r' || c == '\n') break;
+    if (std::isprint(c) != 0 && c != '\\' && c != '\'') {
+      out += static_cast<char>(c);
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+// Whether a frame header can open a handshake: frame 0, of a handshake message type.
+bool OpensHandshake(ByteView header) {
+  for (size_t i = 5; i < kFrameHeaderSize; ++i)
+    if (header[i] != std::byte{0}) return false;
+  const auto type = std::to_integer<uint8_t>(header[4]);
+  return type >= static_cast<uint8_t>(MessageType::kHello) &&
+         type <= static_cast<uint8_t>(MessageType::kRefused);
+}
+}  // namespace
+
+// Ends a handshake whose first frame is not one: the peer speaks some other protocol (an HTTP server
+// or client, most often). Quotes what it sent, including what else has already arrived.
+Status ControlChannel::NotOurProtocol() {
+  rbuf_.resize(kFrameHeaderSize + kQuotedBytes);
+  // The dialing end waits a moment for the rest of a reply; the accepting end serves many peers from
+  // one thread and takes only what is already here.
+  const Deadline until(dialed_ ? kQuoteWait : std::chrono::milliseconds(0));
+  for (int i = 0; i < 8 && rlen_ < rbuf_.size(); ++i) {
+    Result<size_t> n = control_internal::RecvSome(fd_, std::span(rbuf_).subspan(rlen_), until, peer_);
+    if (!n.ok()) break;
+    rlen_ += *n;
+  }
+  Status why =
+      InvalidArgument("peer at " + peer_address_ + " does not speak the weightport control protocol (got '" +
+                      Quote(std::span(rbuf_).first(rlen_)) + "')");
+  Log(why.message());
+  refused_.store(true);
+  Close();
+  return why;
+}
+
+namespace {
 Status CheckName(std::string_view name, std::string_view what) {
   // Names travel in Hello/Welcome; the strict decoder is the one definition of a valid name.
   Status status = HelloMsg::Decode(HelloMsg{PeerRole::kObserver, std::string(name)}.Encode()).status();
@@ -24,83 +81,6 @@ Status CheckName(std::string_view name, std::string_view what) {
   return Status::Ok();
 }
 }  // namespace
-
-// The two halves of the handshake (auth.h), run on a fresh channel before it is returned.
-struct ControlHandshake {
-  // Reads the next handshake frame, which must be `type`; a Refused frame ends the handshake.
-  static Result<Frame> Expect(ControlChannel& ch, MessageType type, Clock::time_point deadline) {
-    WP_ASSIGN_OR_RETURN(Frame frame, ch.ReadFrame(kHandshakeKey, deadline));
-    if (frame.type == MessageType::kRefused) {
-      Result<RefusedMsg> refused = RefusedMsg::Decode(frame.payload);
-      std::string reason = refused.ok() ? refused->reason : "(malformed Refused message)";
-      ch.Log(ch.peer_ + " refused the connection: " + reason);
-      ch.Close();
-      return PermissionDenied(ch.peer_ + " refused the connection: " + reason);
-    }
-    if (frame.type != type) {
-      return ch.Refuse(InvalidArgument("expected " + std::string(MessageTypeName(type)) + ", got " +
-                                       std::string(MessageTypeName(frame.type))),
-                       true, kHandshakeKey);
-    }
-    return frame;
-  }
-
-  static Status Server(ControlChannel& ch, std::string_view name, const Secret& secret) {
-    const auto deadline = Clock::now() + ch.options_.handshake_timeout;
-    WP_ASSIGN_OR_RETURN(Frame frame, Expect(ch, MessageType::kHello, deadline));
-    Result<HelloMsg> hello = HelloMsg::Decode(frame.payload);
-    if (!hello.ok()) return ch.Refuse(hello.status(), true, kHandshakeKey);
-    ch.peer_name_ = hello->name;
-    ch.peer_role_ = hello->role;
-    ch.peer_ = std::string(PeerRoleName(hello->role)) + " '" + hello->name + "' at " + ch.peer_address_;
-
-    WP_ASSIGN_OR_RETURN(Nonce server_nonce, RandomNonce());
-    WP_RETURN_IF_ERROR(
-        ch.WriteFrame(MessageType::kChallenge, ChallengeMsg{server_nonce}.Encode(), kHandshakeKey, deadline));
-    WP_ASSIGN_OR_RETURN(frame, Expect(ch, MessageType::kProof, deadline));
-    Result<ProofMsg> proof = ProofMsg::Decode(frame.payload);
-    if (!proof.ok()) return ch.Refuse(proof.status(), true, kHandshakeKey);
-    WP_ASSIGN_OR_RETURN(Digest expected, ClientProof(secret, server_nonce, proof->client_nonce, hello->name));
-    if (!ConstantTimeEqual(expected, proof->proof)) {
-      return ch.Refuse(PermissionDenied("wrong proof: the peer does not know the shared secret"), true,
-                       kHandshakeKey);
-    }
-    WelcomeMsg welcome{std::string(name), {}};
-    WP_ASSIGN_OR_RETURN(welcome.server_proof, ServerProof(secret, proof->client_nonce, server_nonce, name));
-    WP_RETURN_IF_ERROR(ch.WriteFrame(MessageType::kWelcome, welcome.Encode(), kHandshakeKey, deadline));
-    WP_ASSIGN_OR_RETURN(ch.session_key_, SessionKey(secret, server_nonce, proof->client_nonce));
-    return Status::Ok();
-  }
-
-  static Status Client(ControlChannel& ch, std::string_view name, PeerRole role, const Secret& secret,
-                       Clock::time_point deadline) {
-    WP_RETURN_IF_ERROR(ch.WriteFrame(MessageType::kHello, HelloMsg{role, std::string(name)}.Encode(),
-                                     kHandshakeKey, deadline));
-    WP_ASSIGN_OR_RETURN(Frame frame, Expect(ch, MessageType::kChallenge, deadline));
-    Result<ChallengeMsg> challenge = ChallengeMsg::Decode(frame.payload);
-    if (!challenge.ok()) return ch.Refuse(challenge.status(), true, kHandshakeKey);
-
-    ProofMsg proof;
-    WP_ASSIGN_OR_RETURN(proof.client_nonce, RandomNonce());
-    WP_ASSIGN_OR_RETURN(proof.proof, ClientProof(secret, challenge->server_nonce, proof.client_nonce, name));
-    WP_RETURN_IF_ERROR(ch.WriteFrame(MessageType::kProof, proof.Encode(), kHandshakeKey, deadline));
-    WP_ASSIGN_OR_RETURN(frame, Expect(ch, MessageType::kWelcome, deadline));
-    Result<WelcomeMsg> welcome = WelcomeMsg::Decode(frame.payload);
-    if (!welcome.ok()) return ch.Refuse(welcome.status(), true, kHandshakeKey);
-    ch.peer_name_ = welcome->server_name;
-    ch.peer_ = "coordinator '" + welcome->server_name + "' at " + ch.peer_address_;
-    // The server must prove itself too, or a rogue coordinator could feed us plans and manifests.
-    WP_ASSIGN_OR_RETURN(Digest expected, ServerProof(secret, proof.client_nonce, challenge->server_nonce,
-                                                     welcome->server_name));
-    if (!ConstantTimeEqual(expected, welcome->server_proof)) {
-      return ch.Refuse(
-          PermissionDenied("wrong server proof: the coordinator does not know the shared secret"), true,
-          kHandshakeKey);
-    }
-    WP_ASSIGN_OR_RETURN(ch.session_key_, SessionKey(secret, challenge->server_nonce, proof.client_nonce));
-    return Status::Ok();
-  }
-};
 
 ControlChannel::ControlChannel(int fd, std::string peer_address, ControlOptions options)
     : fd_(fd), peer_address_(std::move(peer_address)), options_(std::move(options)) {}
@@ -190,14 +170,20 @@ Result<Frame> ControlChannel::ReadFrame(ByteView key, Clock::time_point deadline
   };
   if (rbuf_.size() < kFrameHeaderSize) rbuf_.resize(kFrameHeaderSize);
   WP_RETURN_IF_ERROR(fill(kFrameHeaderSize));
+  // Before the peer has authenticated, frames are handshake messages, all small: a stranger cannot
+  // make this end allocate max_payload bytes.
+  const bool handshake = key.data() == kHandshakeKey.data();
+  if (handshake && recv_seq_ == 0 && !OpensHandshake(std::span(rbuf_).first(kFrameHeaderSize)))
+    return NotOurProtocol();
   // The length is checked here, before the buffer grows to hold the payload.
-  Result<FrameHeader> header =
-      DecodeFrameHeader(std::span(rbuf_).first(kFrameHeaderSize), options_.max_payload);
+  const uint32_t limit =
+      handshake ? std::min(options_.max_payload, kMaxHandshakePayload) : options_.max_payload;
+  Result<FrameHeader> header = DecodeFrameHeader(std::span(rbuf_).first(kFrameHeaderSize), limit);
   if (!header.ok()) return Refuse(header.status(), true, key);
   const size_t total = kFrameHeaderSize + size_t{header->payload_size} + kFrameMacSize;
   if (rbuf_.size() != total) rbuf_.resize(total);
   WP_RETURN_IF_ERROR(fill(total));
-  Result<Frame> frame = DecodeFrame(rbuf_, key, recv_seq_, options_.max_payload);
+  Result<Frame> frame = DecodeFrame(rbuf_, key, recv_seq_, limit);
   rlen_ = 0;
   if (rbuf_.capacity() > kKeepBufferBytes) Bytes().swap(rbuf_);
   if (!frame.ok()) return Refuse(frame.status(), true, key);
@@ -241,44 +227,8 @@ Result<std::unique_ptr<ControlChannel>> ControlChannel::Connect(std::string_view
                       control_internal::ConnectTcp(address, Deadline(deadline)));
   std::unique_ptr<ControlChannel> ch(new ControlChannel(conn.fd.Release(), conn.address, std::move(options)));
   ch->peer_ = "coordinator at " + ch->peer_address_;
+  ch->dialed_ = true;
   Status status = ControlHandshake::Client(*ch, name, role, secret, deadline);
-  if (!status.ok()) {
-    if (!ch->refused_.load()) ch->Log("handshake with " + ch->peer_ + " failed: " + status.message());
-    return status;
-  }
-  return ch;
-}
-
-ControlListener::ControlListener(int fd, std::string address, uint16_t port, std::string name, Secret secret,
-                                 ControlOptions options)
-    : fd_(fd),
-      address_(std::move(address)),
-      port_(port),
-      name_(std::move(name)),
-      secret_(std::move(secret)),
-      options_(std::move(options)) {}
-
-ControlListener::~ControlListener() {
-  if (fd_ >= 0) close(fd_);
-}
-
-Result<std::unique_ptr<ControlListener>> ControlListener::Listen(std::string_view host, uint16_t port,
-                                                                 std::string_view name, const Secret& secret,
-                                                                 ControlOptions options) {
-  WP_RETURN_IF_ERROR(CheckName(name, "coordinator name"));
-  WP_ASSIGN_OR_RETURN(control_internal::Listening listening, control_internal::ListenTcp(host, port));
-  std::unique_ptr<ControlListener> listener(new ControlListener(listening.fd.Release(), listening.address,
-                                                                listening.port, std::string(name), secret,
-                                                                std::move(options)));
-  return listener;
-}
-
-Result<std::unique_ptr<ControlChannel>> ControlListener::Accept(std::chrono::milliseconds timeout) {
-  WP_ASSIGN_OR_RETURN(control_internal::Connected conn,
-                      control_internal::AcceptTcp(fd_, Deadline(timeout), address_));
-  std::unique_ptr<ControlChannel> ch(new ControlChannel(conn.fd.Release(), conn.address, options_));
-  ch->peer_ = "peer at " + ch->peer_address_;
-  Status status = ControlHandshake::Server(*ch, name_, secret_);
   if (!status.ok()) {
     if (!ch->refused_.load()) ch->Log("handshake with " + ch->peer_ + " failed: " + status.message());
     return status;

@@ -1,6 +1,8 @@
-// MetricsServer: one thread that accepts a connection, reads one request head within a deadline
-// and a size limit, answers, and closes. Every wait polls the connection together with an eventfd
-// that Stop() makes readable, so Stop() never waits for a slow or silent client.
+// MetricsServer: one thread that polls every connection at once, nonblocking: each reads one
+// request head within a deadline and a size limit, is answered and closed, and none waits on
+// another, so silent clients cannot delay a scrape. At most max_connections are open; one more
+// closes the oldest. The poll includes an eventfd that Stop() makes readable, so Stop() never waits
+// for a slow or silent client.
 #include "weightport/control/metrics_server.h"
 
 #include <netdb.h>
@@ -14,8 +16,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <deque>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "socket.h"
 #include "weightport/control/metrics.h"
@@ -69,56 +73,127 @@ struct MetricsServer::State {
     if (p[0].revents != 0) return Wait::kStopped;
     return n == 0 ? Wait::kTimeout : Wait::kReady;
   }
-  Wait WaitFor(int fd, short events, const Deadline& deadline) const {
-    return WaitFor(fd, events, deadline.PollMs());
-  }
+
+  // One connection: its request head arriving, its response leaving, then a short drain.
+  struct Conn {
+    enum class Phase { kReading, kWriting, kDraining };
+    UniqueFd fd;
+    Phase phase = Phase::kReading;
+    std::chrono::steady_clock::time_point deadline;  // of the current phase
+    std::string head;                                // the request head so far
+    std::string out;                                 // the response
+    size_t sent = 0;
+    size_t drained = 0;
+  };
+  std::deque<Conn> conns;  // oldest first; only the server thread touches it
 
   void Run() {
+    std::vector<pollfd> fds;
     while (true) {
-      Wait w = WaitFor(listen_fd.get(), POLLIN, -1);
-      if (w == Wait::kStopped) return;
-      if (w == Wait::kReady) {
-        int fd = accept4(listen_fd.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd >= 0) {
-          UniqueFd conn(fd);
-          Serve(conn.get());
-          continue;
-        }
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) continue;
+      fds.assign({{wake_fd.get(), POLLIN, 0}, {listen_fd.get(), POLLIN, 0}});
+      auto wake = std::chrono::steady_clock::time_point::max();
+      for (const Conn& c : conns) {
+        fds.push_back(
+            {c.fd.get(), static_cast<short>(c.phase == Conn::Phase::kWriting ? POLLOUT : POLLIN), 0});
+        wake = std::min(wake, c.deadline);
       }
-      // poll failed, or accept did (EMFILE and friends: the connection stays queued and the listener
-      // readable). Back off rather than spin, still waking at once for Stop().
-      Wait backoff = WaitFor(wake_fd.get(), POLLIN, 100);
-      if (backoff == Wait::kStopped) return;
-      if (backoff == Wait::kError) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      const int timeout_ms = conns.empty() ? -1 : Deadline(wake).PollMs();
+      int n = poll(fds.data(), fds.size(), timeout_ms);
+      if (n < 0 && errno != EINTR) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // poll itself failed: back off
+        continue;
+      }
+      if (n > 0 && fds[0].revents != 0) return;  // Stop()
+      // fds[i + 2] is conns[i]: step the ready ones, then drop the finished and the expired.
+      const auto now = std::chrono::steady_clock::now();
+      std::vector<bool> done(conns.size(), false);
+      for (size_t i = 0; i < conns.size(); ++i) {
+        if (n > 0 && fds[i + 2].revents != 0) done[i] = !Step(conns[i]);
+        if (!done[i] && now >= conns[i].deadline) done[i] = !Expire(conns[i]);
+      }
+      for (size_t i = conns.size(); i-- > 0;)
+        if (done[i]) conns.erase(conns.begin() + static_cast<std::ptrdiff_t>(i));
+      if (n > 0 && fds[1].revents != 0 && !TakeConnections()) {
+        // accept failed (EMFILE and friends: the connection stays queued and the listener readable).
+        // Back off rather than spin, still waking at once for Stop().
+        if (WaitFor(wake_fd.get(), POLLIN, 100) == Wait::kStopped) return;
+      }
     }
   }
 
-  void Serve(int fd) {
-    const size_t max = options.max_request_bytes;
-    Deadline deadline(options.request_timeout);
-    std::string head;
-    size_t end = std::string::npos;
-    char buf[4096];
-    // Bounded by the deadline, and by max + 1 bytes read in all.
-    while (true) {
-      Wait w = WaitFor(fd, POLLIN, deadline);
-      if (w == Wait::kStopped || w == Wait::kError) return;
-      if (w == Wait::kTimeout) return Reply(fd, "408 Request Timeout", "", "request timed out\n", false);
-      ssize_t n = recv(fd, buf, std::min(sizeof(buf), max + 1 - head.size()), 0);
-      if (n == 0) return;  // the client left before finishing its request
-      if (n < 0) {
-        if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
-        return;
+  // Accepts what is queued (a bounded burst); beyond max_connections the oldest is closed. False
+  // when accept failed for want of resources.
+  bool TakeConnections() {
+    for (int i = 0; i < 64; ++i) {
+      int fd = accept4(listen_fd.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        return errno == EAGAIN || errno == EWOULDBLOCK;
       }
-      size_t from = head.size() >= 2 ? head.size() - 2 : 0;
-      head.append(buf, static_cast<size_t>(n));
-      end = HeadEnd(head, from);
-      if (end != std::string::npos && end <= max) break;
-      if (head.size() > max) {
-        return Reply(fd, "431 Request Header Fields Too Large", "", "request head too large\n", false);
+      if (conns.size() >= options.max_connections) conns.pop_front();
+      Conn& c = conns.emplace_back();
+      c.fd = UniqueFd(fd);
+      c.deadline = Deadline(options.request_timeout).At();
+    }
+    return true;
+  }
+
+  // A phase's deadline passed: a request not complete is answered 408; otherwise the connection
+  // ends. False when it is finished.
+  bool Expire(Conn& c) {
+    if (c.phase != Conn::Phase::kReading) return false;
+    Answer(c, Response("408 Request Timeout", "", "request timed out\n", false));
+    return Step(c);
+  }
+
+  void Answer(Conn& c, std::string response) {
+    c.phase = Conn::Phase::kWriting;
+    c.out = std::move(response);
+    c.deadline = Deadline(options.request_timeout).At();
+  }
+
+  // Moves the connection on with what the socket allows now. False when it is finished.
+  bool Step(Conn& c) {
+    const int fd = c.fd.get();
+    if (c.phase == Conn::Phase::kReading) {
+      const size_t max = options.max_request_bytes;
+      char buf[4096];
+      ssize_t n = recv(fd, buf, std::min(sizeof(buf), max + 1 - c.head.size()), 0);
+      if (n == 0) return false;  // the client left before finishing its request
+      if (n < 0) return errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK;
+      size_t from = c.head.size() >= 2 ? c.head.size() - 2 : 0;
+      c.head.append(buf, static_cast<size_t>(n));
+      size_t end = HeadEnd(c.head, from);
+      if (end != std::string::npos && end <= max) {
+        Answer(c, Respond(c.head));
+      } else if (c.head.size() > max) {
+        Answer(c, Response("431 Request Header Fields Too Large", "", "request head too large\n", false));
+      } else {
+        return true;
       }
     }
+    if (c.phase == Conn::Phase::kWriting) {
+      while (c.sent < c.out.size()) {
+        ssize_t n = send(fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
+        if (n < 0) return errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK;
+        c.sent += static_cast<size_t>(n);
+      }
+      // Half-close, then drain what the client still sends (bounded), so that closing with unread
+      // bytes does not reset the connection before the client has read the response.
+      shutdown(fd, SHUT_WR);
+      c.phase = Conn::Phase::kDraining;
+      c.deadline = Deadline(std::chrono::milliseconds(250)).At();
+      return true;
+    }
+    char buf[4096];
+    ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) return false;
+    if (n > 0) c.drained += static_cast<size_t>(n);
+    return c.drained < 64 * 1024;
+  }
+
+  // The response to a whole request head.
+  std::string Respond(const std::string& head) const {
     // Request line: METHOD SP target SP HTTP/1.x
     std::string_view line(head.data(), head.find('\n'));
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
@@ -126,50 +201,29 @@ struct MetricsServer::State {
     size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
     if (sp2 == std::string_view::npos || line.find(' ', sp2 + 1) != std::string_view::npos ||
         !line.substr(sp2 + 1).starts_with("HTTP/1.") || sp1 == 0 || sp2 == sp1 + 1) {
-      return Reply(fd, "400 Bad Request", "", "malformed request line\n", false);
+      return Response("400 Bad Request", "", "malformed request line\n", false);
     }
     std::string_view method = line.substr(0, sp1);
     std::string_view path = line.substr(sp1 + 1, sp2 - sp1 - 1);
     path = path.substr(0, path.find('?'));
     const bool head_only = method == "HEAD";
     if (method != "GET" && !head_only) {
-      return Reply(fd, "405 Method Not Allowed", "Allow: GET, HEAD\r\n", "method not allowed\n", false);
+      return Response("405 Method Not Allowed", "Allow: GET, HEAD\r\n", "method not allowed\n", false);
     }
-    if (path != "/metrics") return Reply(fd, "404 Not Found", "", "not found; try /metrics\n", head_only);
-    Reply(fd, "200 OK", "", metrics.RenderPrometheus(), head_only,
-          "text/plain; version=0.0.4; charset=utf-8");
+    if (path != "/metrics") return Response("404 Not Found", "", "not found; try /metrics\n", head_only);
+    return Response("200 OK", "", metrics.RenderPrometheus(), head_only,
+                    "text/plain; version=0.0.4; charset=utf-8");
   }
 
-  // Sends the whole response within a fresh deadline, then half-closes and drains what the client
-  // still sends (bounded), so that closing with unread bytes does not reset the connection before
-  // the client has read the response.
-  void Reply(int fd, std::string_view status, std::string_view extra_headers, const std::string& body,
-             bool head_only, std::string_view content_type = "text/plain; charset=utf-8") {
+  static std::string Response(std::string_view status, std::string_view extra_headers,
+                              const std::string& body, bool head_only,
+                              std::string_view content_type = "text/plain; charset=utf-8") {
     std::string response = "HTTP/1.1 " + std::string(status) +
                            "\r\nContent-Type: " + std::string(content_type) +
                            "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" +
                            std::string(extra_headers) + "Connection: close\r\n\r\n";
     if (!head_only) response += body;
-    Deadline deadline(options.request_timeout);
-    size_t done = 0;
-    while (done < response.size()) {
-      if (WaitFor(fd, POLLOUT, deadline) != Wait::kReady) return;
-      ssize_t n = send(fd, response.data() + done, response.size() - done, MSG_NOSIGNAL);
-      if (n < 0) {
-        if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
-        return;
-      }
-      done += static_cast<size_t>(n);
-    }
-    shutdown(fd, SHUT_WR);
-    Deadline linger(std::chrono::milliseconds(250));
-    char buf[4096];
-    for (size_t drained = 0; drained < 64 * 1024;) {
-      if (WaitFor(fd, POLLIN, linger) != Wait::kReady) return;
-      ssize_t n = recv(fd, buf, sizeof(buf), 0);
-      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) return;
-      if (n > 0) drained += static_cast<size_t>(n);
-    }
+    return response;
   }
 };
 
@@ -181,6 +235,7 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(std::string_view hos
   if (options.max_request_bytes == 0 || options.max_request_bytes > (1u << 20)) {
     return InvalidArgument(where + ": max_request_bytes must be in 1..1048576");
   }
+  if (options.max_connections == 0) return InvalidArgument(where + ": max_connections must be at least 1");
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -204,10 +259,10 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(std::string_view hos
     int one = 1;
     setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
-      last = ErrnoError(where + ": bind", errno);
+      last = control_internal::BindError(where, errno);
       continue;
     }
-    if (listen(fd.get(), 64) != 0) {
+    if (listen(fd.get(), SOMAXCONN) != 0) {
       last = ErrnoError(where + ": listen", errno);
       continue;
     }
@@ -254,6 +309,7 @@ void MetricsServer::Stop() {
   // every later wait of the server thread ends at once.
   [[maybe_unused]] ssize_t written = write(state_->wake_fd.get(), &one, sizeof(one));
   state_->thread.join();
+  state_->conns.clear();      // the thread is gone: close what it still held
   state_->listen_fd.Reset();  // clients now get "connection refused" instead of waiting
 }
 

@@ -7,9 +7,12 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
+#include "control_test_util.h"
+#include "weightport/control/channel.h"
 #include "weightport/control/metrics.h"
 #include "weightport/control/metrics_server.h"
 
@@ -183,6 +186,62 @@ TEST_F(MetricsServerTest, PortInUseErrorNamesTheAddress) {
   EXPECT_NE(second.status().message().find(server->address()), std::string::npos)
       << second.status().ToString();
   EXPECT_FALSE(MetricsServer::Start("", 0, metrics_).ok());
+}
+
+TEST_F(MetricsServerTest, PortTakenByTheControlListenerSaysAddressAlreadyInUse) {
+  auto listener = ControlListener::Listen("127.0.0.1", 0, "coord", control_test::MakeSecret('s'));
+  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+  auto second = MetricsServer::Start("127.0.0.1", (*listener)->port(), metrics_);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kAlreadyExists) << second.status().ToString();
+  EXPECT_NE(second.status().message().find("metrics server on " + (*listener)->address() +
+                                           ": address already in use"),
+            std::string::npos)
+      << second.status().ToString();
+}
+
+TEST_F(MetricsServerTest, IdleConnectionsDoNotBlockAScrape) {
+  // Each idle connection may hold its slot for the whole request timeout; a scrape must not queue
+  // behind them.
+  auto server = StartServer({.request_timeout = milliseconds(2000)});
+  ASSERT_NE(server, nullptr);
+  std::vector<int> idle;
+  for (int i = 0; i < 66; ++i) {
+    int fd = Connect(server->port());
+    ASSERT_GE(fd, 0);
+    idle.push_back(fd);
+  }
+  std::this_thread::sleep_for(milliseconds(100));  // the server takes them in
+  const auto start = Clock::now();
+  int fd = Connect(server->port());
+  ASSERT_GE(fd, 0);
+  timeval tv{1, 0};  // the scrape's timeout
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  const std::string request = "GET /metrics HTTP/1.1\r\n\r\n";
+  ASSERT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+  const std::string response = ReadAll(fd);
+  const auto took = Clock::now() - start;
+  close(fd);
+  for (int i : idle) close(i);
+  EXPECT_EQ(StatusLine(response), "HTTP/1.1 200 OK");
+  EXPECT_LT(took, milliseconds(1000));
+}
+
+TEST_F(MetricsServerTest, ConnectionsBeyondTheBoundCloseTheOldest) {
+  auto server = StartServer({.request_timeout = milliseconds(20'000), .max_connections = 4});
+  ASSERT_NE(server, nullptr);
+  std::vector<int> idle;
+  for (int i = 0; i < 5; ++i) {
+    idle.push_back(Connect(server->port()));
+    ASSERT_GE(idle.back(), 0);
+    std::this_thread::sleep_for(milliseconds(50));  // accepted in this order
+  }
+  timeval tv{1, 0};
+  setsockopt(idle[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char c;
+  EXPECT_EQ(recv(idle[0], &c, 1, 0), 0) << "the oldest connection was not closed";
+  EXPECT_EQ(StatusLine(Exchange(server->port(), "GET /metrics HTTP/1.1\r\n\r\n")), "HTTP/1.1 200 OK");
+  for (int i : idle) close(i);
 }
 
 }  // namespace

@@ -81,6 +81,11 @@ Result<std::unique_ptr<addrinfo, AddrInfoDeleter>> Resolve(const std::string& ho
 
 }  // namespace
 
+Status BindError(std::string_view where, int errnum) {
+  if (errnum == EADDRINUSE) return AlreadyExists(std::string(where) + ": address already in use");
+  return ErrnoError(std::string(where) + ": bind", errnum);
+}
+
 int Deadline::PollMs() const {
   auto left = at_ - std::chrono::steady_clock::now();
   if (left <= std::chrono::steady_clock::duration::zero()) return 0;
@@ -144,8 +149,12 @@ Result<Listening> ListenTcp(std::string_view host, uint16_t port) {
     }
     int one = 1;
     setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd.get(), SOMAXCONN) != 0) {
-      last = ErrnoError(where + ": bind/listen", errno);
+    if (bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
+      last = BindError(where, errno);
+      continue;
+    }
+    if (listen(fd.get(), SOMAXCONN) != 0) {
+      last = ErrnoError(where + ": listen", errno);
       continue;
     }
     sockaddr_storage bound{};

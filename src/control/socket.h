@@ -25,6 +25,7 @@ class Deadline {
   // Milliseconds left for poll(), rounded up so a wait never ends just short of the deadline.
   int PollMs() const;
   bool Expired() const { return std::chrono::steady_clock::now() >= at_; }
+  std::chrono::steady_clock::time_point At() const { return at_; }
   Deadline Sooner(std::chrono::milliseconds timeout) const {
     Deadline other(timeout);
     return other.at_ < at_ ? other : *this;
@@ -54,6 +55,10 @@ class UniqueFd {
 
 // "host:port" or "[v6]:port" -> (host, port).
 Result<std::pair<std::string, uint16_t>> SplitHostPort(std::string_view address);
+
+// The error for a failed bind(2) of `where` ("control listener on 127.0.0.1:7000"): AlreadyExists
+// "...: address already in use" when another socket holds the port, IoError otherwise.
+Status BindError(std::string_view where, int errnum);
 
 struct Listening {
   UniqueFd fd;

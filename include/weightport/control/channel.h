@@ -13,12 +13,14 @@
 // 127.0.0.1:7000". Every wait is bounded by a timeout.
 //
 // Thread-safety: Send may be called from any thread (calls are serialised); Receive from one thread
-// at a time, which may run concurrently with Send. ControlListener::Accept from one thread at a time.
+// at a time, which may run concurrently with Send. ControlListener::Accept from one thread at a time
+// (it runs the handshakes of all pending connections on that thread, without blocking on any).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -34,6 +36,9 @@ namespace weightport {
 struct ControlOptions {
   // Bounds on the handshake (Accept, after a connection arrives) and on each Send.
   std::chrono::milliseconds handshake_timeout{5000};
+  // The most connections a ControlListener holds before they authenticate; one more closes the
+  // oldest. At least 1.
+  size_t max_pending_handshakes = 64;
   std::chrono::milliseconds send_timeout{10000};
   // Frames announcing a larger payload are refused before any buffer is allocated.
   uint32_t max_payload = kDefaultMaxPayload;
@@ -98,6 +103,8 @@ class ControlChannel {
   // Reports and ends the connection after a protocol violation, telling the peer why when
   // `tell_peer`. Returns `why` for the caller to propagate.
   Status Refuse(const Status& why, bool tell_peer, ByteView key);
+  // Ends a handshake whose peer's first bytes are not a handshake frame, quoting them.
+  Status NotOurProtocol();
   void Log(const std::string& line) const;
 
   int fd_ = -1;
@@ -105,6 +112,7 @@ class ControlChannel {
   std::string peer_name_;
   std::string peer_;
   PeerRole peer_role_ = PeerRole::kObserver;
+  bool dialed_ = false;  // Connect made it (the accepting end: false)
   ControlOptions options_;
   Digest session_key_{};
   std::atomic<bool> closed_{false};
@@ -125,7 +133,8 @@ class ControlChannel {
 class ControlListener {
  public:
   // Binds host:port (port 0: any free port; see address()/port()). `name` is this end's name, sent
-  // to peers in Welcome.
+  // to peers in Welcome. A port another socket holds is AlreadyExists
+  // "control listener on 127.0.0.1:7000: address already in use".
   static Result<std::unique_ptr<ControlListener>> Listen(std::string_view host, uint16_t port,
                                                          std::string_view name, const Secret& secret,
                                                          ControlOptions options = {});
@@ -133,24 +142,38 @@ class ControlListener {
   ControlListener(const ControlListener&) = delete;
   ControlListener& operator=(const ControlListener&) = delete;
 
-  // Waits up to `timeout` for a connection, then runs the server side of the handshake (bounded by
-  // options.handshake_timeout). A peer that fails it is refused and reported, and Accept returns
-  // that error (PermissionDenied, InvalidArgument, ...) naming the peer; call Accept again for the
-  // next connection.
+  // Waits up to `timeout` for a peer to complete the server side of the handshake, and returns its
+  // channel; Timeout when none did. Connections are taken in as they arrive and their handshakes
+  // run side by side while Accept runs, none waiting on another, so Accept returns within `timeout`
+  // however many peers are silent. Each handshake is bounded by options.handshake_timeout (then it
+  // is reported and closed) and at most options.max_pending_handshakes are under way (one more
+  // closes the oldest, reported). A peer that fails its handshake is refused and reported, and
+  // Accept returns that error (PermissionDenied, InvalidArgument, ...) naming the peer; call Accept
+  // again for the next one. Connections still in their handshake wait for the next call.
   Result<std::unique_ptr<ControlChannel>> Accept(std::chrono::milliseconds timeout);
 
   const std::string& address() const { return address_; }  // "127.0.0.1:41234"
   uint16_t port() const { return port_; }
 
  private:
+  struct Pending;  // a connection in its handshake (listener.cc)
   ControlListener(int fd, std::string address, uint16_t port, std::string name, Secret secret,
                   ControlOptions options);
+  // Takes queued connections into pending_, closing the oldest beyond the cap.
+  Status TakeConnections();
+  // Reports and closes the connections whose handshake_timeout has passed.
+  void ExpireHandshakes();
+  // Advances one handshake with what has arrived: true when it is complete.
+  Result<bool> Step(Pending& p);
+  void Log(const std::string& line) const;
+
   int fd_ = -1;
   std::string address_;
   uint16_t port_ = 0;
   std::string name_;
   Secret secret_;
   ControlOptions options_;
+  std::deque<std::unique_ptr<Pending>> pending_;  // oldest first
 };
 
 }  // namespace weightport

@@ -23,16 +23,19 @@ struct MetricsServerOptions {
   // Largest request head (request line and headers), at most 1 MiB; larger is answered 431 and
   // closed.
   size_t max_request_bytes = 8 * 1024;
+  // Connections served at once; one more closes the oldest. At least 1.
+  size_t max_connections = 64;
 };
 
 // Minimal HTTP/1.1 server. GET (or HEAD) /metrics -> 200 "text/plain; version=0.0.4" with
 // RenderPrometheus(); another path -> 404; another method -> 405; a malformed request -> 400; a
 // request head over the size limit -> 431; a request not complete within the timeout -> 408. Every
-// response closes the connection. One thread accepts and serves connections one at a time.
+// response closes the connection. One thread serves up to max_connections connections side by side,
+// nonblocking, each bounded by request_timeout, so idle connections cannot delay a scrape.
 class MetricsServer {
  public:
-  // Binds host:port (port 0 picks a free port). Errors name the address, e.g.
-  // "metrics server on 127.0.0.1:9100: bind: Address already in use".
+  // Binds host:port (port 0 picks a free port). Errors name the address; a port another socket
+  // holds is AlreadyExists "metrics server on 127.0.0.1:9100: address already in use".
   static Result<std::unique_ptr<MetricsServer>> Start(std::string_view host, uint16_t port,
                                                       const Metrics& metrics,
                                                       MetricsServerOptions options = {});

@@ -14,7 +14,7 @@
 // only; authenticity comes from the proofs inside). After it, with the session key. Each direction
 // numbers its frames 0, 1, 2, ... across the handshake; a receiver accepts only the next number, so
 // replayed, dropped or reordered frames are refused. payload_size is checked against a maximum before
-// any buffer for the payload is allocated.
+// any buffer for the payload is allocated (kMaxHandshakePayload until the handshake completes).
 //
 // Payload fields: integers are fixed-width little-endian; strings and byte strings are a u32 length
 // followed by the bytes. Each payload type has kType, Encode() and a strict static Decode().
@@ -76,6 +76,9 @@ std::string_view PeerRoleName(PeerRole role);  // "publisher"
 inline constexpr size_t kFrameHeaderSize = 4 + 1 + 8;
 inline constexpr size_t kFrameMacSize = kDigestSize;
 inline constexpr uint32_t kDefaultMaxPayload = 64u << 20;
+// Before the handshake completes, the bound on every frame (the largest handshake message is a
+// Refused with its reason): an unauthenticated peer cannot make the other end allocate more.
+inline constexpr uint32_t kMaxHandshakePayload = 8 * 1024;
 inline constexpr size_t kMaxNameSize = 128;     // peer names: printable ASCII, non-empty
 inline constexpr size_t kMaxReasonSize = 4096;  // Refused / UpdateFailed / Abort reasons
 inline constexpr Digest kHandshakeKey{};

@@ -14,6 +14,7 @@
 #include "weightport/control/event_queue.h"
 #include "weightport/control/fed_messages.h"
 #include "weightport/control/handshake.h"
+#include "weightport/control/joining_peers.h"
 #include "weightport/core/hash.h"
 #include "weightport/engine/fed/fed_codec.h"
 #include "weightport/engine/fed/fed_report.h"
@@ -26,7 +27,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 constexpr uint64_t kHoldsNothing = ~uint64_t{0};
-constexpr size_t kQueuedEvents = 16;  // each at most one update chunk
+constexpr size_t kQueuedEvents = 16;               // each at most one update chunk
+constexpr milliseconds kJoinMessageTimeout(5000);  // from a client's handshake to its join
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -113,28 +115,32 @@ struct FedServer::Impl {
   void Push(Event e) { events.Push(std::move(e)); }
   std::optional<Event> Next(Clock::time_point deadline) { return events.Next(deadline); }
 
+  // Joins are read side by side (JoiningPeers): a client slow to send its join holds up no other.
   void Accept() {
+    JoiningPeers joining(kJoinMessageTimeout);
     while (!stopping.load()) {
-      auto ch = listener->Accept(milliseconds(200));
-      if (!ch.ok()) continue;  // a timeout, or a refused peer (logged by the listener)
-      auto first = (*ch)->Receive(milliseconds(5000));
-      Status bad;
-      uint64_t holds = kHoldsNothing;
-      if (!first.ok()) {
-        bad = first.status();
-      } else if (first->type != MessageType::kFed) {
-        bad = InvalidArgument("sent " + std::string(MessageTypeName(first->type)) + ", not a federated join");
-      } else if (auto m = FedMsg::Decode(first->payload); !m.ok() || m->kind != FedKind::kJoin) {
-        bad = InvalidArgument("its first message is not a federated join");
-      } else {
-        holds = m->version;
+      auto ch = listener->Accept(joining.empty() ? milliseconds(200) : milliseconds(20));
+      if (ch.ok()) joining.Add(std::move(*ch));  // else a timeout, or a refused peer (logged by the listener)
+      for (JoiningPeers::Arrival& a : joining.Take()) {
+        Status bad;
+        uint64_t holds = kHoldsNothing;
+        if (!a.first.ok()) {
+          bad = a.first.status();
+        } else if (a.first->type != MessageType::kFed) {
+          bad = InvalidArgument("sent " + std::string(MessageTypeName(a.first->type)) +
+                                ", not a federated join");
+        } else if (auto m = FedMsg::Decode(a.first->payload); !m.ok() || m->kind != FedKind::kJoin) {
+          bad = InvalidArgument("its first message is not a federated join");
+        } else {
+          holds = m->version;
+        }
+        if (!bad.ok()) {
+          Log("fed: refused " + a.channel->peer() + ": " + bad.message());
+          a.channel->Send(RefusedMsg{bad.message()}).IgnoreError();
+          continue;
+        }
+        Push(Event{-1, Status(Cancelled("")), std::move(a.channel), holds});
       }
-      if (!bad.ok()) {
-        Log("fed: refused " + (*ch)->peer() + ": " + bad.message());
-        (*ch)->Send(RefusedMsg{bad.message()}).IgnoreError();
-        continue;
-      }
-      Push(Event{-1, Status(Cancelled("")), std::move(*ch), holds});
     }
   }
 

@@ -295,5 +295,40 @@ TEST(FedServer, LateChunksFoldIntoTheNextRoundWithAStalenessWeight) {
   for (size_t k = 0; k < want.size(); ++k) ASSERT_NEAR(run.global[k], want[k], 1e-5) << "element " << k;
 }
 
+// A client that authenticates and then says nothing must not hold up the join of the next one.
+TEST(FedServer, AMuteClientDoesNotHoldUpTheJoinsBehindIt) {
+  auto listener = ControlListener::Listen("127.0.0.1", 0, "fed-server", TestSecret());
+  ASSERT_TRUE(listener.ok());
+  FedServerOptions o;
+  o.clients = 1;
+  o.rounds = 1;
+  o.chunk_elements = kChunk;
+  o.join_timeout = milliseconds(10'000);
+  FedServer server(std::move(*listener), Ramp(kElements, 0.5f), o);
+  const std::string address = server.address();
+  milliseconds joined_after{-1};
+  std::thread clients([&] {
+    auto mute =
+        ControlChannel::Connect(address, "mute", PeerRole::kSubscriber, TestSecret(), milliseconds(5000));
+    ASSERT_TRUE(mute.ok()) << mute.status().ToString();
+    std::this_thread::sleep_for(milliseconds(200));  // the server has taken it in and waits for its join
+    const auto start = std::chrono::steady_clock::now();
+    FedClientOptions co;
+    co.name = "a";
+    auto c = FedClient::Connect(address, TestSecret(), co);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    auto round = (*c)->NextRound();
+    ASSERT_TRUE(round.ok()) << round.status().ToString();
+    joined_after = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
+    ASSERT_TRUE((*c)->SendUpdate(std::vector<float>(kElements, 0.25f), 1).ok());
+    EXPECT_EQ((*c)->NextRound().status().code(), StatusCode::kNotFound);
+  });
+  auto reports = server.Run();
+  clients.join();
+  ASSERT_TRUE(reports.ok()) << reports.status().ToString();
+  EXPECT_GE(joined_after.count(), 0);
+  EXPECT_LT(joined_after, milliseconds(2000)) << "joined after " << joined_after.count() << " ms";
+}
+
 }  // namespace
 }  // namespace weightport

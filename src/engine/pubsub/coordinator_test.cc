@@ -1,6 +1,11 @@
 // The coordinator's protocol rules, driven by raw control channels standing in for peers.
 #include "weightport/engine/pubsub/coordinator.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -136,6 +141,59 @@ TEST(Coordinator, VersionsMustIncreaseAndOnlyOneIsInFlight) {
   EXPECT_NE(AbortMsg::Decode(old->payload)->reason.find("not newer than the live version 5"),
             std::string::npos);
   EXPECT_EQ(f.coordinator->WaitForVersion(99, milliseconds(10)).status().code(), StatusCode::kNotFound);
+}
+
+// A connected socket that never sends a byte.
+struct IdleSocket {
+  int fd = -1;
+  explicit IdleSocket(uint16_t port) {
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  }
+  ~IdleSocket() { close(fd); }
+};
+
+uint16_t PortOf(const std::string& address) {
+  return static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
+}
+
+TEST(Coordinator, IdleSocketsDoNotDelayDeclaringASilentPeerLost) {
+  Secret secret = MakeSecret('c');
+  LogCapture log;
+  CoordinatorOptions o;
+  o.log = log.Sink();
+  o.heartbeat_interval = milliseconds(100);
+  o.peer_timeout = milliseconds(1000);
+  o.control.handshake_timeout = milliseconds(5000);  // a silent socket could hold Accept this long
+  auto c = Coordinator::Start("127.0.0.1", 0, secret, o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto sub = ControlChannel::Connect((*c)->address(), "silent", PeerRole::kSubscriber, secret, kWait);
+  ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+  ASSERT_TRUE((*c)->WaitForSubscribers(1, kWait).ok());
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::unique_ptr<IdleSocket>> idle;
+  for (int i = 0; i < 6; ++i) idle.push_back(std::make_unique<IdleSocket>(PortOf((*c)->address())));
+  // The subscriber answers nothing: lost after peer_timeout, whatever the idle sockets do.
+  for (int i = 0; i < 400 && !(*c)->Subscribers().empty(); ++i) std::this_thread::sleep_for(milliseconds(25));
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_TRUE((*c)->Subscribers().empty());
+  EXPECT_LT(took, milliseconds(2000))
+      << "lost after " << std::chrono::duration_cast<milliseconds>(took).count() << " ms";
+}
+
+TEST(Coordinator, TwoHundredIdleSocketsDoNotKeepASubscriberOut) {
+  Fixture f;
+  std::vector<std::unique_ptr<IdleSocket>> idle;
+  for (int i = 0; i < 200; ++i)
+    idle.push_back(std::make_unique<IdleSocket>(PortOf(f.coordinator->address())));
+  auto sub = ControlChannel::Connect(f.coordinator->address(), "replica", PeerRole::kSubscriber, f.secret,
+                                     milliseconds(2000));
+  ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+  EXPECT_TRUE(f.coordinator->WaitForSubscribers(1, milliseconds(2000)).ok());
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "weightport/control/handshake.h"
+#include "weightport/control/joining_peers.h"
 #include "weightport/control/plan_messages.h"
 #include "weightport/core/json_util.h"
 #include "weightport/engine/common/transport_factory.h"
@@ -16,6 +17,7 @@ namespace weightport {
 namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
+constexpr milliseconds kJoinMessageTimeout(5000);  // from a rank's handshake to its LayoutOffer
 
 std::string RankName(const LayoutOffer& o) { return o.endpoint.ToString(); }
 std::string Describe(const TensorMeta& t) { return std::string(DTypeName(t.dtype)) + ShapeToString(t.shape); }
@@ -135,6 +137,8 @@ Result<std::shared_ptr<const Plan>> CollectLayoutsAndPlan(ControlListener& liste
   const auto deadline = Clock::now() + options.timeout;
   Collected got;
   std::vector<std::unique_ptr<ControlChannel>> channels;
+  // Offers are read side by side: a rank slow to send its own holds up no other.
+  JoiningPeers joining(kJoinMessageTimeout);
   auto refuse_all = [&](const Status& why) {
     for (auto& ch : channels) {
       ch->Send(RefusedMsg{why.message().substr(0, kMaxReasonSize)}).IgnoreError();
@@ -156,35 +160,37 @@ Result<std::shared_ptr<const Plan>> CollectLayoutsAndPlan(ControlListener& liste
                                 (have.empty() ? "none" : have)));
     }
     if (options.should_stop && options.should_stop()) return refuse_all(Cancelled("the coordinator stopped"));
-    auto ch = listener.Accept(std::min(left, milliseconds(500)));
-    if (!ch.ok()) {
-      if (ch.status().code() != StatusCode::kTimeout) log(ch.status().ToString());
-      continue;
+    auto ch = listener.Accept(std::min(left, joining.empty() ? milliseconds(500) : milliseconds(20)));
+    if (ch.ok()) {
+      joining.Add(std::move(*ch));
+    } else if (ch.status().code() != StatusCode::kTimeout) {
+      log(ch.status().ToString());
     }
-    auto first = (*ch)->Receive(milliseconds(5000));
-    Result<LayoutOffer> offer =
-        first.ok() ? DecodeOffer(*first, (*ch)->peer()) : Result<LayoutOffer>(first.status());
-    Status bad = offer.status();
-    if (bad.ok()) {
-      const Endpoint ep = offer->endpoint;
-      auto known = got.side_ranks.find(ep.side);
-      if (got.offers.count(ep)) {
-        bad = AlreadyExists(ep.ToString() + " offered its layout twice");
-      } else if (known != got.side_ranks.end() && known->second != offer->side_ranks) {
-        bad = InvalidArgument(ep.ToString() + " says its side has " + std::to_string(offer->side_ranks) +
-                              " ranks, an earlier rank said " + std::to_string(known->second));
+    for (JoiningPeers::Arrival& a : joining.Take()) {
+      Result<LayoutOffer> offer =
+          a.first.ok() ? DecodeOffer(*a.first, a.channel->peer()) : Result<LayoutOffer>(a.first.status());
+      Status bad = offer.status();
+      if (bad.ok()) {
+        const Endpoint ep = offer->endpoint;
+        auto known = got.side_ranks.find(ep.side);
+        if (got.offers.count(ep)) {
+          bad = AlreadyExists(ep.ToString() + " offered its layout twice");
+        } else if (known != got.side_ranks.end() && known->second != offer->side_ranks) {
+          bad = InvalidArgument(ep.ToString() + " says its side has " + std::to_string(offer->side_ranks) +
+                                " ranks, an earlier rank said " + std::to_string(known->second));
+        }
       }
+      if (!bad.ok()) {
+        log("refused " + a.channel->peer() + ": " + bad.message());
+        a.channel->Send(RefusedMsg{bad.message().substr(0, kMaxReasonSize)}).IgnoreError();
+        continue;
+      }
+      log(offer->endpoint.ToString() + " on " + offer->host + " offered " +
+          std::to_string(offer->placement.shards(offer->endpoint.rank).size()) + " shards");
+      got.side_ranks[offer->endpoint.side] = offer->side_ranks;
+      got.offers[offer->endpoint] = std::move(*offer);
+      channels.push_back(std::move(a.channel));
     }
-    if (!bad.ok()) {
-      log("refused " + (*ch)->peer() + ": " + bad.message());
-      (*ch)->Send(RefusedMsg{bad.message().substr(0, kMaxReasonSize)}).IgnoreError();
-      continue;
-    }
-    log(offer->endpoint.ToString() + " on " + offer->host + " offered " +
-        std::to_string(offer->placement.shards(offer->endpoint.rank).size()) + " shards");
-    got.side_ranks[offer->endpoint.side] = offer->side_ranks;
-    got.offers[offer->endpoint] = std::move(*offer);
-    channels.push_back(std::move(*ch));
   }
   std::vector<LayoutOffer> offers;
   for (auto& [ep, o] : got.offers) offers.push_back(std::move(o));

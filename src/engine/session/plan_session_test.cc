@@ -151,6 +151,34 @@ std::vector<LayoutOffer> TwoByTwo() {
           Offer(PlanSide::kDestination, 1, 2, "server", Slice::MakeBox({0, kCols / 2}, {kRows, kCols / 2}))};
 }
 
+// A rank that authenticates and then says nothing must not hold up the offers behind it.
+TEST(PlanRendezvous, AMuteConnectionDoesNotHoldUpTheOffersBehindIt) {
+  auto listener = ControlListener::Listen("127.0.0.1", 0, "coord", TestSecret());
+  ASSERT_TRUE(listener.ok());
+  const std::string address = (*listener)->address();
+  std::unique_ptr<ControlChannel> mute;
+  std::vector<std::thread> ranks;
+  std::thread peers([&] {
+    auto m = ControlChannel::Connect(address, "mute", PeerRole::kObserver, TestSecret(), milliseconds(5000));
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    mute = std::move(*m);
+    std::this_thread::sleep_for(milliseconds(200));  // the rendezvous waits for its offer
+    for (const LayoutOffer& offer : TwoByTwo())
+      ranks.emplace_back([&address, offer] {
+        OfferLayout(address, TestSecret(), offer, milliseconds(10'000)).status().IgnoreError();
+      });
+  });
+  RendezvousOptions o;
+  o.timeout = milliseconds(10'000);
+  const auto start = std::chrono::steady_clock::now();
+  auto plan = CollectLayoutsAndPlan(**listener, o);
+  const auto took = std::chrono::steady_clock::now() - start;
+  peers.join();
+  for (auto& t : ranks) t.join();
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_LT(took, milliseconds(2000)) << std::chrono::duration_cast<milliseconds>(took).count() << " ms";
+}
+
 TEST(PlanRendezvous, MergesOffersAndPlacesRanksOnTheirHosts) {
   RendezvousOptions o;
   auto plan = PlanFromOffers(TwoByTwo(), o);

@@ -10,6 +10,7 @@
 
 #include "weightport/control/event_queue.h"
 #include "weightport/control/handshake.h"
+#include "weightport/control/joining_peers.h"
 #include "weightport/control/plan_messages.h"
 #include "weightport/control/version_messages.h"
 
@@ -17,6 +18,7 @@ namespace weightport {
 namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
+constexpr milliseconds kJoinMessageTimeout(5000);  // from a rank's handshake to its PlanJoin
 
 struct Event {
   Endpoint from;
@@ -132,6 +134,8 @@ Status ReshardCoordinator::WaitForJoins() {
   const auto deadline = Clock::now() + m.options.join_timeout;
   std::vector<std::string> refused;
   std::map<Endpoint, PlanJoinMsg> joins;
+  // PlanJoins are read side by side: a rank slow to send its own holds up no other.
+  JoiningPeers joining(kJoinMessageTimeout);
   while (joins.size() < expected.size()) {
     const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) {
@@ -144,43 +148,46 @@ Status ReshardCoordinator::WaitForJoins() {
       return Timeout(why);
     }
     if (m.options.should_stop && m.options.should_stop()) return Cancelled("stopped while waiting for joins");
-    auto ch = m.listener->Accept(std::min(left, milliseconds(500)));
-    if (!ch.ok()) {
-      if (ch.status().code() != StatusCode::kTimeout) m.Log("reshard: " + ch.status().ToString());
-      continue;
+    auto ch = m.listener->Accept(std::min(left, joining.empty() ? milliseconds(500) : milliseconds(20)));
+    if (ch.ok()) {
+      joining.Add(std::move(*ch));
+    } else if (ch.status().code() != StatusCode::kTimeout) {
+      m.Log("reshard: " + ch.status().ToString());
     }
-    auto first = (*ch)->Receive(milliseconds(5000));
-    if (!first.ok()) {
-      m.Log("reshard: " + (*ch)->peer() + " sent no PlanJoin: " + first.status().ToString());
-      continue;
+    for (JoiningPeers::Arrival& a : joining.Take()) {
+      if (!a.first.ok()) {
+        m.Log("reshard: " + a.channel->peer() + " sent no PlanJoin: " + a.first.status().ToString());
+        continue;
+      }
+      Status bad;
+      PlanJoinMsg join;
+      if (a.first->type != MessageType::kPlanJoin) {
+        bad = InvalidArgument(a.channel->peer() + " sent " + std::string(MessageTypeName(a.first->type)) +
+                              ", not PlanJoin");
+      } else if (auto j = PlanJoinMsg::Decode(a.first->payload); !j.ok()) {
+        bad = j.status();
+      } else {
+        join = *j;
+      }
+      const Endpoint ep{join.side == 0 ? PlanSide::kSource : PlanSide::kDestination,
+                        static_cast<int>(join.rank)};
+      if (bad.ok() && !expected.count(ep))
+        bad = InvalidArgument(ep.ToString() + " is not a rank of the plan");
+      if (bad.ok() && joins.count(ep)) bad = AlreadyExists(ep.ToString() + " joined twice");
+      if (bad.ok() && join.plan_digest != m.options.plan_digest)
+        bad = FailedPrecondition(ep.ToString() + " compiled a different plan (digest " +
+                                 std::to_string(join.plan_digest) + ", the coordinator's is " +
+                                 std::to_string(m.options.plan_digest) + ")");
+      if (!bad.ok()) {
+        m.Log("reshard: refused " + a.channel->peer() + ": " + bad.message());
+        refused.push_back(bad.message());
+        a.channel->Send(RefusedMsg{bad.message()}).IgnoreError();
+        continue;
+      }
+      m.Log("reshard: " + ep.ToString() + " joined");
+      joins[ep] = std::move(join);
+      m.channels[ep] = std::move(a.channel);
     }
-    Status bad;
-    PlanJoinMsg join;
-    if (first->type != MessageType::kPlanJoin) {
-      bad = InvalidArgument((*ch)->peer() + " sent " + std::string(MessageTypeName(first->type)) +
-                            ", not PlanJoin");
-    } else if (auto j = PlanJoinMsg::Decode(first->payload); !j.ok()) {
-      bad = j.status();
-    } else {
-      join = *j;
-    }
-    const Endpoint ep{join.side == 0 ? PlanSide::kSource : PlanSide::kDestination,
-                      static_cast<int>(join.rank)};
-    if (bad.ok() && !expected.count(ep)) bad = InvalidArgument(ep.ToString() + " is not a rank of the plan");
-    if (bad.ok() && joins.count(ep)) bad = AlreadyExists(ep.ToString() + " joined twice");
-    if (bad.ok() && join.plan_digest != m.options.plan_digest)
-      bad = FailedPrecondition(ep.ToString() + " compiled a different plan (digest " +
-                               std::to_string(join.plan_digest) + ", the coordinator's is " +
-                               std::to_string(m.options.plan_digest) + ")");
-    if (!bad.ok()) {
-      m.Log("reshard: refused " + (*ch)->peer() + ": " + bad.message());
-      refused.push_back(bad.message());
-      (*ch)->Send(RefusedMsg{bad.message()}).IgnoreError();
-      continue;
-    }
-    m.Log("reshard: " + ep.ToString() + " joined");
-    joins[ep] = std::move(join);
-    m.channels[ep] = std::move(*ch);
   }
   const Bytes payload = m.PeerTable(joins);
   for (auto& [ep, ch] : m.channels) {

@@ -6,6 +6,7 @@
 #include <map>
 #include <thread>
 
+#include "weightport/control/plan_messages.h"
 #include "weightport/core/placement_builders.h"
 #include "weightport/engine/session/reshard_destination.h"
 #include "weightport/engine/session/reshard_member.h"
@@ -225,6 +226,41 @@ TEST(Reshard, RankWithADifferentPlanIsRefusedByName) {
       << joined.ToString();
   EXPECT_EQ(s.code(), StatusCode::kTimeout);
   EXPECT_NE(s.message().find("refused: dst rank 0"), std::string::npos) << s.ToString();
+}
+
+// A rank that authenticates and then says nothing must not hold up the PlanJoin of the next one.
+TEST(Reshard, AMuteConnectionDoesNotHoldUpTheJoinsBehindIt) {
+  auto plan = TestPlan();
+  auto listener = ControlListener::Listen("127.0.0.1", 0, "coord", TestSecret());
+  ASSERT_TRUE(listener.ok());
+  ReshardCoordinatorOptions o;
+  o.plan_digest = plan->Digest();
+  o.ranks = {Endpoint{PlanSide::kDestination, 0}};
+  o.join_timeout = milliseconds(10'000);
+  ReshardCoordinator coordinator(std::move(*listener), o);
+  std::unique_ptr<ControlChannel> mute, rank;
+  std::thread peers([&] {
+    auto m = ControlChannel::Connect(coordinator.address(), "mute", PeerRole::kObserver, TestSecret(),
+                                     milliseconds(5000));
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    mute = std::move(*m);
+    std::this_thread::sleep_for(milliseconds(200));  // the coordinator waits for its PlanJoin
+    auto r = ControlChannel::Connect(coordinator.address(), "dst-0", PeerRole::kObserver, TestSecret(),
+                                     milliseconds(5000));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    PlanJoinMsg join;
+    join.side = 1;
+    join.rank = 0;
+    join.plan_digest = plan->Digest();
+    ASSERT_TRUE((*r)->Send(join).ok());
+    rank = std::move(*r);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  Status s = coordinator.WaitForJoins();
+  const auto took = std::chrono::steady_clock::now() - start;
+  peers.join();
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_LT(took, milliseconds(2000)) << std::chrono::duration_cast<milliseconds>(took).count() << " ms";
 }
 
 }  // namespace
