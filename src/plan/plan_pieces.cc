@@ -5,6 +5,7 @@
 #include "weightport/core/dtype.h"
 #include "weightport/core/placement_builders.h"
 #include "weightport/kernels/convert.h"
+#include "weightport/plan/planner.h"
 #include "weightport/plan/quantized.h"
 
 namespace weightport::plan_internal {
@@ -229,6 +230,10 @@ class PieceFinder {
     } else {
       parts.push_back(std::move(slice));
     }
+    if (out_.pieces.size() + parts.size() > kMaxPlanSteps)
+      return InvalidArgument("plan: tensor '" + plan_.tensors[tensor].name + "': more than " +
+                             std::to_string(kMaxPlanSteps) +
+                             " pieces (the limit) between the source and destination shards");
     for (Slice& part : parts) {
       Piece p;
       p.tensor = tensor;

@@ -195,6 +195,20 @@ TEST(Planner, DisagreeingTensorsAreErrors) {
   EXPECT_FALSE(MakePlan(src, src, Flat(), bad).ok());
 }
 
+// 4096 FSDP2 sources and 2048 replicas of one tensor: 4096 pieces, each relayed to every replica,
+// would make 8.4M steps; refused before they are made (the old code built them, ~1.5 GB).
+TEST(Planner, TooManyStepsAreRefusedBeforeTheyAreMade) {
+  const std::vector<TensorMeta> tensors = {*TensorMeta::Make("w", DType::kBF16, {4096, 16})};
+  const std::vector<MeshAxis> src_axes = {Fsdp2Axis("fsdp", 4096)};
+  const std::vector<MeshAxis> dst_axes = {ReplicaAxis("dp", 2048)};
+  auto src = BuildMesh(tensors, src_axes), dst = BuildMesh(tensors, dst_axes);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  auto plan = MakePlan(*src, *dst, Topology{});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("8388608 steps, over the limit of 4194304"), std::string::npos)
+      << plan.status().message();
+}
+
 TEST(Planner, ChunksPipelineAlongTheChain) {
   auto w = *TensorMeta::Make("w", DType::kU8, {10, 10});
   PlanOptions o;
