@@ -73,8 +73,9 @@ Result<Plan> MakePlanFromFiles(const PlanCliOptions& o, double& planning_s) {
 
 // A plan written by --dump, read back and validated.
 Result<Plan> ReadPlanFile(const std::string& path) {
-  WP_ASSIGN_OR_RETURN(nlohmann::json json, json_util::ParseFile(path));
-  auto plan = Plan::FromJson(json);
+  auto json = json_util::ParseFile(path);
+  if (!json.ok()) return json.status().WithContext("--plan");
+  auto plan = Plan::FromJson(*json);
   if (!plan.ok()) return plan.status().WithContext(path);
   return plan;
 }
