@@ -120,6 +120,13 @@ TEST(Presets, OversizedGraphsAreRefusedBeforeBuilding) {
   }
 }
 
+// "auto" spines from a tiny oversubscription: the uplink count was cast to int unchecked (undefined;
+// here it came out as 1 spine instead of the most, 32).
+TEST(Presets, AutoSpinesOfATinyOversubscriptionAreTheMost) {
+  Graph g = Make("fat-tree", {{"hosts", 16}, {"spines", "auto"}, {"oversubscription", 1e-300}});
+  EXPECT_EQ(g.params()["spines"], 32);
+}
+
 TEST(Presets, DgxTwoNodes) {
   Graph g = Make("dgx-h100", {{"nodes", 2}});
   // Per node 8 GPUs, 8 NICs, an NVSwitch, host memory; one SU of 8 rail leaves; 2 spines (a
