@@ -209,6 +209,23 @@ TEST(Planner, TooManyStepsAreRefusedBeforeTheyAreMade) {
       << plan.status().message();
 }
 
+// A 16 GiB tensor in 1-byte chunks would be 1.7e10 chunks in a step's 32-bit count (it wrapped).
+TEST(Planner, ChunkCountsOverThirtyTwoBitsAreRefused) {
+  const std::vector<TensorMeta> tensors = {*TensorMeta::Make("w", DType::kBF16, {int64_t{1} << 31, 4})};
+  const std::vector<MeshAxis> axes = {ReplicaAxis("dp", 1)};
+  auto src = BuildMesh(tensors, axes), dst = BuildMesh(tensors, axes);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  PlanOptions options;
+  options.chunk_bytes = 1;
+  auto plan = MakePlan(*src, *dst, Topology{}, options);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().message(),
+            "plan: tensor 'w': a piece of 17179869184 bytes is more than 4294967295 chunks of chunk_bytes 1 "
+            "(the limit per step)");
+  options.chunk_bytes = 8;  // 2^31 chunks
+  EXPECT_TRUE(MakePlan(*src, *dst, Topology{}, options).ok());
+}
+
 TEST(Planner, ChunksPipelineAlongTheChain) {
   auto w = *TensorMeta::Make("w", DType::kU8, {10, 10});
   PlanOptions o;
