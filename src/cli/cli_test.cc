@@ -296,6 +296,12 @@ TEST_F(CliTest, HbdImpossibleJobsAreNotZeroWaste) {
   EXPECT_NE(r.out.find("nvl-72          cannot place: 16 GPUs are fewer than one nvl-72 domain of 72"),
             std::string::npos)
       << r.out;
+  // 4M nodes x 100,000 samples ran for hours; the work is counted first.
+  r = Cli("hbd compare --gpus 16777216 --samples 100000 --fault-ratio 0.1 --model none");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("--samples 100000 x 1 fault ratios, each placing the 4194304 nodes of infinitehbd"),
+            std::string::npos)
+      << r.out;
   r = Cli("hbd place --nodes 4 --tp 64");
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("--tp 64 is larger than the ring"), std::string::npos) << r.out;

@@ -274,6 +274,22 @@ int RunCompare(const HbdOptions& o) {
     if (!loaded.ok()) return Fail("hbd compare", loaded.status());
     prices = std::move(loaded).value();
   }
+  // The evaluation's work, before any of it: every sample places every node of the cluster.
+  const int64_t trace_samples = trace ? *TraceSamples(*trace, o.sample_days) : 0;
+  for (const ArchSpec& a : archs) {
+    const int64_t work =
+        (static_cast<int64_t>(o.samples) * static_cast<int64_t>(ratios->size()) + trace_samples) *
+        ClusterNodes(a, o.gpus);
+    if (work > kMaxEvalNodeSamples)
+      return Fail(
+          "hbd compare",
+          InvalidArgument("--samples " + std::to_string(o.samples) + " x " + std::to_string(ratios->size()) +
+                          " fault ratios" +
+                          (trace ? " + " + std::to_string(trace_samples) + " trace samples" : "") +
+                          ", each placing the " + std::to_string(ClusterNodes(a, o.gpus)) + " nodes of " +
+                          a.name + " (--gpus " + std::to_string(o.gpus) + "), is " + std::to_string(work) +
+                          " node placements, over the limit of " + std::to_string(kMaxEvalNodeSamples)));
+  }
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   std::vector<Series> by_ratio_series, over_trace_series;
   for (const ArchSpec& a : archs) {

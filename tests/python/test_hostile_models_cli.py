@@ -70,6 +70,9 @@ CASES = [
      lambda d: ["hbd", "compare", "--model", "none", "--trace", far_trace(d / "far.json")], "--sample-days"),
     ("compare-tp-over-cluster",
      lambda d: ["hbd", "compare", "--tp", "4096", "--gpus", "16", "--model", "none"], "--tp 4096"),
+    ("compare-samples-x-nodes",
+     lambda d: ["hbd", "compare", "--gpus", "16777216", "--samples", "100000", "--fault-ratio", "0.1", "--model",
+                "none"], "--samples 100000"),
     ("sim-negative-offset", lambda d: ["sim", "--scenario", "testbed", "--dst-offset", "-5"], "--dst-offset"),
 ]
 
