@@ -314,8 +314,18 @@ TEST_F(CliTest, SizeOptionsAreRangeCheckedWhenParsed) {
         "hbd trace --fault-ratio 1 --out x.json", "hbd trace --days -1 --out x.json",
         "hbd compare --sample-days 0", "hbd compare --gpus 0", "hbd compare --tp -1",
         "sim --scenario testbed --dst-offset -5", "sim --scenario testbed --quantum-us -3",
-        "sim --scenario testbed --src-offset 99999999999"}) {
+        "sim --scenario testbed --src-offset 99999999999", "sim --scenario testbed --quantum-us nan",
+        "hbd place --fault-ratio nan", "hbd trace --days inf --out x.json", "hbd compare --seed -1",
+        "hbd place --seed -5"}) {
     CliRun r = Cli(args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.out;
+  }
+  std::ofstream(Path("dp2.json")) << R"({"mesh": [{"axis": "dp", "kind": "replica", "size": 2}]})";
+  const std::string plan = "plan --preset tiny --src " + Path("dp2.json") + " --dst " + Path("dp2.json");
+  ASSERT_EQ(Cli(plan).code, 0);
+  for (const char* args :
+       {" --compressor-gbps nan", " --split-bytes -1", " --split-bytes 99999999999999999999"}) {
+    CliRun r = Cli(plan + args);
     EXPECT_EQ(r.code, 2) << args << ": " << r.out;
   }
 }

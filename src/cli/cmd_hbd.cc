@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
+#include "number_checks.h"
 #include "weightport/core/json_util.h"
 #include "weightport/sim/hbd/charts.h"
 #include "weightport/sim/hbd/cluster_eval.h"
@@ -425,9 +426,10 @@ Command AddHbdCommand(CLI::App& app) {
   compare->add_option("--trace", o->trace, "A fault trace (JSON event list) to replay as well")
       ->check(CLI::ExistingFile);
   compare->add_option("--sample-days", o->sample_days, "With --trace: evaluate this often (days)")
-      ->check(CLI::Range(1e-6, 1e6))
+      ->check(FiniteRange(1e-6, 1e6))
       ->capture_default_str();
   compare->add_option("--seed", o->seed, "Seed for fault draws and for placing trace nodes")
+      ->check(NonNegativeInteger())
       ->capture_default_str();
   compare->add_option("--dp", o->dp, "DP size (TP groups per DP group); 0: as many as one ToR group holds")
       ->check(CLI::Range(0, 1 << 20))
@@ -472,9 +474,11 @@ Command AddHbdCommand(CLI::App& app) {
   place->add_option("--faulty", o->faulty,
                     "Faulty nodes, comma-separated (default: --fault-ratio at random)");
   place->add_option("--fault-ratio", o->fault_ratio, "Fraction of nodes down when --faulty is not given")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(FiniteRange(0, 1))
       ->capture_default_str();
-  place->add_option("--seed", o->seed, "Seed for the random fault set")->capture_default_str();
+  place->add_option("--seed", o->seed, "Seed for the random fault set")
+      ->check(NonNegativeInteger())
+      ->capture_default_str();
   place->add_option("--svg", o->svg, "Draw the placement as SVG here");
   place->add_flag("--json", o->json, "Print machine-readable JSON");
   auto* trace = sub->add_subcommand("trace", "Write a synthetic fault trace in the public JSON event format");
@@ -482,17 +486,19 @@ Command AddHbdCommand(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 22))
       ->capture_default_str();
   trace->add_option("--fault-ratio", o->synthetic.fault_ratio, "Long-run fraction of nodes down, in (0, 1)")
-      ->check(CLI::Range(1e-9, 1 - 1e-9))
+      ->check(FiniteRange(1e-9, 1 - 1e-9))
       ->capture_default_str();
   trace
       ->add_option("--mean-fault-days", o->synthetic.mean_fault_days,
                    "Mean fault duration (days, exponential)")
-      ->check(CLI::Range(1e-6, 1e6))
+      ->check(FiniteRange(1e-6, 1e6))
       ->capture_default_str();
   trace->add_option("--days", o->synthetic.days, "Length of the trace (days)")
-      ->check(CLI::Range(1e-6, 1e6))
+      ->check(FiniteRange(1e-6, 1e6))
       ->capture_default_str();
-  trace->add_option("--seed", o->synthetic.seed, "Random seed")->capture_default_str();
+  trace->add_option("--seed", o->synthetic.seed, "Random seed")
+      ->check(NonNegativeInteger())
+      ->capture_default_str();
   trace->add_option("--out", o->out, "Output JSON file")->required();
   return {sub, [o, compare, place, trace] {
             if (compare->parsed()) return RunCompare(*o);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
+#include "number_checks.h"
 #include "pubsub_common.h"
 #include "topology_args.h"
 #include "weightport/core/json_util.h"
@@ -179,7 +180,7 @@ Command AddSimCommand(CLI::App& app) {
   sub->add_option("--routing", o->routing, "shortest, ecmp or rail")->capture_default_str();
   sub->add_option("--quantum-us", o->quantum_us,
                   "Re-solve link shares at most this often (0: at every event; default: lower bound / 2000)")
-      ->check(CLI::Range(0.0, 1e12));
+      ->check(FiniteRange(0, 1e12));
   sub->add_option("--timeline", o->timeline,
                   "Write the full result (per destination, timeline) as JSON here");
   sub->add_option("--plot", o->plot, "Write the timeline as an SVG chart here");
