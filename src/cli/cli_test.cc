@@ -311,5 +311,64 @@ TEST_F(CliTest, HbdCompareAndSyntheticTraces) {
   EXPECT_NE(Cli("hbd compare --model none --cost " + Path("missing.json")).code, 0);
 }
 
+// A TP group larger than the cluster is an error; a design none of whose domains fits in the
+// cluster cannot place the job (it was reported as 0% waste).
+TEST_F(CliTest, HbdImpossibleJobsAreNotZeroWaste) {
+  CliRun r = Cli("hbd compare --tp 4096 --gpus 16 --model none");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("--tp 4096 is larger than the cluster (--gpus 16)"), std::string::npos) << r.out;
+  r = Cli("hbd compare --tp 8 --gpus 16 --model none --samples 1 --fault-ratio 0.1 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  for (const auto& a : j["archs"]) {
+    if (a["arch"] == "nvl-72" || a["arch"] == "tpuv4") {
+      EXPECT_EQ(a["cannot_place"].get<std::string>().substr(0, 31),
+                "16 GPUs are fewer than one " + a["arch"].get<std::string>().substr(0, 4))
+          << a.dump();
+      EXPECT_TRUE(a["at_fault_ratio"].empty()) << a.dump();
+    } else {
+      EXPECT_FALSE(a.contains("cannot_place")) << a.dump();
+      EXPECT_EQ(a["at_fault_ratio"].size(), 1u) << a.dump();
+    }
+  }
+  r = Cli("hbd compare --tp 8 --gpus 16 --model none --samples 1 --fault-ratio 0.1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("nvl-72          cannot place: 16 GPUs are fewer than one nvl-72 domain of 72"),
+            std::string::npos)
+      << r.out;
+  // 4M nodes x 100,000 samples ran for hours; the work is counted first.
+  r = Cli("hbd compare --gpus 16777216 --samples 100000 --fault-ratio 0.1 --model none");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("--samples 100000 x 1 fault ratios, each placing the 4194304 nodes of infinitehbd"),
+            std::string::npos)
+      << r.out;
+  r = Cli("hbd place --nodes 4 --tp 64");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("--tp 64 is larger than the ring"), std::string::npos) << r.out;
+}
+
+// Size and count options refuse values outside their range when parsed (usage errors, exit 2).
+TEST_F(CliTest, SizeOptionsAreRangeCheckedWhenParsed) {
+  for (const char* args :
+       {"hbd trace --days 1e9 --out x.json", "hbd trace --mean-fault-days 1e-9 --out x.json",
+        "hbd trace --fault-ratio 1 --out x.json", "hbd trace --days -1 --out x.json",
+        "hbd compare --sample-days 0", "hbd compare --gpus 0", "hbd compare --tp -1",
+        "sim --scenario testbed --dst-offset -5", "sim --scenario testbed --quantum-us -3",
+        "sim --scenario testbed --src-offset 99999999999", "sim --scenario testbed --quantum-us nan",
+        "hbd place --fault-ratio nan", "hbd trace --days inf --out x.json", "hbd compare --seed -1",
+        "hbd place --seed -5"}) {
+    CliRun r = Cli(args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.out;
+  }
+  std::ofstream(Path("dp2.json")) << R"({"mesh": [{"axis": "dp", "kind": "replica", "size": 2}]})";
+  const std::string plan = "plan --preset tiny --src " + Path("dp2.json") + " --dst " + Path("dp2.json");
+  ASSERT_EQ(Cli(plan).code, 0);
+  for (const char* args :
+       {" --compressor-gbps nan", " --split-bytes -1", " --split-bytes 99999999999999999999"}) {
+    CliRun r = Cli(plan + args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.out;
+  }
+}
+
 }  // namespace
 }  // namespace weightport

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
+#include "number_checks.h"
 #include "weightport/core/json_util.h"
 #include "weightport/sim/hbd/charts.h"
 #include "weightport/sim/hbd/cluster_eval.h"
@@ -87,6 +88,14 @@ Result<nlohmann::ordered_json> CompareArch(const HbdOptions& o, const ArchSpec& 
   const int nodes = ClusterNodes(a, o.gpus);
   nlohmann::ordered_json row = {{"arch", a.name}, {"nodes", nodes}, {"gpus", nodes * a.gpus_per_node}};
   if (a.kind == ArchKind::kInfiniteHbd) row["k"] = a.k;
+  // A cluster smaller than one of the design's domains has no GPU to place on: not "0% waste".
+  if (nodes == 0) {
+    const int unit = a.domain_gpus > 0 ? a.domain_gpus : a.gpus_per_node;
+    row["cannot_place"] =
+        std::to_string(o.gpus) + " GPUs are fewer than one " + a.name + " domain of " + std::to_string(unit);
+    row["at_fault_ratio"] = nlohmann::ordered_json::array();
+    return row;
+  }
   nlohmann::ordered_json by_ratio = nlohmann::ordered_json::array();
   for (double r : ratios) {
     WP_ASSIGN_OR_RETURN(ClusterMetrics m, EvaluateAtFaultRatio(a, nodes, r, o.samples, o.seed, eval));
@@ -161,6 +170,8 @@ void PrintCompare(const HbdOptions& o, const std::vector<double>& ratios, const 
   header();
   for (const auto& row : rows) {
     std::printf("%-14s", row["arch"].get<std::string>().c_str());
+    if (row.contains("cannot_place"))
+      std::printf("  cannot place: %s", row["cannot_place"].get<std::string>().c_str());
     for (const auto& w : row["at_fault_ratio"]) std::printf("%9.2f%%", 100 * w["waste_mean"].get<double>());
     std::printf("\n");
   }
@@ -168,6 +179,7 @@ void PrintCompare(const HbdOptions& o, const std::vector<double>& ratios, const 
               o.dp_policy.c_str(), o.tor_gpus);
   header();
   for (const auto& row : rows) {
+    if (row.contains("cannot_place")) continue;
     std::printf("%-14s",
                 (row["arch"].get<std::string>() + " dp" + std::to_string(row.value("dp", 0))).c_str());
     for (const auto& w : row["at_fault_ratio"]) {
@@ -187,6 +199,7 @@ void PrintCompare(const HbdOptions& o, const std::vector<double>& ratios, const 
                 "+optimizer s");
   std::printf("\n");
   for (const auto& row : rows) {
+    if (row.contains("cannot_place")) continue;
     const auto& c = row["cost_per_gpu"];
     std::printf("%-14s %9.0f %7.1f %7.1f %9.0f %7.1f", row["arch"].get<std::string>().c_str(),
                 c["hbd_usd"].get<double>(), c["hbd_watts"].get<double>(), c["hbd_tbps"].get<double>(),
@@ -205,6 +218,7 @@ void PrintCompare(const HbdOptions& o, const std::vector<double>& ratios, const 
   std::printf("\nover the trace %s (%zu nodes, %.0f days, sampled every %.2f h):\n", o.trace.c_str(),
               trace->node_ids.size(), trace->days, o.sample_days * 24);
   for (const auto& row : rows) {
+    if (row.contains("cannot_place")) continue;
     const auto& t = row["trace"];
     char cross[64] = "n/a (no DP group)";
     if (!t["cross_tor"].is_null())
@@ -233,6 +247,10 @@ int RunCompare(const HbdOptions& o) {
   if (!ratios.ok()) return Fail("hbd compare", ratios.status());
   auto eval = MakeEvalOptions(o);
   if (!eval.ok()) return Fail("hbd compare", eval.status());
+  if (o.tp > o.gpus)
+    return Fail("hbd compare",
+                InvalidArgument("--tp " + std::to_string(o.tp) + " is larger than the cluster (--gpus " +
+                                std::to_string(o.gpus) + "): no TP group can be placed"));
   if (o.model != "none" && o.model != "50b")
     return Fail("hbd compare", InvalidArgument("--model: '" + o.model + "' is not one of 50b, none"));
   std::vector<ArchSpec> archs;
@@ -244,9 +262,11 @@ int RunCompare(const HbdOptions& o) {
   std::optional<FaultTrace> trace;
   if (!o.trace.empty()) {
     auto j = json_util::ParseFile(o.trace);
-    if (!j.ok()) return Fail("hbd compare", j.status());
+    if (!j.ok()) return Fail("hbd compare", j.status().WithContext("--trace"));
     auto t = ParseFaultTrace(*j);
     if (!t.ok()) return Fail("hbd compare", t.status().WithContext(o.trace));
+    if (auto samples = TraceSamples(*t, o.sample_days); !samples.ok())
+      return Fail("hbd compare", samples.status().WithContext("--trace " + o.trace + " with --sample-days"));
     trace = std::move(t).value();
   }
   CostParams prices = DefaultCostParams();
@@ -254,6 +274,22 @@ int RunCompare(const HbdOptions& o) {
     auto loaded = LoadCostParams(o.cost);
     if (!loaded.ok()) return Fail("hbd compare", loaded.status());
     prices = std::move(loaded).value();
+  }
+  // The evaluation's work, before any of it: every sample places every node of the cluster.
+  const int64_t trace_samples = trace ? *TraceSamples(*trace, o.sample_days) : 0;
+  for (const ArchSpec& a : archs) {
+    const int64_t work =
+        (static_cast<int64_t>(o.samples) * static_cast<int64_t>(ratios->size()) + trace_samples) *
+        ClusterNodes(a, o.gpus);
+    if (work > kMaxEvalNodeSamples)
+      return Fail(
+          "hbd compare",
+          InvalidArgument("--samples " + std::to_string(o.samples) + " x " + std::to_string(ratios->size()) +
+                          " fault ratios" +
+                          (trace ? " + " + std::to_string(trace_samples) + " trace samples" : "") +
+                          ", each placing the " + std::to_string(ClusterNodes(a, o.gpus)) + " nodes of " +
+                          a.name + " (--gpus " + std::to_string(o.gpus) + "), is " + std::to_string(work) +
+                          " node placements, over the limit of " + std::to_string(kMaxEvalNodeSamples)));
   }
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   std::vector<Series> by_ratio_series, over_trace_series;
@@ -308,6 +344,11 @@ Result<std::vector<char>> FaultSet(const HbdOptions& o) {
 int RunPlace(const HbdOptions& o) {
   auto arch = MakeArch("infinitehbd", o.k);
   if (!arch.ok()) return Fail("hbd place", arch.status());
+  if (o.tp > o.nodes * arch->gpus_per_node)
+    return Fail("hbd place",
+                InvalidArgument("--tp " + std::to_string(o.tp) + " is larger than the ring (--nodes " +
+                                std::to_string(o.nodes) + " of " + std::to_string(arch->gpus_per_node) +
+                                " GPUs): no TP group can be placed"));
   auto faulty = FaultSet(o);
   if (!faulty.ok()) return Fail("hbd place", faulty.status());
   auto p = PlaceTp(*arch, *faulty, o.tp, /*keep_groups=*/true);
@@ -385,8 +426,10 @@ Command AddHbdCommand(CLI::App& app) {
   compare->add_option("--trace", o->trace, "A fault trace (JSON event list) to replay as well")
       ->check(CLI::ExistingFile);
   compare->add_option("--sample-days", o->sample_days, "With --trace: evaluate this often (days)")
+      ->check(FiniteRange(1e-6, 1e6))
       ->capture_default_str();
   compare->add_option("--seed", o->seed, "Seed for fault draws and for placing trace nodes")
+      ->check(NonNegativeInteger())
       ->capture_default_str();
   compare->add_option("--dp", o->dp, "DP size (TP groups per DP group); 0: as many as one ToR group holds")
       ->check(CLI::Range(0, 1 << 20))
@@ -431,23 +474,31 @@ Command AddHbdCommand(CLI::App& app) {
   place->add_option("--faulty", o->faulty,
                     "Faulty nodes, comma-separated (default: --fault-ratio at random)");
   place->add_option("--fault-ratio", o->fault_ratio, "Fraction of nodes down when --faulty is not given")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(FiniteRange(0, 1))
       ->capture_default_str();
-  place->add_option("--seed", o->seed, "Seed for the random fault set")->capture_default_str();
+  place->add_option("--seed", o->seed, "Seed for the random fault set")
+      ->check(NonNegativeInteger())
+      ->capture_default_str();
   place->add_option("--svg", o->svg, "Draw the placement as SVG here");
   place->add_flag("--json", o->json, "Print machine-readable JSON");
   auto* trace = sub->add_subcommand("trace", "Write a synthetic fault trace in the public JSON event format");
   trace->add_option("--nodes", o->synthetic.nodes, "Nodes")
       ->check(CLI::Range(1, 1 << 22))
       ->capture_default_str();
-  trace->add_option("--fault-ratio", o->synthetic.fault_ratio, "Long-run fraction of nodes down")
+  trace->add_option("--fault-ratio", o->synthetic.fault_ratio, "Long-run fraction of nodes down, in (0, 1)")
+      ->check(FiniteRange(1e-9, 1 - 1e-9))
       ->capture_default_str();
   trace
       ->add_option("--mean-fault-days", o->synthetic.mean_fault_days,
                    "Mean fault duration (days, exponential)")
+      ->check(FiniteRange(1e-6, 1e6))
       ->capture_default_str();
-  trace->add_option("--days", o->synthetic.days, "Length of the trace (days)")->capture_default_str();
-  trace->add_option("--seed", o->synthetic.seed, "Random seed")->capture_default_str();
+  trace->add_option("--days", o->synthetic.days, "Length of the trace (days)")
+      ->check(FiniteRange(1e-6, 1e6))
+      ->capture_default_str();
+  trace->add_option("--seed", o->synthetic.seed, "Random seed")
+      ->check(NonNegativeInteger())
+      ->capture_default_str();
   trace->add_option("--out", o->out, "Output JSON file")->required();
   return {sub, [o, compare, place, trace] {
             if (compare->parsed()) return RunCompare(*o);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
+#include "number_checks.h"
 #include "plan_inputs.h"
 #include "plan_report.h"
 #include "pubsub_common.h"
@@ -73,8 +74,9 @@ Result<Plan> MakePlanFromFiles(const PlanCliOptions& o, double& planning_s) {
 
 // A plan written by --dump, read back and validated.
 Result<Plan> ReadPlanFile(const std::string& path) {
-  WP_ASSIGN_OR_RETURN(nlohmann::json json, json_util::ParseFile(path));
-  auto plan = Plan::FromJson(json);
+  auto json = json_util::ParseFile(path);
+  if (!json.ok()) return json.status().WithContext("--plan");
+  auto plan = Plan::FromJson(*json);
   if (!plan.ok()) return plan.status().WithContext(path);
   return plan;
 }
@@ -179,6 +181,7 @@ Command AddPlanCommand(CLI::App& app) {
       sub->add_option("--split-bytes", o->split_bytes,
                       "Split a piece several sources hold among them when larger than this (0: chunk size)")
           ->transform(CLI::AsSizeValue(false))
+          ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 40))
           ->capture_default_str();
   auto* convert =
       sub->add_option("--convert", o->convert,
@@ -188,7 +191,7 @@ Command AddPlanCommand(CLI::App& app) {
                       "blocks, else at each destination (destination slices on block boundaries);\n"
                       "f8e4m3:tensor: one scale per tensor (each destination holds the tensor whole)");
   auto* compressor = sub->add_option("--compressor-gbps", o->compressor_gbps, kCompressorHelp)
-                         ->check(CLI::Range(0.0, 1e6))
+                         ->check(FiniteRange(0, 1e6))
                          ->capture_default_str();
   for (CLI::Option* opt : {chunk, fanout, split, convert, compressor})
     opt->excludes(plan_file);  // a plan file carries its own

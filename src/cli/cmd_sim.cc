@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
+#include "number_checks.h"
 #include "pubsub_common.h"
 #include "topology_args.h"
 #include "weightport/core/json_util.h"
@@ -165,11 +166,12 @@ Command AddSimCommand(CLI::App& app) {
   sub->add_option("--plan", o->plan, "A plan written by 'weightport plan --dump'")->check(CLI::ExistingFile);
   sub->add_option("--topology", o->topology, kTopologySpecHelp);
   sub->add_option("--src-offset", o->src_offset, "With --plan: source rank r runs on endpoint src-offset + r")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(0, 1 << 30))
       ->capture_default_str();
   sub->add_option(
-      "--dst-offset", o->dst_offset,
-      "With --plan: destination rank r runs on endpoint dst-offset + r (default: after the sources)");
+         "--dst-offset", o->dst_offset,
+         "With --plan: destination rank r runs on endpoint dst-offset + r (default: after the sources)")
+      ->check(CLI::Range(0, 1 << 30));
   sub->add_option("--scenario", o->scenario, "A built-in scenario (--list shows them)")->excludes("--plan");
   sub->add_option("--param", o->params, "Scenario parameters, e.g. layers=4,experts=16");
   sub->add_flag("--list", o->list, "List the built-in scenarios and their parameters");
@@ -177,7 +179,8 @@ Command AddSimCommand(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--routing", o->routing, "shortest, ecmp or rail")->capture_default_str();
   sub->add_option("--quantum-us", o->quantum_us,
-                  "Re-solve link shares at most this often (0: at every event; default: lower bound / 2000)");
+                  "Re-solve link shares at most this often (0: at every event; default: lower bound / 2000)")
+      ->check(FiniteRange(0, 1e12));
   sub->add_option("--timeline", o->timeline,
                   "Write the full result (per destination, timeline) as JSON here");
   sub->add_option("--plot", o->plot, "Write the timeline as an SVG chart here");

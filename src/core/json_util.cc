@@ -2,8 +2,8 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
-#include <sstream>
 
 namespace weightport::json_util {
 namespace {
@@ -25,13 +25,32 @@ Result<Json> Parse(std::string_view text, std::string_view what) {
   return j;
 }
 
-Result<Json> ParseFile(const std::string& path) {
+Result<std::string> ReadTextFile(const std::string& path, uint64_t max_bytes) {
+  const auto too_large = [&](const std::string& size) {
+    return InvalidArgument(path + ": " + size + " bytes, over the limit of " + std::to_string(max_bytes) +
+                           " bytes for an input file");
+  };
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path, ec)) {
+    const uintmax_t size = std::filesystem::file_size(path, ec);
+    if (!ec && size > max_bytes) return too_large(std::to_string(size));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return ErrnoError("cannot open " + path, errno);
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  std::string text;
+  std::vector<char> buffer(size_t{1} << 16);
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    text.append(buffer.data(), static_cast<size_t>(in.gcount()));
+    if (text.size() > max_bytes) return too_large("more than " + std::to_string(max_bytes));
+  }
   if (in.bad()) return ErrnoError("cannot read " + path, errno);
-  return Parse(ss.str(), path);
+  return text;
+}
+
+Result<Json> ParseFile(const std::string& path, uint64_t max_bytes) {
+  WP_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path, max_bytes));
+  return Parse(text, path);
 }
 
 Status WriteFile(const std::string& path, const Json& json) {

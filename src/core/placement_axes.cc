@@ -46,10 +46,10 @@ Result<std::optional<Shard>> TpSplit(Shard s, const TensorMeta& meta, const TpRu
     return InvalidArgument(Tensor(s.tensor) + ": dimension " + std::to_string(dim) + " length " +
                            std::to_string(box.length[dim]) + " is not a multiple of the granule " +
                            std::to_string(g));
-  WP_ASSIGN_OR_RETURN(std::vector<SplitRange> parts, EvenSplit(box.length[dim] / g, size));
-  if (parts[index].length == 0) return std::optional<Shard>();
-  box.start[dim] += parts[index].start * g;
-  box.length[dim] = parts[index].length * g;
+  WP_ASSIGN_OR_RETURN(const SplitRange part, EvenPart(box.length[dim] / g, size, index));
+  if (part.length == 0) return std::optional<Shard>();
+  box.start[dim] += part.start * g;
+  box.length[dim] = part.length * g;
   s.slice = std::move(box);
   return std::optional<Shard>(std::move(s));
 }
@@ -196,10 +196,10 @@ MeshAxis Fsdp2Axis(std::string name, int size) {
                   continue;
                 }
                 WP_ASSIGN_OR_RETURN(Box box, HeldBox(s, "FSDP2"));
-                WP_ASSIGN_OR_RETURN(std::vector<SplitRange> chunks, ChunkSplit(box.length[0], size));
-                if (chunks[index].length == 0) continue;
-                box.start[0] += chunks[index].start;
-                box.length[0] = chunks[index].length;
+                WP_ASSIGN_OR_RETURN(const SplitRange chunk, ChunkPart(box.length[0], size, index));
+                if (chunk.length == 0) continue;
+                box.start[0] += chunk.start;
+                box.length[0] = chunk.length;
                 out.push_back({std::move(s.tensor), Slice(std::move(box))});
               }
               return out;

@@ -62,6 +62,30 @@ Result<std::vector<SplitRange>> ChunkSplit(int64_t extent, int parts) {
   return out;
 }
 
+namespace {
+
+Status CheckPart(int64_t extent, int parts, int index) {
+  WP_RETURN_IF_ERROR(CheckSplit(extent, parts));
+  if (index < 0 || index >= parts)
+    return InvalidArgument("part " + std::to_string(index) + " of a split into " + std::to_string(parts));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<SplitRange> EvenPart(int64_t extent, int parts, int index) {
+  WP_RETURN_IF_ERROR(CheckPart(extent, parts, index));
+  const int64_t base = extent / parts, extra = extent % parts;
+  return SplitRange{index * base + std::min<int64_t>(index, extra), base + (index < extra ? 1 : 0)};
+}
+
+Result<SplitRange> ChunkPart(int64_t extent, int parts, int index) {
+  WP_RETURN_IF_ERROR(CheckPart(extent, parts, index));
+  const int64_t chunk = extent / parts + (extent % parts != 0 ? 1 : 0);
+  const int64_t start = std::min(extent, chunk * index);
+  return SplitRange{start, std::min(chunk, extent - start)};
+}
+
 bool GlobMatch(std::string_view pattern, std::string_view name) {
   size_t p = 0, n = 0, star = std::string_view::npos, resume = 0;
   while (n < name.size()) {
@@ -109,6 +133,10 @@ Result<Placement> BuildMesh(std::vector<TensorMeta> tensors, std::span<const Mes
     if (a.size < 1) return InvalidArgument("mesh axis '" + a.name + "': size " + std::to_string(a.size));
     if (!a.bind) return InvalidArgument("mesh axis '" + a.name + "': no bind function");
     world *= a.size;
+    if (world > kMaxMeshRanks)
+      return InvalidArgument("mesh axis '" + a.name + "': size " + std::to_string(a.size) +
+                             " makes the mesh " + std::to_string(world) + "+ ranks, over the limit of " +
+                             std::to_string(kMaxMeshRanks));
     if (world > INT_MAX - static_cast<int64_t>(rank_offset))
       return InvalidArgument("mesh: more than " + std::to_string(INT_MAX) + " ranks");
   }
@@ -132,11 +160,17 @@ Result<Placement> BuildMesh(std::vector<TensorMeta> tensors, std::span<const Mes
   // shard lists, not 256 full tables through both axes).
   std::vector<std::vector<Shard>> held_by_rank(world);
   std::vector<int> coord(axes.size(), 0);
+  int64_t shards = 0;
   std::function<Status(size_t, const std::vector<Shard>&)> descend =
       [&](size_t depth, const std::vector<Shard>& held) -> Status {
     if (depth == order.size()) {
       int64_t rank = 0;
       for (size_t i = 0; i < axes.size(); ++i) rank = rank * axes[i].size + coord[i];
+      shards += static_cast<int64_t>(held.size());
+      if (shards > kMaxMeshShards)
+        return InvalidArgument(std::to_string(world) + " ranks over " +
+                               std::to_string(table.tensors().size()) + " tensors hold more than " +
+                               std::to_string(kMaxMeshShards) + " shards (the limit)");
       held_by_rank[rank] = held;
       return Status::Ok();
     }

@@ -316,5 +316,40 @@ TEST(PlacementBuildersTest, ReplicatedOnSparseRanks) {
   EXPECT_FALSE(Replicated(Model({.layers = 1}), twice).ok());
 }
 
+
+TEST(PlacementBuildersTest, PartsMatchTheWholeSplits) {
+  for (int64_t extent : {0, 1, 5, 6, 13, 151936})
+    for (int parts : {1, 2, 3, 4, 7, 64}) {
+      const std::vector<SplitRange> even = *EvenSplit(extent, parts), chunk = *ChunkSplit(extent, parts);
+      for (int i = 0; i < parts; ++i) {
+        EXPECT_EQ(*EvenPart(extent, parts, i), even[i]) << extent << " / " << parts << " [" << i << "]";
+        EXPECT_EQ(*ChunkPart(extent, parts, i), chunk[i]) << extent << " / " << parts << " [" << i << "]";
+      }
+    }
+  EXPECT_FALSE(EvenPart(4, 2, 2).ok());
+  EXPECT_FALSE(ChunkPart(4, 2, -1).ok());
+  EXPECT_FALSE(ChunkPart(-1, 2, 0).ok());
+}
+
+// A hostile mesh is refused with an error naming the limit, before it takes the machine's memory.
+TEST(PlacementBuildersTest, MeshRefusesTooManyRanks) {
+  const std::vector<TensorMeta> tensors = {Meta("w", {8})};
+  const MeshAxis axes[] = {ReplicaAxis("a", 1 << 11), ReplicaAxis("b", 1 << 10)};
+  auto p = BuildMesh(tensors, axes);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("mesh axis 'b'"), std::string::npos) << p.status().message();
+  EXPECT_NE(p.status().message().find(std::to_string(kMaxMeshRanks)), std::string::npos);
+}
+
+TEST(PlacementBuildersTest, MeshRefusesTooManyShards) {
+  std::vector<TensorMeta> tensors;
+  for (int i = 0; i < 5; ++i) tensors.push_back(Meta("w" + std::to_string(i), {8}));
+  const MeshAxis axes[] = {ReplicaAxis("dp", 1 << 20)};
+  auto p = BuildMesh(tensors, axes);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find(std::to_string(kMaxMeshShards)), std::string::npos)
+      << p.status().message();
+}
+
 }  // namespace
 }  // namespace weightport

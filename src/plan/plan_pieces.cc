@@ -1,10 +1,12 @@
 #include "plan/plan_pieces.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "weightport/core/dtype.h"
 #include "weightport/core/placement_builders.h"
 #include "weightport/kernels/convert.h"
+#include "weightport/plan/planner.h"
 #include "weightport/plan/quantized.h"
 
 namespace weightport::plan_internal {
@@ -229,10 +231,20 @@ class PieceFinder {
     } else {
       parts.push_back(std::move(slice));
     }
+    if (out_.pieces.size() + parts.size() > kMaxPlanSteps)
+      return InvalidArgument("plan: tensor '" + plan_.tensors[tensor].name + "': more than " +
+                             std::to_string(kMaxPlanSteps) +
+                             " pieces (the limit) between the source and destination shards");
     for (Slice& part : parts) {
       Piece p;
       p.tensor = tensor;
       WP_ASSIGN_OR_RETURN(p.bytes, plan_.WireBytes(tensor, wire, part));
+      // A step counts its chunks in 32 bits (PlanStep::chunks): checked, not wrapped.
+      const uint64_t chunk = plan_.options.chunk_bytes;
+      if (p.bytes / chunk + (p.bytes % chunk != 0) > UINT32_MAX)
+        return InvalidArgument("plan: tensor '" + plan_.tensors[tensor].name + "': a piece of " +
+                               std::to_string(p.bytes) + " bytes is more than " + std::to_string(UINT32_MAX) +
+                               " chunks of chunk_bytes " + std::to_string(chunk) + " (the limit per step)");
       p.slice = std::move(part);
       p.transform = transform;
       p.dst_group = group;

@@ -177,7 +177,13 @@ class Planner {
   Planner(Plan& plan, std::vector<ShardGroup> dst_groups, std::vector<Piece> pieces)
       : plan_(plan), dst_groups_(std::move(dst_groups)), pieces_(std::move(pieces)), loads_(plan.topology) {}
 
-  void Run() {
+  Status Run() {
+    uint64_t planned = plan_.steps.size();  // every holder of a piece's group gets one step
+    for (const Piece& p : pieces_) planned += dst_groups_[p.dst_group].holders.size();
+    if (planned > kMaxPlanSteps)
+      return InvalidArgument("plan: " + std::to_string(pieces_.size()) +
+                             " pieces to their destination ranks make " + std::to_string(planned) +
+                             " steps, over the limit of " + std::to_string(kMaxPlanSteps));
     std::vector<size_t> order(pieces_.size());
     std::iota(order.begin(), order.end(), 0);
     // Largest first: the greedy then places the small pieces into the gaps.
@@ -191,6 +197,7 @@ class Planner {
     }
     plan_.steps.reserve(steps);
     for (size_t i = 0; i < pieces_.size(); ++i) Emit(pieces_[i], choices_[i]);
+    return Status::Ok();
   }
 
  private:
@@ -412,7 +419,7 @@ Result<Plan> MakePlan(const Placement& src, const Placement& dst, const Topology
   WP_ASSIGN_OR_RETURN(plan.destinations, BuildBuffers(dst, PlanSide::kDestination, plan, dst_index));
 
   WP_ASSIGN_OR_RETURN(plan_internal::PieceSet set, plan_internal::FindPieces(plan));
-  Planner(plan, std::move(set.dst_groups), std::move(set.pieces)).Run();
+  WP_RETURN_IF_ERROR(Planner(plan, std::move(set.dst_groups), std::move(set.pieces)).Run());
   plan.estimate = EstimatePlan(plan);
   return plan;
 }

@@ -195,6 +195,37 @@ TEST(Planner, DisagreeingTensorsAreErrors) {
   EXPECT_FALSE(MakePlan(src, src, Flat(), bad).ok());
 }
 
+// 4096 FSDP2 sources and 2048 replicas of one tensor: 4096 pieces, each relayed to every replica,
+// would make 8.4M steps; refused before they are made (the old code built them, ~1.5 GB).
+TEST(Planner, TooManyStepsAreRefusedBeforeTheyAreMade) {
+  const std::vector<TensorMeta> tensors = {*TensorMeta::Make("w", DType::kBF16, {4096, 16})};
+  const std::vector<MeshAxis> src_axes = {Fsdp2Axis("fsdp", 4096)};
+  const std::vector<MeshAxis> dst_axes = {ReplicaAxis("dp", 2048)};
+  auto src = BuildMesh(tensors, src_axes), dst = BuildMesh(tensors, dst_axes);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  auto plan = MakePlan(*src, *dst, Topology{});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("8388608 steps, over the limit of 4194304"), std::string::npos)
+      << plan.status().message();
+}
+
+// A 16 GiB tensor in 1-byte chunks would be 1.7e10 chunks in a step's 32-bit count (it wrapped).
+TEST(Planner, ChunkCountsOverThirtyTwoBitsAreRefused) {
+  const std::vector<TensorMeta> tensors = {*TensorMeta::Make("w", DType::kBF16, {int64_t{1} << 31, 4})};
+  const std::vector<MeshAxis> axes = {ReplicaAxis("dp", 1)};
+  auto src = BuildMesh(tensors, axes), dst = BuildMesh(tensors, axes);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  PlanOptions options;
+  options.chunk_bytes = 1;
+  auto plan = MakePlan(*src, *dst, Topology{}, options);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().message(),
+            "plan: tensor 'w': a piece of 17179869184 bytes is more than 4294967295 chunks of chunk_bytes 1 "
+            "(the limit per step)");
+  options.chunk_bytes = 8;  // 2^31 chunks
+  EXPECT_TRUE(MakePlan(*src, *dst, Topology{}, options).ok());
+}
+
 TEST(Planner, ChunksPipelineAlongTheChain) {
   auto w = *TensorMeta::Make("w", DType::kU8, {10, 10});
   PlanOptions o;

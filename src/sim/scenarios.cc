@@ -64,6 +64,19 @@ Result<Graph> GraphWithGpus(const std::string& preset, int gpus) {
   return g;
 }
 
+// The largest model a scenario moves, in GB: 1 PB, far above any model and far below the 2^64
+// bytes a byte count holds.
+constexpr double kMaxModelGb = 1e6;
+
+// Shards the layouts of a scenario hold (`estimate`, counted from its parameters) against the
+// mesh limit, before the topology and layouts are built; the error names `param` and its value.
+Status CheckShards(const PresetParams& p, const char* param, int64_t estimate, const std::string& how) {
+  if (estimate <= kMaxMeshShards) return Status::Ok();
+  return p.Error(param, "= " + p.merged().at(param).dump() + " makes " + how + " = " +
+                            std::to_string(estimate) + " shards, over the limit of " +
+                            std::to_string(kMaxMeshShards));
+}
+
 Status BuildKimi(Scenario& s, const PresetParams& p) {
   WP_ASSIGN_OR_RETURN(int layers, p.Int("layers", 1, 1024));
   WP_ASSIGN_OR_RETURN(int experts, p.Int("experts", 1, 4096));
@@ -75,9 +88,17 @@ Status BuildKimi(Scenario& s, const PresetParams& p) {
   WP_ASSIGN_OR_RETURN(int chunk_mib, p.Int("chunk_mib", 1, 1024));
   WP_ASSIGN_OR_RETURN(int fanout, p.Int("relay_fanout", 0, 1024));
   const int src_ranks = src_pp * src_ep, dst_ranks = dst_replicas * dst_ep;
+  const std::vector<TensorMeta> tensors = ModelTensors(KimiK2LikeSpec(layers, experts, DType::kF8E4M3));
+  // Each expert tensor is held once per replica; the others by every EP rank (whole or TP-split).
+  int64_t expert = 0;
+  for (const TensorMeta& t : tensors) expert += ExpertIndex(t.name) >= 0;
+  const int64_t other = static_cast<int64_t>(tensors.size()) - expert;
+  WP_RETURN_IF_ERROR(
+      CheckShards(p, "src_ep", src_ep * other + expert, "src_ep x non-expert tensors + experts"));
+  WP_RETURN_IF_ERROR(CheckShards(p, "dst_replicas", int64_t{dst_replicas} * (dst_ep * other + expert),
+                                 "dst_replicas x (dst_ep x non-expert tensors + experts)"));
   WP_ASSIGN_OR_RETURN(s.graph, topology::MakePreset("dgx-h100", {{"nodes", (src_ranks + dst_ranks + 7) / 8},
                                                                  {"nic_gbps", nic_gbps}}));
-  const std::vector<TensorMeta> tensors = ModelTensors(KimiK2LikeSpec(layers, experts, DType::kF8E4M3));
   const std::vector<MeshAxis> src_axes = {PipelineAxis("pp", src_pp), ExpertParallelAxis("ep", src_ep)};
   ExpertOptions serve;
   serve.non_expert_tp = LlamaTpRules();
@@ -107,8 +128,10 @@ Status BuildDense(Scenario& s, const PresetParams& p) {
   WP_ASSIGN_OR_RETURN(int chunk_mib, p.Int("chunk_mib", 1, 1024));
   WP_ASSIGN_OR_RETURN(int fanout, p.Int("relay_fanout", 0, 1024));
   if (gpus % tp != 0) return p.Error("gpus", "must be a multiple of tp");
-  WP_ASSIGN_OR_RETURN(s.graph, GraphWithGpus(preset, gpus));
   const std::vector<TensorMeta> tensors = ModelTensors(Dense50bSpec(layers));
+  WP_RETURN_IF_ERROR(
+      CheckShards(p, "gpus", int64_t{gpus} * static_cast<int64_t>(tensors.size()), "gpus x tensors"));
+  WP_ASSIGN_OR_RETURN(s.graph, GraphWithGpus(preset, gpus));
   WP_ASSIGN_OR_RETURN(Placement src, BuildMesh(tensors, std::vector<MeshAxis>{TensorParallelAxis("tp", tp)}));
   WP_ASSIGN_OR_RETURN(Placement dst, BuildMesh(tensors, std::vector<MeshAxis>{ReplicaAxis("dp", gpus / tp),
                                                                               TensorParallelAxis("tp", tp)}));
@@ -130,6 +153,9 @@ Status BuildReplacement(Scenario& s, const PresetParams& p) {
   WP_ASSIGN_OR_RETURN(int optimizer, p.Int("optimizer", 0, 1));
   WP_ASSIGN_OR_RETURN(int chunk_mib, p.Int("chunk_mib", 1, 1024));
   if (gpus % tp != 0) return p.Error("gpus", "must be a multiple of tp");
+  const int64_t per_rank =
+      static_cast<int64_t>(ModelTensors(Dense50bSpec(layers)).size()) * (optimizer ? 4 : 1);
+  WP_RETURN_IF_ERROR(CheckShards(p, "gpus", gpus * per_rank, "gpus x tensors"));
   WP_ASSIGN_OR_RETURN(s.graph, GraphWithGpus(preset, gpus));
   const std::vector<int> eps = Range(s.graph.Endpoints(), 0, gpus);
   // Hosts in the order their GPUs come; the failed one by that position.
@@ -185,6 +211,15 @@ Status BuildFanout(Scenario& s, const PresetParams& p) {
   WP_ASSIGN_OR_RETURN(int buckets, p.Int("buckets", 1, 1 << 16));
   WP_ASSIGN_OR_RETURN(int chunk_mib, p.Int("chunk_mib", 1, 1024));
   WP_ASSIGN_OR_RETURN(int fanout, p.Int("relay_fanout", 0, 1024));
+  // Range-checked before the cast: 1e12 GB overflowed uint64_t and reported "2.00 MiB moved".
+  if (model_gb > kMaxModelGb)
+    return p.Error("model_gb", "must be at most " + std::to_string(static_cast<int64_t>(kMaxModelGb)) +
+                                   " (got " + p.merged().at("model_gb").dump() + ")");
+  if (model_gb * 1e9 < 2.0 * buckets)
+    return p.Error("model_gb", "must give every one of the " + std::to_string(buckets) +
+                                   " buckets at least one bf16 element (got " +
+                                   p.merged().at("model_gb").dump() + ")");
+  WP_RETURN_IF_ERROR(CheckShards(p, "gpus", int64_t{gpus} * buckets, "gpus x buckets"));
   WP_ASSIGN_OR_RETURN(s.graph, GraphWithGpus(preset, gpus));
   const std::vector<TensorMeta> tensors = BucketTensors(static_cast<uint64_t>(model_gb * 1e9), buckets);
   WP_ASSIGN_OR_RETURN(Placement src, BuildMesh(tensors, std::vector<MeshAxis>{ReplicaAxis("dp", 1)}));

@@ -98,5 +98,42 @@ TEST(Scenarios, ErrorsNameTheScenarioAndTheParameter) {
   EXPECT_NE(s.status().message().find("nvl-9000"), std::string::npos) << s.status().ToString();
 }
 
+// Double parameters are range-checked before they become byte counts: 1e12 GB overflowed uint64_t
+// and the scenario reported "2.00 MiB moved".
+TEST(Scenarios, AModelTooLargeForAByteCountIsRefused) {
+  auto s = BuildScenario("fanout-16k", {{"gpus", 8}, {"model_gb", 1e12}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().message(),
+            "scenario 'fanout-16k': parameter 'model_gb' must be at most 1000000 (got 1000000000000.0)");
+  s = BuildScenario("fanout-16k", {{"gpus", 8}, {"model_gb", 1e-12}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("parameter 'model_gb' must give every one of the 64 buckets"),
+            std::string::npos)
+      << s.status().ToString();
+}
+
+// Sizes each within range whose layouts would hold too many shards are refused before the topology
+// is built, naming the parameter (gpus=1000000 built a 2.3M-node graph and then aborted).
+TEST(Scenarios, OversizedLayoutsAreRefusedBeforeBuilding) {
+  struct Case {
+    const char* scenario;
+    nlohmann::json params;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"fanout-16k",
+       {{"gpus", 1000000}},
+       "parameter 'gpus' = 1000000 makes gpus x buckets = 64000000 shards"},
+      {"dense-50b-sync", {{"gpus", 1 << 20}}, "parameter 'gpus' = 1048576 makes gpus x tensors"},
+      {"node-replacement", {{"gpus", 1 << 20}}, "parameter 'gpus' = 1048576 makes gpus x tensors"},
+      {"kimi-k2-update", {{"dst_replicas", 4096}}, "parameter 'dst_replicas' = 4096 makes"},
+  };
+  for (const Case& c : cases) {
+    auto s = BuildScenario(c.scenario, c.params);
+    ASSERT_FALSE(s.ok()) << c.scenario;
+    EXPECT_NE(s.status().message().find(c.expected), std::string::npos) << s.status().ToString();
+  }
+}
+
 }  // namespace
 }  // namespace weightport::sim

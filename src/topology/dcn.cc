@@ -25,8 +25,9 @@ int GroupsOf(const std::vector<DcnPort>& ports) {
 
 int AutoSpines(int leaves, int max_ports_per_leaf, double oversubscription) {
   if (leaves <= 1) return 0;
-  const int uplinks = static_cast<int>(std::ceil(max_ports_per_leaf / oversubscription - 1e-9));
-  return std::clamp(uplinks, 1, kMaxAutoSpines);
+  // Clamped as a double: a tiny oversubscription (1e-300) would overflow the cast to int.
+  const double uplinks = std::ceil(max_ports_per_leaf / oversubscription - 1e-9);
+  return static_cast<int>(std::clamp(uplinks, 1.0, static_cast<double>(kMaxAutoSpines)));
 }
 
 Result<DcnResult> AddDcn(Graph& graph, const std::vector<DcnPort>& ports, const DcnSpec& spec,

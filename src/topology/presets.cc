@@ -31,6 +31,20 @@ Result<DcnSpec> ReadDcnSpec(const PresetParams& params, bool rail_optimised) {
   return spec;
 }
 
+void AddDcnSize(GraphSize& size, int64_t nics, int64_t leaves, int spines) {
+  const int64_t s = spines >= 0 ? spines : (leaves > 1 ? 32 : 0);
+  size.nodes += leaves + s;
+  size.links += 2 * (nics + leaves * s);
+}
+
+Status CheckGraphSize(const PresetParams& params, const char* param, const GraphSize& size) {
+  if (size.nodes <= kMaxGraphNodes && size.links <= kMaxGraphLinks) return Status::Ok();
+  return params.Error(param, "= " + params.merged().at(param).dump() + " would build about " +
+                                 std::to_string(size.nodes) + " nodes and " + std::to_string(size.links) +
+                                 " links; the limit is " + std::to_string(kMaxGraphNodes) + " nodes and " +
+                                 std::to_string(kMaxGraphLinks) + " links");
+}
+
 Status AddPresetDcn(Graph& graph, const std::vector<DcnPort>& ports, DcnSpec spec, PresetParams& params) {
   WP_ASSIGN_OR_RETURN(DcnResult dcn, AddDcn(graph, ports, spec, params.preset()));
   params.Set("spines", dcn.spines);

@@ -25,6 +25,9 @@ Result<Graph> BuildFatTree(PresetParams& p) {
   WP_ASSIGN_OR_RETURN(const double pcie_gbps, p.Number("pcie_gbps"));
   WP_ASSIGN_OR_RETURN(const double pcie_lat, p.Number("pcie_latency_us", /*allow_zero=*/true));
   WP_ASSIGN_OR_RETURN(const DcnSpec dcn, ReadDcnSpec(p, /*rail_optimised=*/false));
+  GraphSize size{int64_t{hosts} * (gpus + 2), int64_t{hosts} * (1 + 2 * gpus) * 2};
+  AddDcnSize(size, hosts, CeilDiv(hosts, per_tor), dcn.spines);
+  WP_RETURN_IF_ERROR(CheckGraphSize(p, "hosts", size));
 
   Graph g(p.preset());
   std::vector<DcnPort> ports;

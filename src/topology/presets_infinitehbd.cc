@@ -41,6 +41,9 @@ Result<Graph> BuildInfiniteHbd(PresetParams& p) {
   WP_ASSIGN_OR_RETURN(const double pcie_gbps, p.Number("pcie_gbps"));
   WP_ASSIGN_OR_RETURN(const int per_su, p.Int("nodes_per_su", 1, kMaxUnits));
   WP_ASSIGN_OR_RETURN(const FabricSpec f, ReadFabricSpec(p, {"ocs_switching_us"}, /*rail_optimised=*/true));
+  GraphSize size{int64_t{nodes} * (2 * gpus + 2), int64_t{nodes} * gpus * 8};
+  AddDcnSize(size, int64_t{nodes} * gpus, CeilDiv(nodes, per_su) * gpus, f.dcn.spines);
+  WP_RETURN_IF_ERROR(CheckGraphSize(p, "nodes", size));
 
   Graph g(p.preset());
   std::vector<int> first_gpu(nodes);

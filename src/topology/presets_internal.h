@@ -22,6 +22,26 @@ inline constexpr double kSwitchLatencyUs = 1.0;
 // Bounds on counts, so that sizes stay well inside int.
 inline constexpr int kMaxUnits = 1 << 17;
 
+// Bounds on a preset's graph, checked on an estimate before anything is built: a node costs about
+// 400 bytes with its name, index entry and link list, a link about 40, so a graph at the limits
+// takes about 2.3 GB. dgx-h100 at its 131072 nodes of 8 GPUs (2.4M nodes, 10.5M links, 1.0 GB) fits.
+inline constexpr int64_t kMaxGraphNodes = int64_t{1} << 22;
+inline constexpr int64_t kMaxGraphLinks = int64_t{1} << 24;
+
+// A preset's size, counted in int64 from its parameters (an upper bound: automatic spines count
+// as the most there can be).
+struct GraphSize {
+  int64_t nodes = 0;
+  int64_t links = 0;
+};
+// Adds a DCN of `leaves` leaves above `nics` NICs: the leaves and spines, a cable per NIC and per
+// (leaf, spine). `spines` -1 (auto) counts as 32 when there is more than one leaf.
+void AddDcnSize(GraphSize& size, int64_t nics, int64_t leaves, int spines);
+// An error naming `param` and its value, the estimate and the limits when `size` is over them.
+Status CheckGraphSize(const PresetParams& params, const char* param, const GraphSize& size);
+// ceil(a / b) for positive b.
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 // Declares a parameter with its default and one-line help.
 void Param(PresetInfo& info, const char* key, nlohmann::json value, const char* help);
 // Declares the DCN parameters: nic_gbps, spines, oversubscription, nic_latency_us, switch_latency_us.

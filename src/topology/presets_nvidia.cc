@@ -29,6 +29,9 @@ Result<Graph> BuildDgx(PresetParams& p) {
   WP_ASSIGN_OR_RETURN(const double pcie_gbps, p.Number("pcie_gbps"));
   WP_ASSIGN_OR_RETURN(const FabricSpec f,
                       ReadFabricSpec(p, {"gpu_memory_gb", "hbm_tb_per_s"}, /*rail_optimised=*/true));
+  GraphSize size{int64_t{nodes} * (2 * gpus + 2), int64_t{nodes} * gpus * 6};
+  AddDcnSize(size, int64_t{nodes} * gpus, CeilDiv(nodes, per_su) * gpus, f.dcn.spines);
+  WP_RETURN_IF_ERROR(CheckGraphSize(p, "nodes", size));
 
   Graph g(p.preset());
   std::vector<DcnPort> ports;
@@ -91,6 +94,9 @@ Result<Graph> BuildGb200(PresetParams& p) {
   WP_ASSIGN_OR_RETURN(const double c2c_gbps, p.Number("c2c_gbps"));
   WP_ASSIGN_OR_RETURN(const FabricSpec f,
                       ReadFabricSpec(p, {"gpu_memory_gb", "hbm_tb_per_s"}, /*rail_optimised=*/true));
+  GraphSize size{int64_t{racks} * (2 * per_rack + 1 + per_rack / per_tray), int64_t{racks} * per_rack * 6};
+  AddDcnSize(size, int64_t{racks} * per_rack, CeilDiv(racks, per_su) * per_tray, f.dcn.spines);
+  WP_RETURN_IF_ERROR(CheckGraphSize(p, "racks", size));
 
   Graph g(p.preset());
   const int trays = per_rack / per_tray;

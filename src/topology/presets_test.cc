@@ -97,6 +97,36 @@ TEST(Presets, ErrorsNameThePresetAndKey) {
   EXPECT_NE(unknown.status().message().find("unknown topology preset 'dgx-a100'"), std::string::npos);
 }
 
+// Sizes each within its range whose product is too large are refused before anything is built
+// (they used to abort with std::bad_alloc after taking 2-4 GB).
+TEST(Presets, OversizedGraphsAreRefusedBeforeBuilding) {
+  struct Case {
+    const char* preset;
+    json params;
+    const char* param;
+  };
+  const Case cases[] = {
+      {"dgx-h100", {{"nodes", 131072}, {"gpus_per_node", 64}}, "'nodes' = 131072"},
+      {"gb200-nvl72", {{"racks", 131072}}, "'racks' = 131072"},
+      {"fat-tree", {{"hosts", 1048576}, {"gpus_per_host", 64}}, "'hosts' = 1048576"},
+      {"fat-tree", {{"hosts", 1048576}, {"hosts_per_tor", 1}, {"spines", 4096}}, "'hosts' = 1048576"},
+      {"infinitehbd", {{"nodes", 131072}, {"gpus_per_node", 64}}, "'nodes' = 131072"},
+      {"tpuv4", {{"cubes", 8192}, {"hosts_per_tor", 1}, {"spines", 4096}}, "'cubes' = 8192"},
+  };
+  for (const Case& c : cases) {
+    const std::string error = ErrorOf(c.preset, c.params);
+    EXPECT_NE(error.find(c.param), std::string::npos) << c.preset << ": " << error;
+    EXPECT_NE(error.find("limit is 4194304 nodes and 16777216 links"), std::string::npos) << error;
+  }
+}
+
+// "auto" spines from a tiny oversubscription: the uplink count was cast to int unchecked (undefined;
+// here it came out as 1 spine instead of the most, 32).
+TEST(Presets, AutoSpinesOfATinyOversubscriptionAreTheMost) {
+  Graph g = Make("fat-tree", {{"hosts", 16}, {"spines", "auto"}, {"oversubscription", 1e-300}});
+  EXPECT_EQ(g.params()["spines"], 32);
+}
+
 TEST(Presets, DgxTwoNodes) {
   Graph g = Make("dgx-h100", {{"nodes", 2}});
   // Per node 8 GPUs, 8 NICs, an NVSwitch, host memory; one SU of 8 rail leaves; 2 spines (a

@@ -40,6 +40,12 @@ Result<Graph> BuildTpuv4(PresetParams& p) {
   WP_ASSIGN_OR_RETURN(const FabricSpec f,
                       ReadFabricSpec(p, {"ocs_switching_ms", "gpu_memory_gb", "hbm_tb_per_s"},
                                      /*rail_optimised=*/false));
+  // Per cube: 64 chips, 16 hosts of memory and NIC; 144 chip-chip, 96 chip-OCS, 128 PCIe cables.
+  GraphSize size{3 + int64_t{cubes} * (kChipsPerCube + 2 * kHostsPerCube),
+                 int64_t{cubes} * 2 * (144 + 96 + 128)};
+  AddDcnSize(size, int64_t{cubes} * kHostsPerCube, CeilDiv(int64_t{cubes} * kHostsPerCube, per_tor),
+             f.dcn.spines);
+  WP_RETURN_IF_ERROR(CheckGraphSize(p, "cubes", size));
 
   Graph g(p.preset());
   int ocs[3];

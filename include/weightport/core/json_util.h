@@ -20,8 +20,14 @@ using Json = nlohmann::json;
 
 // Parses text; never throws. `what` names the source in errors ("placement.json").
 Result<Json> Parse(std::string_view text, std::string_view what);
-// Reads and parses a file; errors name the path.
-Result<Json> ParseFile(const std::string& path);
+// The largest JSON file ParseFile reads by default (parsed, JSON takes several times its text).
+inline constexpr uint64_t kMaxJsonFileBytes = uint64_t{256} << 20;
+// Reads a file of at most `max_bytes`: a regular file's size is checked before reading, anything
+// else (a pipe, a device such as /dev/urandom) is read until it ends or passes the limit. Errors
+// name the path, the size and the limit.
+Result<std::string> ReadTextFile(const std::string& path, uint64_t max_bytes = kMaxJsonFileBytes);
+// Reads (ReadTextFile) and parses a file; errors name the path.
+Result<Json> ParseFile(const std::string& path, uint64_t max_bytes = kMaxJsonFileBytes);
 // Writes text to a file atomically (temp file + rename); errors name the path.
 Status WriteTextFile(const std::string& path, std::string_view text);
 // Writes json (indented) to a file atomically.

@@ -36,6 +36,11 @@ Result<std::vector<SplitRange>> EvenSplit(int64_t extent, int parts);
 // torch.chunk style (FSDP2 dim-0 shards): chunks of ceil(extent / parts), the last one smaller;
 // parts past the end are empty (start = extent, length 0). 5 over 4 -> 2, 2, 1, 0.
 Result<std::vector<SplitRange>> ChunkSplit(int64_t extent, int parts);
+// Part `index` of EvenSplit / ChunkSplit alone, in constant time: an axis binder asks for one
+// index at a time, and building the whole split per index made a mesh quadratic in its size.
+// Error when parts < 1, extent < 0 or index is outside [0, parts).
+Result<SplitRange> EvenPart(int64_t extent, int parts, int index);
+Result<SplitRange> ChunkPart(int64_t extent, int parts, int index);
 
 // Shell-style glob over a whole tensor name: '*' matches any run of characters (dots included),
 // '?' one character; everything else literally.
@@ -121,8 +126,15 @@ MeshAxis Fsdp2Axis(std::string name, int size);
 // tensors (no TP inside it) of one dtype per unit.
 MeshAxis FsdpFlatAxis(std::string name, int size, FsdpFlatOptions options = {});
 
+// Bounds on a mesh, checked as it is built so that a hostile size fails with an error instead of
+// exhausting memory: ranks (the product of the axis sizes, checked before anything is built) and
+// shards over all ranks (counted as the ranks are filled in; a shard costs ~150 bytes).
+inline constexpr int64_t kMaxMeshRanks = int64_t{1} << 20;
+inline constexpr int64_t kMaxMeshShards = int64_t{1} << 22;
+
 // Builds the placement of `tensors` over the mesh; ranks rank_offset .. rank_offset + world - 1,
-// every one declared even when it holds nothing. The result is Validate()d.
+// every one declared even when it holds nothing. The result is Validate()d. Errors when the mesh
+// has more than kMaxMeshRanks ranks or kMaxMeshShards shards.
 Result<Placement> BuildMesh(std::vector<TensorMeta> tensors, std::span<const MeshAxis> axes,
                             int rank_offset = 0);
 

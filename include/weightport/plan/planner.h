@@ -23,8 +23,13 @@
 
 namespace weightport {
 
+// The most pieces and steps a plan may have (a step costs ~150 bytes): counted before they are
+// made, so that a hostile pair of layouts fails with an error instead of exhausting memory.
+inline constexpr uint64_t kMaxPlanSteps = uint64_t{1} << 22;
+
 // Errors: either placement invalid; the two disagree on a tensor (missing, dtype, shape); a
-// destination element no source holds (named: tensor and region); bad options.
+// destination element no source holds (named: tensor and region); bad options; more than
+// kMaxPlanSteps pieces or steps.
 Result<Plan> MakePlan(const Placement& src, const Placement& dst, const Topology& topology,
                       const PlanOptions& options = {});
 

@@ -1,6 +1,8 @@
 #include "weightport/sim/hbd/cluster_eval.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <iterator>
 #include <numeric>
 #include <optional>
@@ -106,11 +108,26 @@ Result<ClusterMetrics> EvaluateAtFaultRatio(const ArchSpec& arch, int cluster_no
   return s.Finish();
 }
 
+Result<int64_t> TraceSamples(const FaultTrace& trace, double sample_days) {
+  if (!(sample_days > 0) || !std::isfinite(sample_days))
+    return InvalidArgument("the sampling interval must be > 0 days");
+  const double samples = std::floor(trace.days / sample_days) + 1;
+  if (!(samples <= static_cast<double>(kMaxTraceSamples))) {
+    char text[200];
+    std::snprintf(text, sizeof text,
+                  "a trace of %g days sampled every %g days takes %.3g samples, over the limit of %lld: "
+                  "sample less often",
+                  trace.days, sample_days, samples, static_cast<long long>(kMaxTraceSamples));
+    return InvalidArgument(text);
+  }
+  return static_cast<int64_t>(samples);
+}
+
 Result<ClusterMetrics> EvaluateTrace(const ArchSpec& arch, int cluster_nodes, const FaultTrace& trace,
                                      const std::vector<int>& positions, double sample_days,
                                      const EvalOptions& options,
                                      std::vector<std::pair<double, double>>* series) {
-  if (!(sample_days > 0)) return InvalidArgument("the sampling interval must be > 0 days");
+  WP_RETURN_IF_ERROR(TraceSamples(trace, sample_days).status());
   if (positions.size() != trace.node_ids.size())
     return InvalidArgument("the trace has " + std::to_string(trace.node_ids.size()) + " nodes but " +
                            std::to_string(positions.size()) + " positions");

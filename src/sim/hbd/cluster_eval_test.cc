@@ -90,5 +90,25 @@ TEST(ClusterEval, Summaries) {
   EXPECT_FALSE(EvaluateTrace(*MakeArch("dgx"), 4, HandTrace(), {0, 1, 2}, 0, Tp(8)).ok());
 }
 
+// One event at 1e7 days sampled hourly would be 2.4e8 samples (the old code ran for hours); the
+// count is checked before the replay.
+TEST(ClusterEval, TracesOverTheSampleLimitAreRefused) {
+  auto trace = ParseFaultTrace(nlohmann::json::parse(
+      R"([{"node_id": "a", "event_time": 1e7, "event_type": "fault_start", "fault_type": {}}])"));
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  auto samples = TraceSamples(*trace, 1.0 / 24);
+  ASSERT_FALSE(samples.ok());
+  EXPECT_NE(samples.status().message().find("takes 2.4e+08 samples, over the limit of 131072"),
+            std::string::npos)
+      << samples.status().message();
+  auto arch = MakeArch("nvl-72");
+  ASSERT_TRUE(arch.ok());
+  auto m = EvaluateTrace(*arch, 16, *trace, {0}, 1.0 / 24, Tp(8));
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().message(), samples.status().message());
+  EXPECT_EQ(*TraceSamples(*trace, 1e7), 2);
+  EXPECT_FALSE(TraceSamples(*trace, 0).ok());
+}
+
 }  // namespace
 }  // namespace weightport::sim::hbd

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <random>
 #include <unordered_map>
@@ -54,10 +55,28 @@ nlohmann::json FaultTraceToJson(const FaultTrace& trace) {
   return out;
 }
 
+double ExpectedTraceEvents(const SyntheticOptions& o) {
+  return o.nodes * (1 + 2 * o.days * o.fault_ratio / o.mean_fault_days);
+}
+
 Result<FaultTrace> SyntheticTrace(const SyntheticOptions& o) {
   if (o.nodes < 1 || !(o.fault_ratio > 0 && o.fault_ratio < 1) || !(o.mean_fault_days > 0) || !(o.days > 0))
     return InvalidArgument(
         "synthetic trace: nodes >= 1, 0 < fault ratio < 1, mean fault duration > 0 and days > 0");
+  const double expected = ExpectedTraceEvents(o);
+  const auto too_many = [&](const std::string& what) {
+    char figures[160];
+    std::snprintf(figures, sizeof figures, "nodes %d, days %g, fault_ratio %g, mean_fault_days %g", o.nodes,
+                  o.days, o.fault_ratio, o.mean_fault_days);
+    return InvalidArgument("synthetic trace: " + what + " events (" + figures + "), over the limit of " +
+                           std::to_string(static_cast<int64_t>(kMaxTraceEvents)) +
+                           ": fewer nodes or days, or longer faults");
+  };
+  if (!(expected <= kMaxTraceEvents)) {
+    char n[32];
+    std::snprintf(n, sizeof n, "%.3g", expected);
+    return too_many(std::string("about ") + n);
+  }
   FaultTrace t;
   std::mt19937_64 rng(o.seed);
   const double mean_up = o.mean_fault_days * (1 - o.fault_ratio) / o.fault_ratio;
@@ -72,6 +91,7 @@ Result<FaultTrace> SyntheticTrace(const SyntheticOptions& o) {
       if (day >= o.days) break;
       is_down = !is_down;
       t.events.push_back({day, n, is_down});
+      if (static_cast<double>(t.events.size()) > kMaxTraceEvents) return too_many("more than the expected");
     }
   }
   SortEvents(t.events);

@@ -51,5 +51,31 @@ TEST(FaultTrace, TraceNodesMapOntoDistinctClusterNodes) {
   EXPECT_FALSE(MapTraceNodes(*t, 0, 7).ok());
 }
 
+// Options each plausible alone that multiply into billions of events are refused before any event
+// is drawn (they aborted with std::bad_alloc after taking 4 GB).
+TEST(FaultTrace, SyntheticTracesOverTheEventLimitAreRefused) {
+  const auto error = [](SyntheticOptions o) {
+    auto t = SyntheticTrace(o);
+    return t.ok() ? std::string("(ok)") : t.status().message();
+  };
+  SyntheticOptions days;
+  days.days = 1e9;
+  EXPECT_NE(
+      error(days).find("about 8e+09 events (nodes 400, days 1e+09, fault_ratio 0.02, mean_fault_days 2), "
+                       "over the limit of 1048576"),
+      std::string::npos)
+      << "[" << error(days) << "]";
+  SyntheticOptions short_faults;
+  short_faults.mean_fault_days = 1e-9;
+  EXPECT_NE(error(short_faults).find("over the limit of 1048576"), std::string::npos) << error(short_faults);
+  SyntheticOptions many;
+  many.nodes = 4194304;
+  many.fault_ratio = 0.5;
+  EXPECT_NE(error(many).find("nodes 4194304"), std::string::npos) << error(many);
+  SyntheticOptions fine;  // the defaults: ~3,200 events
+  EXPECT_LT(ExpectedTraceEvents(fine), 4000);
+  EXPECT_EQ(error(fine), "(ok)");
+}
+
 }  // namespace
 }  // namespace weightport::sim::hbd

@@ -55,6 +55,16 @@ double ReconfigurationSeconds(const ArchSpec& arch);
 Result<ClusterMetrics> EvaluateAtFaultRatio(const ArchSpec& arch, int cluster_nodes, double ratio,
                                             int samples, uint64_t seed, const EvalOptions& options);
 
+// The most node placements one architecture's evaluation may take (samples x cluster nodes, summed
+// over the fault ratios and the trace): ~30 ns each here, so about 16 s.
+inline constexpr int64_t kMaxEvalNodeSamples = int64_t{1} << 29;
+
+// The most samples EvaluateTrace takes (each places every TP group of the cluster once).
+inline constexpr int64_t kMaxTraceSamples = int64_t{1} << 17;
+// Samples of a trace every `sample_days`: floor(days / sample_days) + 1. Errors when sample_days is
+// not > 0 or the count is over kMaxTraceSamples (naming both figures and the limit).
+Result<int64_t> TraceSamples(const FaultTrace& trace, double sample_days);
+
 // The trace replayed event by event with trace nodes on cluster nodes by `positions`; waste and
 // cross-ToR traffic sampled every `sample_days`. `series` receives (day, waste ratio).
 Result<ClusterMetrics> EvaluateTrace(const ArchSpec& arch, int cluster_nodes, const FaultTrace& trace,

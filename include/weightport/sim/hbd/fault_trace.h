@@ -41,8 +41,16 @@ struct SyntheticOptions {
   double days = 348;
   uint64_t seed = 1;
 };
+// The most events a synthetic trace may have (an event costs ~600 bytes as JSON in memory).
+inline constexpr double kMaxTraceEvents = 1 << 20;
+// The events a synthetic trace is expected to have: per node, one at the start and two per
+// up-down cycle of mean_fault_days / fault_ratio days.
+double ExpectedTraceEvents(const SyntheticOptions& options);
+
 // Each node alternates up and down with exponential durations (mean down = mean_fault_days, mean
 // up chosen so the long-run down fraction is fault_ratio), starting in its stationary state.
+// Errors: bad options; ExpectedTraceEvents over kMaxTraceEvents (checked before generating), or
+// the draws passing it.
 Result<FaultTrace> SyntheticTrace(const SyntheticOptions& options);
 
 // Trace node -> cluster node position: a seeded random choice of distinct positions (seed != 0)
