@@ -121,7 +121,7 @@ Command AddGenModelCommand(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--out", o->out, "Output directory")->required();
   sub->add_option("--seed", o->seed, "Seed: the same seed gives the same bytes")
-      ->check(kNotNegative)
+      ->check(NonNegativeInteger())
       ->capture_default_str();
   sub->add_option("--dtype", o->dtype, "Element type: bf16, f16 or f32")->capture_default_str();
   auto* shards = sub->add_option("--shards", o->shards,

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
-#include "number_checks.h"
+#include "option_checks.h"
 #include "weightport/core/json_util.h"
 #include "weightport/sim/hbd/charts.h"
 #include "weightport/sim/hbd/cluster_eval.h"

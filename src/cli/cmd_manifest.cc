@@ -103,7 +103,7 @@ Command AddManifestCommand(CLI::App& app) {
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))
       ->capture_default_str();
   sub->add_option("--version", o->version, "Version id to record")
-      ->check(kNotNegative)
+      ->check(NonNegativeInteger())
       ->capture_default_str();
   sub->add_option("--diff", o->diff_against, "An older checkpoint of the same model: report changed chunks");
   return {sub, [o] { return RunManifest(*o); }};

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
-#include "number_checks.h"
+#include "option_checks.h"
 #include "plan_inputs.h"
 #include "plan_report.h"
 #include "pubsub_common.h"
@@ -168,8 +168,7 @@ Command AddPlanCommand(CLI::App& app) {
   topology->excludes(plan_file);
   auto* chunk =
       sub->add_option("--chunk-bytes", o->chunk_bytes, "Bytes per chunk: the unit relays forward (e.g. 4MiB)")
-          ->transform(CLI::AsSizeValue(false))
-          ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))
+          ->transform(ByteSize(1, uint64_t{1} << 40))
           ->capture_default_str();
   auto* fanout =
       sub->add_option("--relay-fanout", o->relay_fanout,
@@ -180,8 +179,7 @@ Command AddPlanCommand(CLI::App& app) {
   auto* split =
       sub->add_option("--split-bytes", o->split_bytes,
                       "Split a piece several sources hold among them when larger than this (0: chunk size)")
-          ->transform(CLI::AsSizeValue(false))
-          ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 40))
+          ->transform(ByteSize(0, uint64_t{1} << 40))
           ->capture_default_str();
   auto* convert =
       sub->add_option("--convert", o->convert,

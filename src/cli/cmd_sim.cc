@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
-#include "number_checks.h"
+#include "option_checks.h"
 #include "pubsub_common.h"
 #include "topology_args.h"
 #include "weightport/core/json_util.h"

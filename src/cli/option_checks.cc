@@ -1,6 +1,7 @@
 #include "option_checks.h"
 
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -84,20 +85,29 @@ CLI::Validator ByteSize(uint64_t lo, uint64_t hi) {
 }
 
 CLI::Validator FiniteRange(double lo, double hi) {
-  std::ostringstream description;
-  description << "FLOAT in [" << lo << " - " << hi << "]";
+  std::ostringstream range;
+  range << "[" << lo << ", " << hi << "]";
   return CLI::Validator(
-      [lo, hi](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(text.c_str(), &end);
-        if (end == text.c_str() || *end != '\0' || !std::isfinite(v) || v < lo || v > hi) {
-          std::ostringstream out;
-          out << "'" << text << "' is not a number from " << lo << " to " << hi;
-          return out.str();
-        }
-        return {};
+      [lo, hi, range = range.str()](std::string& input) -> std::string {
+        double x = 0;
+        if (!CLI::detail::lexical_cast(input, x)) return "Value " + input + " is not a number";
+        if (!std::isfinite(x) || x < lo || x > hi) return "Value " + input + " not in range " + range;
+        return std::string();
       },
-      description.str());
+      "FLOAT in " + range.str());
+}
+
+CLI::Validator NonNegativeInteger() {
+  return CLI::Validator(
+      [](std::string& input) -> std::string {
+        uint64_t x = 0;
+        const char* end = input.data() + input.size();
+        const auto [ptr, ec] = std::from_chars(input.data(), end, x);
+        if (input.empty() || ec != std::errc() || ptr != end)
+          return "Value " + input + " is not an integer in [0, 2^64)";
+        return std::string();
+      },
+      "UINT");
 }
 
 void RefuseMeaninglessNumbers(CLI::App& app) {
@@ -108,6 +118,14 @@ void RefuseMeaninglessNumbers(CLI::App& app) {
           [](std::string& text) -> std::string {
             if (text.find('-') != std::string::npos)
               return "'" + text + "' is negative; this option counts up from 0";
+            // A plain integer past 2^64 - 1 (CLI11 would saturate it); sizes with units and other
+            // forms are left to the option's own conversion and checks.
+            if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos) {
+              uint64_t x = 0;
+              const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
+              if (ec != std::errc() || ptr != text.data() + text.size())
+                return "'" + text + "' does not fit 64 bits";
+            }
             return {};
           },
           ""));

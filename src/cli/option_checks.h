@@ -20,23 +20,18 @@ Result<uint64_t> ParseByteSize(const std::string& text, uint64_t lo, uint64_t hi
 // refused (naming the bounds) at parse time.
 CLI::Validator ByteSize(uint64_t lo, uint64_t hi);
 
-// A check for a floating-point option: finite and within [lo, hi]. (CLI::Range lets NaN through.)
+// A check for a floating-point option: finite and within [lo, hi]. CLI::Range lets "nan" through
+// (every comparison with NaN is false), and a NaN reached byte counts, sampling loops and lround().
 CLI::Validator FiniteRange(double lo, double hi);
 
-// For unsigned options: CLI11 converts "-1" into an unsigned type by wrapping it to 2^64-1, and
-// CLI::NonNegativeNumber's message prints DBL_MAX. A leading '-' is a usage error here.
-inline const CLI::Validator kNotNegative(
-    [](std::string& value) {
-      return value.find_first_not_of(" \t") != std::string::npos &&
-                     value[value.find_first_not_of(" \t")] == '-'
-                 ? "must not be negative, got " + value
-                 : std::string();
-    },
-    "NONNEGATIVE");
+// An integer >= 0 that fits 64 bits (a seed, a version). CLI11 parses "-1" into an unsigned as
+// 2^64 - 1 and saturates 2^64 to 2^64 - 1; CLI::Range and CLI::NonNegativeNumber let it through.
+CLI::Validator NonNegativeInteger();
 
 // Walks every option of `app` and its subcommands, and adds to those typed UINT, INT or FLOAT a
-// check refusing what no such option means: a minus sign on an unsigned one (CLI11 would wrap
-// "-5" to 2^64 - 5), NaN and infinities on a floating one. Call after every command is added.
+// check refusing what no such option means: a minus sign or more than 64 bits on an unsigned one
+// (CLI11 would wrap "-5" to 2^64 - 5 and saturate 2^64), NaN and infinities on a floating one.
+// Call after every command is added.
 void RefuseMeaninglessNumbers(CLI::App& app);
 
 }  // namespace weightport::cli
