@@ -76,7 +76,9 @@ int RunPublish(const PublishOptions& o) {
   if (metrics_server && !o.quiet)
     std::cerr << "metrics at http://" << metrics_server->address() << "/metrics" << std::endl;
   auto publisher = Publisher::Create(*layout, *secret, po);
-  if (!publisher.ok()) return fail(publisher.status());
+  if (!publisher.ok())
+    return fail(o.coordinator.empty() ? NameTakenListenPort(publisher.status(), o.listen, o.metrics)
+                                      : publisher.status());
   Publisher& pub = **publisher;
 
   ProgressPrinter progress("loading " + o.source.Describe(), o.quiet || o.json);

@@ -60,7 +60,7 @@ int RunServe(const ServeOptions& o) {
   if (!server.ok()) return fail(server.status());
   std::unique_ptr<MetricsServer> metrics_server = std::move(*server);
   auto coordinator = Coordinator::Start(listen->first, listen->second, *secret, co);
-  if (!coordinator.ok()) return fail(coordinator.status());
+  if (!coordinator.ok()) return fail(NameTakenListenPort(coordinator.status(), o.listen, o.metrics));
   co.log("coordinator listening on " + (*coordinator)->address() +
          (metrics_server ? ", metrics at http://" + metrics_server->address() + "/metrics" : ""));
   const int sig = WaitForShutdownSignal(static_cast<int64_t>(o.run_for_s * 1e3));

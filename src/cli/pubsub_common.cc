@@ -142,7 +142,18 @@ Result<std::unique_ptr<MetricsServer>> StartMetricsServer(const std::string& spe
   if (spec.empty()) return std::unique_ptr<MetricsServer>();
   auto where = ParseHostPort(spec, "127.0.0.1");
   if (!where.ok()) return where.status().WithContext("--metrics");
-  return MetricsServer::Start(where->first, where->second, metrics);
+  auto server = MetricsServer::Start(where->first, where->second, metrics);
+  if (!server.ok()) return server.status().WithContext("--metrics " + spec);
+  return server;
+}
+
+Status NameTakenListenPort(const Status& status, const std::string& listen, const std::string& metrics) {
+  if (status.code() != StatusCode::kAlreadyExists) return status;
+  auto l = ParseHostPort(listen, "127.0.0.1");
+  auto m = ParseHostPort(metrics, "127.0.0.1");
+  const bool same = !metrics.empty() && l.ok() && m.ok() && l->second == m->second && l->second != 0;
+  return status.WithContext("--listen " + listen +
+                            (same ? " (--metrics " + metrics + " took that port first)" : ""));
 }
 
 uint64_t PeakRssBytes() {

@@ -54,6 +54,9 @@ Result<std::pair<std::string, uint16_t>> ParseHostPort(const std::string& text,
 // Starts a Prometheus endpoint for --metrics [HOST:]PORT (HOST defaults to 127.0.0.1); null when
 // `spec` is empty.
 Result<std::unique_ptr<MetricsServer>> StartMetricsServer(const std::string& spec, const Metrics& metrics);
+// A listener that could not bind (AlreadyExists) is named by its option, --listen; when --metrics
+// asked for the same port (and so took it first), says so. Other errors pass unchanged.
+Status NameTakenListenPort(const Status& status, const std::string& listen, const std::string& metrics);
 
 // Peak resident set size of this process, in bytes (getrusage).
 uint64_t PeakRssBytes();

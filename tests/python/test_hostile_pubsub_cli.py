@@ -187,3 +187,13 @@ def test_ucx_prints_no_warning_about_settings_it_did_not_apply(tmp_path, env):
                            capture_output=True, text=True, timeout=QUICK, env={**os.environ, **env})
         assert "invalid configuration" not in r.stderr, (transport, env, r.stderr)
         assert "UCX  WARN" not in r.stderr, (transport, env, r.stderr)
+
+
+def test_metrics_on_the_listen_port_names_both_options(tmp_path):
+    secret = write_secret(tmp_path / "s")
+    port = free_port()
+    r = run("serve", "--listen", f"127.0.0.1:{port}", "--metrics", f"127.0.0.1:{port}", "--secret-file", secret,
+            "--run-for", "1")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"--listen 127.0.0.1:{port} (--metrics 127.0.0.1:{port} took that port first)" in r.stderr, r.stderr
+    assert "address already in use" in r.stderr, r.stderr
