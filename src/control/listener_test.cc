@@ -19,35 +19,10 @@ namespace weightport {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using control_test::IdleSocket;
 using control_test::LogCapture;
 using control_test::MakeSecret;
 using std::chrono::milliseconds;
-
-// A connected TCP socket that never sends a byte.
-class IdleSocket {
- public:
-  explicit IdleSocket(uint16_t port) {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-    EXPECT_EQ(connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  }
-  ~IdleSocket() { close(fd_); }
-  IdleSocket(const IdleSocket&) = delete;
-  IdleSocket& operator=(const IdleSocket&) = delete;
-  // True when the server has closed its end (EOF or reset) within `timeout`.
-  bool ClosedByServer(milliseconds timeout) const {
-    pollfd p{fd_, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return false;
-    char c;
-    return recv(fd_, &c, 1, MSG_DONTWAIT) <= 0;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 std::unique_ptr<ControlListener> MakeListener(const Secret& secret, LogCapture& log, milliseconds handshake) {
   ControlOptions options;

@@ -8,6 +8,8 @@ import socket
 import subprocess
 import threading
 
+import pytest
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BIN = pathlib.Path(os.environ.get("WEIGHTPORT_BIN", REPO / "build" / "weightport"))
 TIMEOUT = 180  # bound on any one process of these tests, in seconds
@@ -17,6 +19,16 @@ TESTBED = REPO / "scripts" / "testbed"
 def run_testbed(*args, check=True, timeout=60):
     return subprocess.run([str(TESTBED), *map(str, args)], capture_output=True, text=True, timeout=timeout,
                           check=check)
+
+
+def run_cli(*args, check=True, timeout=120):
+    """Runs weightport to the end; with `check`, fails the test (naming the command) unless it exits 0."""
+    if not BIN.exists():
+        pytest.fail(f"weightport binary not found at {BIN} (build it, or set WEIGHTPORT_BIN)")
+    proc = subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        pytest.fail(f"weightport {' '.join(map(str, args))} exited {proc.returncode}: {proc.stderr}")
+    return proc
 
 
 def free_port():

@@ -8,8 +8,6 @@ run. `inspect` refuses a shard set whose -i-of-N names say a shard is missing, n
 The binary is $WEIGHTPORT_BIN, or build/weightport under the repository root.
 """
 import json
-import os
-import pathlib
 import re
 import shutil
 import signal
@@ -18,20 +16,14 @@ import time
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-BIN = pathlib.Path(os.environ.get("WEIGHTPORT_BIN", REPO / "build" / "weightport"))
+from cli_procs import BIN, run_cli  # noqa: E402
 
 KILLS = 16          # kills per writer, at delays spread over its run
 KILL_BUDGET_S = 45  # and at most this long per writer
 
 
 def run(*args, check=True):
-    if not BIN.exists():
-        pytest.fail(f"weightport binary not found at {BIN} (build it, or set WEIGHTPORT_BIN)")
-    proc = subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True, timeout=120)
-    if check and proc.returncode != 0:
-        pytest.fail(f"weightport {' '.join(map(str, args))} exited {proc.returncode}: {proc.stderr}")
-    return proc
+    return run_cli(*args, check=check)
 
 
 def contents(path):

@@ -8,7 +8,6 @@ The binary is $WEIGHTPORT_BIN, or build/weightport under the repository root.
 """
 import ctypes
 import json
-import os
 import pathlib
 import struct
 import subprocess
@@ -20,8 +19,7 @@ safetensors = pytest.importorskip("safetensors")
 xxhash = pytest.importorskip("xxhash")
 import safetensors.numpy  # noqa: E402
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-BIN = pathlib.Path(os.environ.get("WEIGHTPORT_BIN", REPO / "build" / "weightport"))
+from cli_procs import run_cli  # noqa: E402
 
 NUMPY_DTYPES = ["float64", "float32", "float16", "int64", "int32", "int16", "int8",
                 "uint64", "uint32", "uint16", "uint8", "bool"]
@@ -35,12 +33,7 @@ SHAPES = [(), (0,), (3, 0), (1,), (7,), (2, 3), (3, 1, 4)]
 
 
 def run(*args, check=True):
-    if not BIN.exists():
-        pytest.fail(f"weightport binary not found at {BIN} (build it, or set WEIGHTPORT_BIN)")
-    proc = subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True, timeout=120)
-    if check and proc.returncode != 0:
-        pytest.fail(f"weightport {' '.join(map(str, args))} exited {proc.returncode}: {proc.stderr}")
-    return proc
+    return run_cli(*args, check=check)
 
 
 def inspect(path):

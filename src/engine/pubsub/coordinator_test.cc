@@ -18,6 +18,7 @@ namespace weightport {
 namespace {
 
 using namespace engine_test;
+using control_test::IdleSocket;
 using std::chrono::milliseconds;
 
 struct Fixture {
@@ -142,20 +143,6 @@ TEST(Coordinator, VersionsMustIncreaseAndOnlyOneIsInFlight) {
             std::string::npos);
   EXPECT_EQ(f.coordinator->WaitForVersion(99, milliseconds(10)).status().code(), StatusCode::kNotFound);
 }
-
-// A connected socket that never sends a byte.
-struct IdleSocket {
-  int fd = -1;
-  explicit IdleSocket(uint16_t port) {
-    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  }
-  ~IdleSocket() { close(fd); }
-};
 
 uint16_t PortOf(const std::string& address) {
   return static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
