@@ -135,14 +135,24 @@ Status UcxTransport::Init(const UcxOptions& options) {
   }
   // Not when UCX_NET_DEVICES narrows the devices: UCX may then open no TCP interface at all.
   const std::string devices = ConfigValue(config.get(), "NET_DEVICES");
+  // Tuning that this UCX may not take: skipped, not an error, when ucp_config_modify refuses it.
+  std::vector<std::pair<std::string, std::string>> optional_settings;
   if (MayUse(effective, {"tcp"}) && (devices.empty() || devices == "all")) {
     // Same for TCP: bigger segments, fewer software-RMA fragments (Put 0.66 -> 1.4 GB/s here).
-    settings.emplace_back("TCP_TX_SEG_SIZE", "256K");
-    settings.emplace_back("TCP_RX_SEG_SIZE", "256K");
+    // UCX before 1.20 applies a transport's setting by its bare name (TX_SEG_SIZE) and keeps a
+    // prefixed one unused, warning "invalid configuration" at every worker (openucx/ucx#8649);
+    // 1.20 and later want the prefixed name and refuse what matches nothing.
+    unsigned major = 0, minor = 0, release = 0;
+    ucp_get_version(&major, &minor, &release);
+    const std::string prefix = major > 1 || minor >= 20 ? "TCP_" : "";
+    optional_settings.emplace_back(prefix + "TX_SEG_SIZE", "256K");
+    optional_settings.emplace_back(prefix + "RX_SEG_SIZE", "256K");
   }
   if (options.keepalive_interval.count() > 0)
     settings.emplace_back("KEEPALIVE_INTERVAL", std::to_string(options.keepalive_interval.count()) + "ms");
   settings.insert(settings.end(), options.config.begin(), options.config.end());  // the caller's win
+  for (const auto& [key, value] : optional_settings)
+    (void)ucp_config_modify(config.get(), key.c_str(), value.c_str());
   for (const auto& [key, value] : settings) {
     if (ucs_status_t s = ucp_config_modify(config.get(), key.c_str(), value.c_str()); s != UCS_OK)
       return UcxStatus(s, Prefix() + "UCX setting " + key + "=" + value);
