@@ -108,7 +108,8 @@ TEST_F(CliTest, RefusesBadSizesAndCountsAtParseTime) {
     CliRun r = Cli("gen-model --preset tiny " + std::string(args) + out);
     EXPECT_EQ(r.code, 2) << args << ": " << r.out;
   }
-  EXPECT_NE(Cli("gen-model --preset tiny --seed -1" + out).out.find("--seed: Value -1 is not an integer in [0, 2^64)"),
+  EXPECT_NE(Cli("gen-model --preset tiny --seed -1" + out)
+                .out.find("--seed: Value -1 is not an integer in [0, 2^64)"),
             std::string::npos);
   EXPECT_FALSE(fs::exists(Path("g")));
   ASSERT_EQ(Cli("gen-model --preset tiny --layers 1 --hidden 128" + out).code, 0);

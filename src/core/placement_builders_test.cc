@@ -316,7 +316,6 @@ TEST(PlacementBuildersTest, ReplicatedOnSparseRanks) {
   EXPECT_FALSE(Replicated(Model({.layers = 1}), twice).ok());
 }
 
-
 TEST(PlacementBuildersTest, PartsMatchTheWholeSplits) {
   for (int64_t extent : {0, 1, 5, 6, 13, 151936})
     for (int parts : {1, 2, 3, 4, 7, 64}) {
