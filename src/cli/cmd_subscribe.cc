@@ -75,17 +75,6 @@ Status WriteLive(Subscriber& sub, const std::string& path) {
   return writer.Finish();
 }
 
-// SIGINT or SIGTERM when one is pending (blocked by BlockShutdownSignals), else 0; does not wait.
-int TakePendingShutdownSignal() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  timespec now{};
-  const int sig = sigtimedwait(&set, nullptr, &now);
-  return sig > 0 ? sig : 0;
-}
-
 int RunSubscribe(SubscribeOptions o) {
   auto fail = [](const Status& s) { return Fail("subscribe", s); };
   if (!o.out.empty())
@@ -176,8 +165,8 @@ int RunSubscribe(SubscribeOptions o) {
   while (!subscriber.ok() && subscriber.status().code() != StatusCode::kPermissionDenied &&
          std::chrono::steady_clock::now() < give_up) {
     if (const int sig = WaitForShutdownSignal(200); sig != 0) {
-      std::cerr << "weightport subscribe: stopped by " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
-                << " before joining" << std::endl;
+      std::cerr << "weightport subscribe: stopped by " << ShutdownSignalName(sig) << " before joining"
+                << std::endl;
       return 128 + sig;
     }
     subscriber = Subscriber::Connect(*secret, so);
@@ -209,7 +198,7 @@ int RunSubscribe(SubscribeOptions o) {
   const uint64_t live = sub.live_version();
   sub.Close();
   if (signal_number != 0) {
-    std::cerr << "weightport subscribe: stopped by " << (signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+    std::cerr << "weightport subscribe: stopped by " << ShutdownSignalName(signal_number);
     if (!o.out.empty() && live > 0 && written.ok())
       std::cerr << "; wrote version " << live << " to " << o.out;
     if (!written.ok()) std::cerr << "; " << written.ToString();

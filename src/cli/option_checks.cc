@@ -120,12 +120,9 @@ void RefuseMeaninglessNumbers(CLI::App& app) {
               return "'" + text + "' is negative; this option counts up from 0";
             // A plain integer past 2^64 - 1 (CLI11 would saturate it); sizes with units and other
             // forms are left to the option's own conversion and checks.
-            if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos) {
-              uint64_t x = 0;
-              const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
-              if (ec != std::errc() || ptr != text.data() + text.size())
-                return "'" + text + "' does not fit 64 bits";
-            }
+            if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos &&
+                !NonNegativeInteger()(text).empty())
+              return "'" + text + "' does not fit 64 bits";
             return {};
           },
           ""));

@@ -199,19 +199,23 @@ Status CheckModelFits(uint64_t model_bytes, uint64_t copies, const std::string& 
   return Status::Ok();
 }
 
-void BlockShutdownSignals() {
+namespace {
+sigset_t ShutdownSignals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  return set;
+}
+}  // namespace
+
+void BlockShutdownSignals() {
+  const sigset_t set = ShutdownSignals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
 int WaitForShutdownSignal(int64_t timeout_ms) {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
+  const sigset_t set = ShutdownSignals();
   if (timeout_ms <= 0) {
     int sig = 0;
     return sigwait(&set, &sig) == 0 ? sig : 0;
@@ -220,5 +224,14 @@ int WaitForShutdownSignal(int64_t timeout_ms) {
   const int sig = sigtimedwait(&set, nullptr, &ts);
   return sig > 0 ? sig : 0;
 }
+
+int TakePendingShutdownSignal() {
+  const sigset_t set = ShutdownSignals();
+  const timespec now{};
+  const int sig = sigtimedwait(&set, nullptr, &now);
+  return sig > 0 ? sig : 0;
+}
+
+const char* ShutdownSignalName(int sig) { return sig == SIGINT ? "SIGINT" : "SIGTERM"; }
 
 }  // namespace weightport::cli

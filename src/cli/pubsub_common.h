@@ -89,5 +89,8 @@ Status CheckModelFits(uint64_t model_bytes, uint64_t copies, const std::string& 
 // waits for one (or `timeout_ms`, 0 = forever) and returns its number, 0 on timeout.
 void BlockShutdownSignals();
 int WaitForShutdownSignal(int64_t timeout_ms);
+// The SIGINT or SIGTERM pending (blocked by BlockShutdownSignals), else 0; does not wait.
+int TakePendingShutdownSignal();
+const char* ShutdownSignalName(int sig);  // "SIGINT" or "SIGTERM"
 
 }  // namespace weightport::cli

@@ -66,11 +66,13 @@ std::string Capture(F print) {
   return out;
 }
 
-// One value of a UCX configuration as UCX resolved it (the environment included), e.g. "TLS" ->
-// "all"; empty when it is not there.
-std::string ConfigValue(ucp_config_t* config, const std::string& key) {
-  const std::string printed =
-      Capture([&](FILE* f) { ucp_config_print(config, f, nullptr, UCS_CONFIG_PRINT_CONFIG); });
+// UCX's configuration as it resolved it (the environment included), one "UCX_KEY=value" per line.
+std::string PrintedConfig(ucp_config_t* config) {
+  return Capture([&](FILE* f) { ucp_config_print(config, f, nullptr, UCS_CONFIG_PRINT_CONFIG); });
+}
+
+// One value of a PrintedConfig, e.g. "TLS" -> "all"; empty when it is not there.
+std::string ConfigValue(const std::string& printed, const std::string& key) {
   const std::string prefix = "UCX_" + key + "=";
   for (size_t at = printed.find(prefix); at != std::string::npos; at = printed.find(prefix, at + 1)) {
     if (at != 0 && printed[at - 1] != '\n') continue;
@@ -120,8 +122,9 @@ Status UcxTransport::Init(const UcxOptions& options) {
   std::vector<std::pair<std::string, std::string>> settings;
   if (!options.transports.empty()) settings.emplace_back("TLS", Join(options.transports));
   // The transports UCX will consider: ours, else what the environment (UCX_TLS) says.
+  const std::string printed = PrintedConfig(config.get());
   const std::vector<std::string> effective =
-      !options.transports.empty() ? options.transports : SplitCommas(ConfigValue(config.get(), "TLS"));
+      !options.transports.empty() ? options.transports : SplitCommas(ConfigValue(printed, "TLS"));
   may_use_shm_ = MayUse(effective, {"sm", "shm", "mm", "posix", "sysv"});
   if (may_use_shm_) {
     // Peer-failure endpoints refuse shared-memory transports unless their error handling is on
@@ -134,7 +137,7 @@ Status UcxTransport::Init(const UcxOptions& options) {
     settings.emplace_back("MM_SEG_SIZE", "32832");  // 32 KiB payload + 64 bytes, like the default
   }
   // Not when UCX_NET_DEVICES narrows the devices: UCX may then open no TCP interface at all.
-  const std::string devices = ConfigValue(config.get(), "NET_DEVICES");
+  const std::string devices = ConfigValue(printed, "NET_DEVICES");
   // Tuning that this UCX may not take: skipped, not an error, when ucp_config_modify refuses it.
   std::vector<std::pair<std::string, std::string>> optional_settings;
   if (MayUse(effective, {"tcp"}) && (devices.empty() || devices == "all")) {
