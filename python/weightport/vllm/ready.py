@@ -1,0 +1,143 @@
+"""A version is built: each vLLM worker tells the trainer, so the swap calls (which pause generation)
+are made only once there is nothing left to do but swap.
+
+vLLM's sync-client protocol has four calls, all of which block the engine; a worker builds a
+committed version in the background, and a trainer that called ``update_weights`` right after the
+commit would hold generation for the build. So the trainer (rank 0) listens on a small TCP port and
+each worker sends one line per built version: ``rank world version hmac``, the HMAC-SHA256 of
+``rank world version`` under the session's secret. Lines that do not verify are dropped. Without
+this channel (a notice lost, a firewall) nothing breaks: the trainer waits up to its timeout and
+``update_weights`` then waits for the build itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import socket
+import threading
+import time
+
+MAX_LINE = 256
+MAX_CONNECTIONS = 4096
+
+
+def _mac(secret: bytes, rank: int, world: int, version: int) -> str:
+    return hmac.new(secret, f"{rank} {world} {version}".encode(), hashlib.sha256).hexdigest()
+
+
+class ReadyListener:
+    """Trainer side: collects which worker has built which version."""
+
+    def __init__(self, host: str, secret: bytes):
+        self._secret = secret
+        self._sock = socket.create_server((host, 0))
+        self._sock.settimeout(0.5)
+        self._built: dict[int, int] = {}  # worker rank -> newest version built
+        self._world = 0
+        self._cond = threading.Condition()
+        self._closed = False
+        self._threads: list[threading.Thread] = []
+        self._accepter = threading.Thread(target=self._accept, name="weightport-ready", daemon=True)
+        self._accepter.start()
+
+    @property
+    def address(self) -> str:
+        host, port = self._sock.getsockname()[:2]
+        return f"{host}:{port}"
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self._sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            if len(self._threads) >= MAX_CONNECTIONS:
+                conn.close()
+                continue
+            t = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        conn.settimeout(1.0)
+        buf = b""
+        with conn:
+            while not self._closed:
+                try:
+                    data = conn.recv(4096)
+                except socket.timeout:
+                    continue
+                except OSError:
+                    return
+                if not data:
+                    return
+                buf += data
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    self._take(line)
+                if len(buf) > MAX_LINE:
+                    return
+
+    def _take(self, line: bytes) -> None:
+        try:
+            rank, world, version, mac = line.decode().split()
+            rank, world, version = int(rank), int(world), int(version)
+        except ValueError:
+            return
+        if not hmac.compare_digest(mac, _mac(self._secret, rank, world, version)) or not 0 <= rank < world:
+            return
+        with self._cond:
+            self._world = max(self._world, world)
+            self._built[rank] = max(version, self._built.get(rank, 0))
+            self._cond.notify_all()
+
+    def wait(self, version: int, timeout: float) -> bool:
+        """Whether every worker has built `version` (or newer) within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                if self._world and sum(v >= version for v in self._built.values()) >= self._world:
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+
+    def close(self) -> None:
+        self._closed = True
+        self._sock.close()
+        self._accepter.join(timeout=2)
+
+
+class ReadyNotifier:
+    """Worker side: tells the trainer each version it has built; never raises."""
+
+    def __init__(self, address: str, secret: bytes, rank: int, world: int, log=None):
+        self._address, self._secret, self._rank, self._world = address, secret, rank, world
+        self._sock: socket.socket | None = None
+        self._log = log
+
+    def built(self, version: int) -> None:
+        line = f"{self._rank} {self._world} {version} {_mac(self._secret, self._rank, self._world, version)}\n"
+        for _ in range(2):  # one reconnect
+            try:
+                if self._sock is None:
+                    host, _, port = self._address.rpartition(":")
+                    self._sock = socket.create_connection((host, int(port)), timeout=5)
+                self._sock.sendall(line.encode())
+                return
+            except OSError as e:
+                self.close()
+                err = e
+        if self._log is not None:
+            self._log("weightport: could not tell the trainer at %s that version %d is built: %s",
+                      self._address, version, err)
+
+    def close(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+            self._sock = None

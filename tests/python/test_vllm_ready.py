@@ -1,0 +1,39 @@
+"""The vLLM backend's "version built" channel: workers tell the trainer, forged lines are dropped."""
+
+from __future__ import annotations
+
+import socket
+
+from weightport.vllm.ready import ReadyListener, ReadyNotifier
+
+
+def test_trainer_waits_for_every_worker_and_drops_forged_lines():
+    secret = b"s" * 32
+    listener = ReadyListener("127.0.0.1", secret)
+    try:
+        a = ReadyNotifier(listener.address, secret, 0, 2)
+        b = ReadyNotifier(listener.address, secret, 1, 2)
+        a.built(3)
+        assert not listener.wait(3, 0.3), "one of two workers is not enough"
+        host, port = listener.address.rsplit(":", 1)
+        with socket.create_connection((host, int(port))) as s:
+            s.sendall(b"1 2 3 " + b"0" * 64 + b"\n")  # a forged line: wrong MAC
+        assert not listener.wait(3, 0.3), "a line without the secret's MAC must not count"
+        forger = ReadyNotifier(listener.address, b"x" * 32, 1, 2)
+        forger.built(3)
+        assert not listener.wait(3, 0.3)
+        b.built(4)
+        assert listener.wait(3, 5) and not listener.wait(5, 0.2)
+        for n in (a, b, forger):
+            n.close()
+    finally:
+        listener.close()
+
+
+def test_a_worker_without_a_trainer_does_not_raise():
+    port = socket.create_server(("127.0.0.1", 0))
+    address = f"127.0.0.1:{port.getsockname()[1]}"
+    port.close()  # nothing listens there now
+    messages = []
+    ReadyNotifier(address, b"s", 0, 1, log=lambda *a: messages.append(a)).built(1)
+    assert messages and "could not tell the trainer" in messages[0][0]
