@@ -1,0 +1,192 @@
+"""The trainer side of the vLLM backend, and a sync client for an in-process ``vllm.LLM``.
+
+Every trainer rank registers its own tensors (plain, FSDP2 DTensors: each rank publishes its shard,
+nothing is gathered) with a weightport :class:`~weightport.Publisher`; rank 0 also runs the
+coordinator and drives vLLM through a ``VLLMWeightSyncClient``: ``init_weight_transfer_engine`` once
+(every vLLM worker joins as a subscriber rank), then per version ``start_weight_update``,
+``update_weights({"version": v})`` and ``finish_weight_update``. The version's bytes move before
+those calls, while vLLM keeps generating, so they pause generation only for the swap.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from vllm.distributed.weight_transfer.base import TrainerInitInfo, TrainerWeightTransferEngine
+
+from ..publisher import Publisher
+from .._tensors import dtype_name, named_tensors
+from .plugin import register
+from .ready import ReadyListener
+
+register()  # the trainer's process: vLLM runs its plugins only in the processes it starts
+
+
+@dataclass
+class WeightportTrainerInitInfo(TrainerInitInfo):
+    """``coordinator``: "host:port" rank 0 listens on (port 0: a free one, shared with the other
+    ranks over torch.distributed). ``world_size``: trainer ranks. ``host``: the address vLLM's
+    workers reach the coordinator and this rank at."""
+
+    backend: ClassVar[str] = "weightport"
+    coordinator: str = "127.0.0.1:0"
+    world_size: int = 1
+    host: str = "127.0.0.1"
+    transport: str = "auto"
+    delta: bool = True
+    chunk_bytes: int = 0
+    timeout: float = 120.0
+    secret: bytes | None = None  # default: 32 random bytes from rank 0
+
+
+def _state_of(source: Any) -> Mapping[str, Any]:
+    """The tensors to publish: a module's parameters, a state dict, or a vLLM WeightSource over a
+    module (its parameters, without the gathers its iteration would do)."""
+    module = getattr(source, "_module", None)
+    if module is not None:
+        source = module
+    if isinstance(source, torch.nn.Module):
+        return dict(source.named_parameters())
+    if isinstance(source, Mapping):
+        return source
+    raise TypeError(f"weightport trainer: source must be a module, a state dict or a ModuleSource, "
+                    f"got {type(source).__name__}")
+
+
+def _share(obj: Any, world_size: int) -> Any:
+    """Rank 0's `obj` on every rank (torch.distributed must be initialized when world_size > 1)."""
+    if world_size == 1:
+        return obj
+    box = [obj]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+class WeightportTrainerEngine(TrainerWeightTransferEngine[WeightportTrainerInitInfo]):
+    init_info_cls = WeightportTrainerInitInfo
+
+    def __init__(self, *, client, source, is_sender, publisher: Publisher, info: WeightportTrainerInitInfo,
+                 ready: ReadyListener | None = None):
+        super().__init__(client=client, source=source, is_sender=is_sender)
+        self.publisher = publisher
+        self.info = info
+        self.ready = ready
+        self.version = 0
+        self.reports: list[dict[str, Any]] = []
+
+    @classmethod
+    def trainer_init(cls, init_info: WeightportTrainerInitInfo, *, client, source=None):
+        if source is None:
+            raise ValueError("weightport trainer: a source (module, state dict or ModuleSource) is needed")
+        state = _state_of(source)
+        rank, world = init_info.rank, init_info.world_size
+        tensors = [[name, list(t.shape), dtype_name(t.to_local() if hasattr(t, "to_local") else t, name)]
+                   for name, t in named_tensors(state)]
+        # First every vLLM worker checks the checkpoint against its model: a name it does not have
+        # or a shape its loader refuses fails here, before any rank joins or any byte moves.
+        checked = None
+        if rank == 0:
+            try:
+                client.init_weight_transfer_engine({"tensors": tensors})
+            except BaseException as e:
+                checked = f"vLLM refused the trainer's checkpoint: {e}"
+        checked = _share(checked, world)
+        if checked is not None:
+            raise ValueError(checked)
+        secret = _share(init_info.secret or (os.urandom(32) if rank == 0 else None), world)
+        publisher = Publisher(init_info.coordinator, secret=secret,
+                              rank=rank, world_size=world, host=init_info.host,
+                              transport=init_info.transport, chunk_bytes=init_info.chunk_bytes,
+                              timeout=init_info.timeout)
+        coordinator = _share(publisher.coordinator if rank == 0 else None, world)
+        if rank != 0:  # other ranks were created before rank 0's port was known: reconnect to it
+            publisher._args.coordinator = coordinator
+        ready = ReadyListener(init_info.host, secret) if rank == 0 else None
+        engine = cls(client=client, source=source, is_sender=rank == 0, publisher=publisher, info=init_info,
+                     ready=ready)
+        joined: list[BaseException] = []
+
+        def init_workers():
+            try:
+                client.init_weight_transfer_engine({
+                    "coordinator": coordinator, "secret_hex": secret.hex(), "tensors": tensors,
+                    "transport": init_info.transport, "delta": init_info.delta, "timeout": init_info.timeout,
+                    "notify": ready.address})
+            except BaseException as e:
+                joined.append(e)
+
+        rpc = threading.Thread(target=init_workers, name="weightport-init-workers") if rank == 0 else None
+        if rpc is not None:
+            rpc.start()
+        try:
+            publisher.register(state)  # returns once every trainer rank and vLLM worker has joined
+        finally:
+            if rpc is not None:
+                rpc.join()
+        if joined:
+            engine.shutdown()
+            raise joined[0]
+        return engine
+
+    def send_weights(self, version: int | None = None) -> dict[str, Any]:
+        """Publishes the source's current values as `version` (default: the next one) and, on rank 0,
+        has vLLM swap them in; returns rank 0's report: version, bytes, update_s (publish to live),
+        transfer_s (publish to committed everywhere), build_s (committed to built by every worker,
+        while vLLM may generate) and pause_s (the swap calls, during which vLLM does not)."""
+        version = self.version + 1 if version is None else int(version)
+        t0 = time.perf_counter()
+        self.publisher.publish(version)
+        if not self.is_sender:
+            self.publisher.wait(version, self.info.timeout)
+            self.version = version
+            return {"version": version}
+        outcome = self.publisher.wait(version, self.info.timeout) or {}
+        t_commit = time.perf_counter()
+        # Every worker builds the version off the serving path; swap once they all have.
+        built = self.ready.wait(version, self.info.timeout)
+        t1 = time.perf_counter()
+        self.client.start_weight_update()
+        self.client.update_weights({"version": version, "timeout": self.info.timeout})
+        self.client.finish_weight_update()
+        t2 = time.perf_counter()
+        self.version = version
+        report = {"version": version, "bytes": int(outcome.get("bytes", 0)), "update_s": t2 - t0,
+                  "transfer_s": t_commit - t0, "build_s": t1 - t_commit, "pause_s": t2 - t1,
+                  "built_before_swap": built}
+        self.reports.append(report)
+        return report
+
+    def shutdown(self) -> None:
+        if self.ready is not None:
+            self.ready.close()
+        self.publisher.close()
+
+
+class LLMWeightSyncClient:
+    """``VLLMWeightSyncClient`` for a ``vllm.LLM`` in this process: each call runs on every worker
+    through ``collective_rpc``."""
+
+    def __init__(self, llm: Any):
+        self.llm = llm
+
+    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
+        self.llm.collective_rpc("init_weight_transfer_engine", args=(init_info,))
+
+    def shutdown_weight_transfer_engine(self) -> None:
+        self.llm.collective_rpc("shutdown_weight_transfer_engine")
+
+    def start_weight_update(self) -> None:
+        self.llm.collective_rpc("start_weight_update")
+
+    def update_weights(self, update_info: dict[str, Any]) -> None:
+        self.llm.collective_rpc("update_weights", args=(update_info,))
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        self.llm.collective_rpc("finish_weight_update")
