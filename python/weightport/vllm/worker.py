@@ -74,6 +74,8 @@ class _Prepared:
     version: int
     shadows: dict[str, torch.nn.Module]
     seconds: float
+    copy_s: float = 0.0  # of `seconds`: the box copies, and vLLM's post-processing
+    process_s: float = 0.0
 
 
 class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, WeightportUpdateInfo]):
@@ -94,6 +96,7 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
         self._error: BaseException | None = None
         self._pending: _Prepared | None = None
         self.applied_version = 0
+        self._intra_op_threads = 1
         self.reports: list[dict[str, Any]] = []
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -129,6 +132,8 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
         self._notifier = (ReadyNotifier(init_info.notify, bytes.fromhex(init_info.secret_hex), rank, world,
                                         logger.warning) if init_info.notify else None)
         self._stop.clear()
+        # OpenMP's thread count is per thread: the builder uses as many as vLLM gave this worker.
+        self._intra_op_threads = torch.get_num_threads()
         self._thread = threading.Thread(target=self._prepare_loop, name="weightport-prepare", daemon=True)
         self._thread.start()
 
@@ -175,15 +180,18 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
         swap_s = time.perf_counter() - t0
         self.applied_version = pending.version
         placement = self._placement
-        report = {"version": pending.version, "prepare_s": pending.seconds, "swap_s": swap_s,
-                  "direct": len(placement.runs), "fallback": len(placement.fallback)}
+        copy_s, process_s = pending.copy_s, pending.process_s
+        report = {"version": pending.version, "build_s": pending.seconds, "copy_s": copy_s,
+                  "process_s": process_s, "swap_s": swap_s, "direct": len(placement.runs),
+                  "fallback": len(placement.fallback)}
         self.reports.append(report)
-        logger.info("weightport: version %d live (built in %.3f s off the serving path, swapped in "
-                    "%.4f s; %d direct copies, %d through the weight loader)", pending.version,
-                    pending.seconds, swap_s, report["direct"], report["fallback"])
+        logger.info("weightport: version %d live (built in %.3f s off the serving path: copies %.3f s, "
+                    "vLLM's processing %.3f s; swapped in %.4f s; %d direct copies, %d through the "
+                    "weight loader)", pending.version, pending.seconds, copy_s, process_s, swap_s,
+                    report["direct"], report["fallback"])
         with self._lock:
             if self._prepared is pending:
-                self._prepared = _Prepared(pending.version, {}, pending.seconds)
+                self._prepared = _Prepared(pending.version, {}, pending.seconds, copy_s, process_s)
 
     def shutdown(self) -> None:
         self._stop.set()
@@ -215,6 +223,7 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
         from vllm.config import set_current_vllm_config
 
         built = 0  # version numbers belong to the trainer's session: a new trainer may restart them
+        torch.set_num_threads(self._intra_op_threads)
         while not self._stop.is_set():
             sub = self._sub
             try:
@@ -229,9 +238,9 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
             try:
                 t0 = time.perf_counter()
                 with sub.pinned() as pin, set_current_vllm_config(self.vllm_config), torch.no_grad():
-                    shadows = self._build(pin.tensors)
+                    shadows, copy_s, process_s = self._build(pin.tensors)
                     version = pin.version
-                prepared = _Prepared(version, shadows, time.perf_counter() - t0)
+                prepared = _Prepared(version, shadows, time.perf_counter() - t0, copy_s, process_s)
             except BaseException as e:
                 logger.exception("weightport: building a received version failed")
                 with self._lock:
@@ -245,8 +254,9 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
             if self._notifier is not None:
                 self._notifier.built(version)
 
-    def _build(self, received: dict[str, torch.Tensor]) -> dict[str, torch.nn.Module]:
-        """Shadow layers holding the received version, post-processed like vLLM's own loading."""
+    def _build(self, received: dict[str, torch.Tensor]) -> tuple[dict[str, torch.nn.Module], float, float]:
+        """Shadow layers holding the received version, post-processed like vLLM's own loading, and
+        the seconds the copies and the processing took."""
         placement = self._placement
         modules = dict(self.model.named_modules())
         shadows: dict[str, torch.nn.Module] = {}
@@ -264,14 +274,16 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
                 by_group[tpl.group] = t
             shadow._parameters[pname] = t
             fresh[(lname, pname)] = t
+        t0 = time.perf_counter()
         copy_runs(placement.runs, placement.boxes, received, fresh)
-        if self.device.type not in ("cpu", "meta"):  # the copies read the pin, released after this
-            torch.accelerator.synchronize()
         for c in placement.fallback:
             args = dict(c.arguments)
             args[c.param_arg] = fresh[(c.layer, c.param)]
             args[c.tensor_arg] = received[c.tensor]
             c.loader(**args)
+        if self.device.type not in ("cpu", "meta"):  # the copies read the pin, released after this
+            torch.accelerator.synchronize()
+        t1 = time.perf_counter()
         for shadow in shadows.values():
             post_process(shadow)
-        return shadows
+        return shadows, t1 - t0, time.perf_counter() - t1
