@@ -1,0 +1,185 @@
+"""The vLLM weight-transfer backend against a real vLLM (CPU build), with tiny local models.
+
+Run with the vLLM environment from ``scripts/setup --vllm``: ``.deps/vllm/bin/python -m pytest
+tests/vllm``. Each example run starts vLLM (~20 s here), so the parameter grid covers every value
+of every axis (model kind, tensor parallel, delta, FSDP2 trainer ranks, published dtype) in four
+runs, not all 32.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+
+import pytest
+
+vllm = pytest.importorskip("vllm", reason="vLLM is not installed here (scripts/setup --vllm)")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+EXAMPLE = os.path.join(ROOT, "examples", "vllm_rl_loop.py")
+sys.path.insert(0, HERE)
+import tiny_models  # noqa: E402
+
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    return {kind: tiny_models.make_model(kind, str(root / kind)) for kind in ("dense", "moe")}
+
+
+@pytest.mark.parametrize("kind,tp,delta,ranks,dtype", [
+    ("dense", 1, True, 1, "bf16"),  # bf16 published, widened to vLLM's f32 in flight
+    ("moe", 2, True, 1, "f32"),
+    ("dense", 2, False, 2, "f32"),
+    ("moe", 1, False, 2, "f32"),
+])
+def test_rl_loop_tokens_match_every_version(models, kind, tp, delta, ranks, dtype):
+    cmd = [sys.executable, EXAMPLE, "--model", models[kind], "--steps", "2", "--tp", str(tp),
+           "--trainer-ranks", str(ranks), "--publish-dtype", dtype, "--json"] + ([] if delta else ["--no-delta"])
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    steps = json.loads(lines[-1])["steps"]
+    assert [s["version"] for s in steps] == [1, 2]
+    for s in steps:
+        assert s["tokens_match"], s
+        assert s["tokens_changed"], s  # training moved the weights far enough to change the tokens
+        assert s["bytes"] > 0 and 0 <= s["pause_s"] <= s["update_s"], s
+
+
+# -- one vLLM shared by the tests below (in this process, driven directly) --------------------------
+
+PROMPTS = ["the water of people", "you can see the first"]
+MAX_TOKENS = 6
+
+
+@pytest.fixture(scope="module")
+def big_dense(tmp_path_factory):
+    """A model large enough (~75 MB) that a version is still moving when its trainer dies."""
+    return tiny_models.make_model("llama", str(tmp_path_factory.mktemp("models") / "llama"), hidden=512,
+                                  layers=8)
+
+
+@pytest.fixture(scope="module")
+def llm(big_dense):
+    from vllm import LLM
+
+    engine = LLM(model=big_dense, dtype="float32", enforce_eager=True, max_model_len=256, seed=0,
+                 weight_transfer_config={"backend": "weightport"})
+    yield engine
+    engine.llm_engine.engine_core.shutdown()
+
+
+def generate(llm):
+    from vllm import SamplingParams
+
+    outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True),
+                        use_tqdm=False)
+    return [list(o.outputs[0].token_ids) for o in outs]
+
+
+class Trainer:
+    """trainer_process.run in a spawned process; joins the vLLM workers through `llm`."""
+
+    def __init__(self, llm, model_dir, seed):
+        import threading
+
+        import trainer_process
+
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=trainer_process.run, args=(child, model_dir, seed, "tcp"))
+        self.proc.start()
+        assert self.conn.poll(120), "the trainer did not start"
+        info = self.conn.recv()
+        errors = []
+        rpc = threading.Thread(target=lambda: _call(errors, llm.collective_rpc, "init_weight_transfer_engine",
+                                                    args=(info,)))
+        rpc.start()
+        assert self.conn.poll(120), "the trainer did not join"
+        assert self.conn.recv() == "joined"
+        rpc.join()
+        assert not errors, errors
+        self.prompt_ids = [llm.get_tokenizer().encode(p) for p in PROMPTS]
+
+    def version(self, v):
+        self.conn.send(("version", v, self.prompt_ids, MAX_TOKENS))
+        assert self.conn.poll(120), f"version {v} was not committed"
+        return self.conn.recv()
+
+    def die_during(self, v):
+        self.conn.send(("die", v))
+        self.proc.join(timeout=60)
+        assert self.proc.exitcode == -9, self.proc.exitcode
+
+
+def _call(errors, fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+    except BaseException as e:  # reported by the test's thread
+        errors.append(e)
+
+
+def apply(llm, version, timeout=60.0):
+    llm.collective_rpc("start_weight_update")
+    llm.collective_rpc("update_weights", args=({"version": version, "timeout": timeout},))
+    llm.collective_rpc("finish_weight_update")
+
+
+def test_killed_trainer_leaves_the_previous_version_serving(llm, big_dense):
+    first = Trainer(llm, big_dense, seed=1)
+    expect_v1 = first.version(1)
+    apply(llm, 1)
+    assert generate(llm) == expect_v1
+
+    first.die_during(2)  # SIGKILL right after version 2 starts moving: its coordinator dies too
+    llm.collective_rpc("start_weight_update")
+    with pytest.raises(Exception, match="version 2 cannot be applied|was not committed"):
+        llm.collective_rpc("update_weights", args=({"version": 2, "timeout": 20.0},))
+    assert generate(llm) == expect_v1, "vLLM must keep serving version 1 after version 2 failed"
+
+    second = Trainer(llm, big_dense, seed=2)  # a new trainer: vLLM's workers rejoin its group
+    expect_v3 = second.version(3)
+    assert expect_v3 != expect_v1
+    apply(llm, 3)
+    assert generate(llm) == expect_v3
+
+
+def _refusal(llm, model_dir, mutate):
+    """trainer_init with the trainer's parameters changed by `mutate`; returns the error text."""
+    import torch
+    import transformers
+    from vllm.distributed.weight_transfer import WeightTransferTrainerFactory
+
+    from weightport.vllm import LLMWeightSyncClient, WeightportTrainerInitInfo
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    state = dict(model.named_parameters())
+    mutate(state)
+    with pytest.raises(ValueError) as err:
+        WeightTransferTrainerFactory.trainer_init(WeightportTrainerInitInfo(rank=0, timeout=20),
+                                                  client=LLMWeightSyncClient(llm), source=state)
+    return str(err.value)
+
+
+def test_unknown_checkpoint_name_is_refused_before_anything_moves(llm, big_dense):
+    import torch
+
+    msg = _refusal(llm, big_dense, lambda s: s.__setitem__("model.layers.0.mlp.bogus_proj.weight",
+                                                           torch.zeros(4, 4)))
+    assert "model.layers.0.mlp.bogus_proj.weight" in msg, msg
+
+
+def test_disagreeing_shape_is_refused_naming_tensor_and_parameter(llm, big_dense):
+    import torch
+
+    name = "model.layers.1.self_attn.o_proj.weight"
+    msg = _refusal(llm, big_dense, lambda s: s.__setitem__(name, torch.zeros(512, 500)))
+    assert name in msg and "model.layers.1.self_attn.o_proj.weight" in msg, msg
+    assert "parameter 'model.layers.1.self_attn.o_proj" in msg, msg
