@@ -8,7 +8,7 @@ FUZZ_SECONDS ?= 60
 PYTHON       ?= python3
 CMAKE_FLAGS  ?=
 
-.PHONY: all setup build demo test check test-python test-package test-asan test-tsan fuzz format clean
+.PHONY: all setup build demo test check test-python test-package test-vllm test-asan test-tsan fuzz format clean
 
 all: build
 
@@ -28,7 +28,7 @@ demo: setup $(BUILD)/build.ninja
 
 # Every test: unit tests, Python cross-checks, the sanitizer build, and each fuzzer for FUZZ_SECONDS.
 test: build
-	$(MAKE) --no-print-directory check test-python test-package test-asan test-tsan fuzz
+	$(MAKE) --no-print-directory check test-python test-package test-vllm test-asan test-tsan fuzz
 
 check:
 	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
@@ -45,6 +45,13 @@ test-package:
 	$(PKG_VENV)/bin/pip install -q --disable-pip-version-check ./python
 	cd $(PKG_VENV) && ./bin/python -c "import weightport, sys; assert '$(PKG_VENV)' in weightport.__file__, weightport.__file__"
 	WEIGHTPORT_BIN=$(CURDIR)/$(BUILD)/weightport $(PKG_VENV)/bin/python -m pytest -q tests/python/test_package_api.py
+
+# The vLLM weight-transfer backend against a real vLLM (the CPU build) in its own environment,
+# .deps/vllm (scripts/setup --vllm installs it and weightport's package into it).
+VLLM_PYTHON ?= .deps/vllm/bin/python
+test-vllm:
+	bash scripts/setup --vllm
+	$(VLLM_PYTHON) -m pytest -q -p no:cacheprovider tests/vllm
 
 test-asan:
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIGHTPORT_CUDA=OFF \
