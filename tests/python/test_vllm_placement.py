@@ -99,3 +99,29 @@ def test_interleaved_rows_of_two_tensors_are_not_box_copies():
 def test_a_parameter_nothing_wrote_has_no_runs():
     runs, failed, zero = _decompose([torch.full((3,), float("nan"), dtype=torch.float64)], [1])
     assert runs == [] and failed == set() and not zero
+
+
+def _call(untouched, shape=(3, 5)):
+    from weightport.vllm.placement import _Call
+
+    return _Call("layer", "weight", loader=print, param_arg="param", tensor_arg="loaded_weight", tid=0,
+                 shape=shape, arguments={"shard_id": "q"}, untouched=untouched)
+
+
+def test_a_loader_given_the_whole_tensor_is_replayed():
+    from weightport.vllm.placement import TensorMeta, _fallback_calls
+
+    metas = [TensorMeta("t", (3, 5), "f32")]
+    [call] = _fallback_calls([_call(True)], {("layer", "weight", "t")}, metas)
+    assert (call.tensor, call.param_arg, call.tensor_arg, call.arguments) == ("t", "param", "loaded_weight",
+                                                                              {"shard_id": "q"})
+    assert _fallback_calls([_call(True)], set(), metas) == []  # a run expresses it: no replay
+
+
+def test_a_loader_given_a_transformed_tensor_is_refused_not_replayed():
+    from weightport.vllm.placement import PlacementError, TensorMeta, _fallback_calls
+
+    metas = [TensorMeta("t", (5, 5), "f32")]
+    # A square tensor transposed by the model before its loader: same shape, other elements.
+    with pytest.raises(PlacementError, match="'t' into parameter 'layer.weight'.*transforms it"):
+        _fallback_calls([_call(False, (5, 5))], {("layer", "weight", "t")}, metas)

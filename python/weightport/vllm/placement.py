@@ -147,6 +147,7 @@ class _Call:
     tid: int
     shape: tuple[int, ...]
     arguments: dict[str, Any]
+    untouched: bool  # the loader got the very tensor the checkpoint iterator gave (no transpose...)
 
 
 class _Recorder:
@@ -161,6 +162,7 @@ class _Recorder:
         self.by_group: dict[Any, torch.Tensor] = {}
         self.calls: list[_Call] = []
         self.current_param: str | None = None
+        self.progress: dict[str, Any] = {}  # the tensor the checkpoint iterator gave last ("given")
 
     def install(self) -> None:
         from vllm.model_executor.model_loader.weight_utils import default_weight_loader
@@ -190,7 +192,8 @@ class _Recorder:
                 loaded = bound.arguments[tensors[1]]
                 others = {k: v for k, v in bound.arguments.items() if k not in tensors[:2]}
                 recorder.calls.append(_Call(lname, pname, loader, tensors[0], tensors[1],
-                                            int(float(loaded.flatten()[0]) // TAG) - 1, tuple(loaded.shape), others))
+                                            int(float(loaded.flatten()[0]) // TAG) - 1, tuple(loaded.shape), others,
+                                            loaded is recorder.progress.get("given")))
             return loader(*args, **kwargs)
 
         return recording_loader
@@ -210,6 +213,7 @@ class _Recorder:
 def _tags(metas: list[TensorMeta], dim: int, progress: dict[str, Any]) -> Iterator[tuple[str, torch.Tensor]]:
     for i, m in enumerate(metas):
         progress["tensor"] = m.name
+        progress["given"] = None
         base = (i + 1) * TAG
         if dim < len(m.shape):
             axis = [1] * len(m.shape)
@@ -217,7 +221,9 @@ def _tags(metas: list[TensorMeta], dim: int, progress: dict[str, Any]) -> Iterat
             t = (base + torch.arange(m.shape[dim], dtype=torch.float64)).view(axis).expand(m.shape)
         else:
             t = torch.full((), base, dtype=torch.float64).expand(m.shape)
-        yield m.name, t.contiguous()
+        given = t.contiguous()
+        progress["given"] = given
+        yield m.name, given
 
 
 def _bounding_box(mask: torch.Tensor) -> list[tuple[int, int]]:
@@ -331,6 +337,7 @@ def learn_placement(model: torch.nn.Module, metas: list[TensorMeta]) -> ModelPla
         for dim in range(passes):
             rec.reset()
             progress: dict[str, Any] = {"tensor": None}
+            rec.progress = progress
             try:
                 with torch.no_grad():
                     model.load_weights(_tags(metas, dim, progress))
@@ -389,10 +396,10 @@ def _fallback_calls(calls: list[_Call], keys: set[tuple[str, str, str]], metas: 
     for c in calls:
         if not 0 <= c.tid < len(metas) or (c.layer, c.param, metas[c.tid].name) not in keys:
             continue
-        if c.shape != tuple(metas[c.tid].shape):
+        if not c.untouched or c.shape != tuple(metas[c.tid].shape):
             raise PlacementError(f"checkpoint tensor '{metas[c.tid].name}' into parameter '{c.layer}.{c.param}': "
-                                 f"the model's loader slices or reshapes it before a load weightport cannot "
-                                 f"express as box copies, so it cannot be replayed")
+                                 f"the model transforms it (transposes, slices or reshapes) before a load "
+                                 f"that box copies cannot express, so weightport cannot replay it")
         out.append(LoaderCall(c.layer, c.param, metas[c.tid].name, c.loader, c.param_arg, c.tensor_arg,
                               c.arguments))
     return out
