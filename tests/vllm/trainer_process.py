@@ -23,8 +23,9 @@ def greedy(model, prompt_ids, max_tokens):
 
 
 def run(conn, model_dir: str, seed: int, transport: str) -> None:
-    """Commands: ("version", v, prompt_ids, max_tokens) -> perturbs, publishes, waits for the commit,
-    answers the greedy tokens; ("die", v) -> perturbs, publishes and kills itself at once."""
+    """Commands: ("version", v, prompt_ids, max_tokens[, only]) -> perturbs every tensor (or only the
+    one named `only`), publishes, waits for the commit, answers (greedy tokens, bytes moved);
+    ("die", v) -> perturbs, publishes and kills itself at once."""
     import torch
     import transformers
 
@@ -41,12 +42,15 @@ def run(conn, model_dir: str, seed: int, transport: str) -> None:
     conn.send("joined")
     while True:
         cmd = conn.recv()
+        only = cmd[4] if cmd[0] == "version" and len(cmd) > 4 else None
         with torch.no_grad():
-            for p in params.values():
-                p.add_(torch.randn_like(p) * 0.05)
+            for name, p in params.items():
+                if only is None or name == only:
+                    p.add_(torch.randn_like(p) * 0.05)
         if cmd[0] == "die":
             pub.publish(cmd[1])
             os.kill(os.getpid(), signal.SIGKILL)
-        _, version, prompt_ids, max_tokens = cmd
-        pub.publish(version, wait=True)
-        conn.send(greedy(model, prompt_ids, max_tokens))
+        version, prompt_ids, max_tokens = cmd[1:4]
+        pub.publish(version)
+        outcome = pub.wait(version)
+        conn.send((greedy(model, prompt_ids, max_tokens), outcome["bytes"]))

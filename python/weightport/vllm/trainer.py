@@ -154,7 +154,7 @@ class WeightportTrainerEngine(TrainerWeightTransferEngine[WeightportTrainerInitI
         t1 = time.perf_counter()
         self.client.start_weight_update()
         self.client.update_weights({"version": version, "timeout": self.info.timeout})
-        self.client.finish_weight_update()
+        self.client.finish_weight_update(str(version))  # vLLM reports it as its weight version
         t2 = time.perf_counter()
         self.version = version
         report = {"version": version, "bytes": int(outcome.get("bytes", 0)), "update_s": t2 - t0,
@@ -170,23 +170,23 @@ class WeightportTrainerEngine(TrainerWeightTransferEngine[WeightportTrainerInitI
 
 
 class LLMWeightSyncClient:
-    """``VLLMWeightSyncClient`` for a ``vllm.LLM`` in this process: each call runs on every worker
-    through ``collective_rpc``."""
+    """``VLLMWeightSyncClient`` for a ``vllm.LLM`` in this process (its RL methods take requests
+    wrapping the info; the protocol passes the info itself)."""
 
     def __init__(self, llm: Any):
         self.llm = llm
 
     def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
-        self.llm.collective_rpc("init_weight_transfer_engine", args=(init_info,))
+        self.llm.init_weight_transfer_engine({"init_info": init_info})
 
     def shutdown_weight_transfer_engine(self) -> None:
-        self.llm.collective_rpc("shutdown_weight_transfer_engine")
+        self.llm.shutdown_weight_transfer_engine()
 
     def start_weight_update(self) -> None:
-        self.llm.collective_rpc("start_weight_update")
+        self.llm.start_weight_update()
 
     def update_weights(self, update_info: dict[str, Any]) -> None:
-        self.llm.collective_rpc("update_weights", args=(update_info,))
+        self.llm.update_weights({"update_info": update_info})
 
     def finish_weight_update(self, weight_version: str | None = None) -> None:
-        self.llm.collective_rpc("finish_weight_update")
+        self.llm.finish_weight_update(weight_version)
