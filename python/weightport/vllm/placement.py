@@ -354,10 +354,14 @@ def learn_placement(model: torch.nn.Module, metas: list[TensorMeta]) -> ModelPla
         rec.remove()
 
     names = [m.name for m in metas]
+    shape_of = {m.name: list(m.shape) for m in metas}
+    keys_of: dict[Any, list[tuple[str, str]]] = {}
+    for key, t in templates.items():
+        keys_of.setdefault(t.group, []).append(key)
     runs, fallback_keys, used = [], set(), set()
     for group, values in passes_read.items():
         found, failed, zero = _decompose(values, ndims)
-        keys = [k for k, t in templates.items() if t.group == group]
+        keys = keys_of[group]
         if not found and not failed:
             continue
         used.update(keys)
@@ -371,7 +375,7 @@ def learn_placement(model: torch.nn.Module, metas: list[TensorMeta]) -> ModelPla
     written = {r.tensor for r in runs} | {c.tensor for c in fallback}
     boxes, dtypes = {}, {}
     for r in runs:
-        shape = list(next(m.shape for m in metas if m.name == r.tensor))
+        shape = shape_of[r.tensor]
         lo = [s for s in r.tstart]
         hi = [s + n for s, n in zip(r.tstart, r.tlen)]
         if r.tensor in boxes:
@@ -381,7 +385,7 @@ def learn_placement(model: torch.nn.Module, metas: list[TensorMeta]) -> ModelPla
         boxes[r.tensor] = (shape, lo, [h - l for h, l in zip(hi, lo)])
         dtypes.setdefault(r.tensor, templates[(r.layer, r.param)].dtype)
     for c in fallback:
-        shape = list(next(m.shape for m in metas if m.name == c.tensor))
+        shape = shape_of[c.tensor]
         boxes[c.tensor] = (shape, [0] * len(shape), shape)
         dtypes.setdefault(c.tensor, templates[(c.layer, c.param)].dtype)
     return ModelPlacement(boxes=boxes, dtypes=dtypes, runs=runs, fallback=fallback,

@@ -10,6 +10,7 @@ those calls, while vLLM keeps generating, so they pause generation only for the 
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -27,6 +28,7 @@ from .plugin import register
 from .ready import ReadyListener
 
 register()  # the trainer's process: vLLM runs its plugins only in the processes it starts
+logger = logging.getLogger("weightport.vllm")
 
 
 @dataclass
@@ -78,6 +80,7 @@ class WeightportTrainerEngine(TrainerWeightTransferEngine[WeightportTrainerInitI
         self.publisher = publisher
         self.info = info
         self.ready = ready
+        self._ready_heard = ready is not None
         self.version = 0
         self.reports: list[dict[str, Any]] = []
 
@@ -149,8 +152,15 @@ class WeightportTrainerEngine(TrainerWeightTransferEngine[WeightportTrainerInitI
             return {"version": version}
         outcome = self.publisher.wait(version, self.info.timeout) or {}
         t_commit = time.perf_counter()
-        # Every worker builds the version off the serving path; swap once they all have.
-        built = self.ready.wait(version, self.info.timeout)
+        # Every worker builds the version off the serving path; swap once they all have. If their
+        # notices never came (a firewall between them and this host), stop waiting for them:
+        # update_weights then waits for the build itself.
+        built = self._ready_heard and self.ready.wait(version, self.info.timeout)
+        if not built and self._ready_heard:
+            self._ready_heard = False
+            logger.warning("weightport: no 'version built' notice from vLLM's workers reached %s within "
+                           "%.0f s; swapping without waiting for them from now on (the swap then "
+                           "includes the build)", self.ready.address, self.info.timeout)
         t1 = time.perf_counter()
         self.client.start_weight_update()
         self.client.update_weights({"version": version, "timeout": self.info.timeout})

@@ -114,6 +114,10 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
             self._placement_key = key
             logger.info("weightport: placement learned in %.2f s: %s", time.perf_counter() - t0,
                         self._placement.summary())
+            if self._placement.unused:  # vLLM's loader took them and wrote them nowhere
+                logger.warning("weightport: %d checkpoint tensors land in no parameter of this worker "
+                               "(vLLM's loader skipped them: tied, buffers, another pipeline stage): %s",
+                               len(self._placement.unused), ", ".join(self._placement.unused[:20]))
             for call in self._placement.fallback:
                 logger.info("weightport: %s -> %s.%s goes through vLLM's weight loader (no box copy "
                             "expresses it)", call.tensor, call.layer, call.param)
