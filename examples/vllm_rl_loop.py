@@ -78,7 +78,8 @@ def engine_main(conn, model: str, tp: int) -> None:
     while True:
         cmd, arg = conn.recv()
         try:
-            if cmd == "stop":
+            if cmd == "stop":  # shut vLLM down in order: killed, it leaves its /dev/shm queues
+                llm.llm_engine.engine_core.shutdown()
                 conn.send(("ok", None))
                 return
             if cmd == "generate":

@@ -248,7 +248,15 @@ def test_vllm_serve_over_http_takes_a_version(models, tmp_path):
         got = out["choices"][0].get("token_ids")
         assert got == expect, (got, expect, out["choices"][0].get("text"))
         sync.shutdown()
-    finally:
-        os.killpg(server.pid, 9)
+    finally:  # SIGTERM first: vLLM then removes its /dev/shm queues; SIGKILL what is left
+        os.killpg(server.pid, 15)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(server.pid, 9)
+        except ProcessLookupError:
+            pass
         server.wait(timeout=30)
         log.close()
