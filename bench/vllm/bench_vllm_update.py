@@ -60,19 +60,6 @@ def gloo_receive(worker, metas) -> None:
 
 # -- the trainer side ----------------------------------------------------------------------------
 
-def greedy(model, tokenizer_ids, n=8):
-    import torch
-
-    out = []
-    with torch.no_grad():
-        for ids in tokenizer_ids:
-            seq = torch.tensor([ids])
-            for _ in range(n):
-                seq = torch.cat([seq, model(input_ids=seq).logits[0, -1].argmax().view(1, 1)], 1)
-            out.append(seq[0, len(ids):].tolist())
-    return out
-
-
 def vllm_tokens(llm, n=8):
     from vllm import SamplingParams
 
@@ -166,6 +153,8 @@ def main(argv=None) -> int:
     import transformers
     from vllm import LLM
 
+    import trainer_process  # tests/vllm: the trainer's own greedy tokens
+
     work = tempfile.mkdtemp(prefix="wp-vllm-bench-")
     model_dir = a.model or __import__("tiny_models").make_model("llama", os.path.join(work, "model"),
                                                                 hidden=1024, layers=8, vocab=32000)
@@ -180,7 +169,7 @@ def main(argv=None) -> int:
                      ("filesystem", lambda: bench_filesystem(llm, params, a.versions, model_dir)),
                      ("gloo", lambda: bench_gloo(llm, params, a.versions))]:
         rows = fn()
-        match = vllm_tokens(llm) == greedy(model, prompt_ids)
+        match = vllm_tokens(llm) == trainer_process.greedy(model, prompt_ids, 8)
         results[name] = dict(summarize(rows), tokens_match=match, runs=len(rows))
         if not a.json:
             r = results[name]
