@@ -150,7 +150,7 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
         # The base class synchronizes the accelerator unconditionally, which raises on a machine
         # without one: synchronize only where this worker's model is on a device.
         self.receive_weights(self.parse_update_info(update_info))
-        if self.device.type not in ("cpu", "meta"):
+        if self._on_device:
             torch.accelerator.synchronize()
 
     def receive_weights(self, update_info: WeightportUpdateInfo) -> None:
@@ -235,9 +235,7 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
             except errors.Timeout:
                 continue
             except BaseException as e:  # the session ended (the trainer went away): say so at receive
-                with self._lock:
-                    self._error = e
-                    self._lock.notify_all()
+                self._fail(e)
                 return
             try:
                 t0 = time.perf_counter()
@@ -247,9 +245,7 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
                 prepared = _Prepared(version, shadows, time.perf_counter() - t0, copy_s, process_s)
             except BaseException as e:
                 logger.exception("weightport: building a received version failed")
-                with self._lock:
-                    self._error = e
-                    self._lock.notify_all()
+                self._fail(e)
                 return
             built = version
             with self._lock:
@@ -257,6 +253,16 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
                 self._lock.notify_all()
             if self._notifier is not None:
                 self._notifier.built(version)
+
+    def _fail(self, error: BaseException) -> None:
+        """Ends the background thread's session: the next update_weights raises `error`."""
+        with self._lock:
+            self._error = error
+            self._lock.notify_all()
+
+    @property
+    def _on_device(self) -> bool:
+        return self.device.type not in ("cpu", "meta")
 
     def _build(self, received: dict[str, torch.Tensor]) -> tuple[dict[str, torch.nn.Module], float, float]:
         """Shadow layers holding the received version, post-processed like vLLM's own loading, and
@@ -285,7 +291,7 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
             args[c.param_arg] = fresh[(c.layer, c.param)]
             args[c.tensor_arg] = received[c.tensor]
             c.loader(**args)
-        if self.device.type not in ("cpu", "meta"):  # the copies read the pin, released after this
+        if self._on_device:  # the copies read the pin, released after this
             torch.accelerator.synchronize()
         t1 = time.perf_counter()
         for shadow in shadows.values():
