@@ -2,6 +2,9 @@
 find_package(Threads REQUIRED)
 # OpenSSL libcrypto (Debian libssl-dev): HMAC-SHA256 for control-plane authentication.
 find_package(OpenSSL REQUIRED)
+# libcurl (Debian libcurl4-openssl-dev): HTTP client for etcd's v3 JSON gateway, where the store
+# layer keeps the fleet's commit record, leases and the coordinator election.
+find_package(CURL REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)
 if(WEIGHTPORT_TESTS)

@@ -1,0 +1,71 @@
+#include "base64.h"
+
+#include <array>
+#include <cstdint>
+
+namespace weightport::store_internal {
+namespace {
+
+constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+// Each byte's 6-bit value, or -1 for a byte outside the alphabet.
+constexpr std::array<int8_t, 256> MakeDecodeTable() {
+  std::array<int8_t, 256> t{};
+  for (auto& v : t) v = -1;
+  for (int i = 0; i < 64; ++i) t[static_cast<uint8_t>(kAlphabet[i])] = static_cast<int8_t>(i);
+  return t;
+}
+constexpr std::array<int8_t, 256> kDecode = MakeDecodeTable();
+
+}  // namespace
+
+std::string Base64Encode(std::string_view bytes) {
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 3 <= bytes.size(); i += 3) {
+    uint32_t n = uint32_t{static_cast<uint8_t>(bytes[i])} << 16 |
+                 uint32_t{static_cast<uint8_t>(bytes[i + 1])} << 8 | static_cast<uint8_t>(bytes[i + 2]);
+    out += kAlphabet[n >> 18];
+    out += kAlphabet[(n >> 12) & 63];
+    out += kAlphabet[(n >> 6) & 63];
+    out += kAlphabet[n & 63];
+  }
+  size_t rest = bytes.size() - i;
+  if (rest > 0) {
+    uint32_t n = uint32_t{static_cast<uint8_t>(bytes[i])} << 16;
+    if (rest == 2) n |= uint32_t{static_cast<uint8_t>(bytes[i + 1])} << 8;
+    out += kAlphabet[n >> 18];
+    out += kAlphabet[(n >> 12) & 63];
+    out += rest == 2 ? kAlphabet[(n >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+std::optional<std::string> Base64Decode(std::string_view text) {
+  if (text.size() % 4 != 0) return std::nullopt;
+  std::string out;
+  out.reserve(text.size() / 4 * 3);
+  for (size_t i = 0; i < text.size(); i += 4) {
+    bool last = i + 4 == text.size();
+    int pad = 0;
+    if (last && text[i + 3] == '=') pad = text[i + 2] == '=' ? 2 : 1;
+    uint32_t n = 0;
+    for (size_t j = 0; j < 4; ++j) {
+      if (j >= 4 - static_cast<size_t>(pad)) {
+        n <<= 6;
+        continue;
+      }
+      int8_t v = kDecode[static_cast<uint8_t>(text[i + j])];
+      if (v < 0) return std::nullopt;
+      n = n << 6 | static_cast<uint32_t>(v);
+    }
+    out += static_cast<char>(n >> 16);
+    if (pad < 2) out += static_cast<char>((n >> 8) & 0xff);
+    if (pad < 1) out += static_cast<char>(n & 0xff);
+  }
+  return out;
+}
+
+}  // namespace weightport::store_internal
