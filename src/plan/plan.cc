@@ -8,6 +8,7 @@
 #include "weightport/core/dtype.h"
 #include "weightport/core/hash.h"
 #include "weightport/kernels/convert.h"
+#include "weightport/plan/plan_binary.h"
 #include "weightport/plan/quantized.h"
 
 namespace weightport {
@@ -153,8 +154,8 @@ bool SenderEndPacked(const PlanStep& step) {
 bool ReceiverEndPacked(const PlanStep& step) { return step.transform == TransformKind::kConvertAtReceiver; }
 
 uint64_t Plan::Digest() const {
-  const std::string text = ToJson().dump();
-  return Xxh3(text.data(), text.size());
+  const std::string bytes = EncodePlanBinary(*this);
+  return Xxh3(bytes.data(), bytes.size());
 }
 
 namespace {

@@ -218,6 +218,24 @@ nlohmann::json Plan::ToJson() const {
   return out;
 }
 
+uint64_t Plan::JsonBytes() const {
+  // ToJson with an empty step list, then each step's text and the commas between them: the same
+  // bytes as ToJson().dump(), a step at a time (a plan of millions of steps is gigabytes as JSON).
+  Plan shell;
+  shell.options = options;
+  shell.topology = topology;
+  shell.tensors = tensors;
+  shell.destination_dtypes = destination_dtypes;
+  shell.destination_scaling = destination_scaling;
+  shell.sources = sources;
+  shell.destinations = destinations;
+  shell.estimate = estimate;
+  uint64_t bytes = shell.ToJson().dump().size();
+  for (const PlanStep& s : steps) bytes += StepToJson(s).dump().size();
+  if (steps.size() > 1) bytes += steps.size() - 1;
+  return bytes;
+}
+
 Result<Plan> Plan::FromJson(const nlohmann::json& json) {
   const std::string root = "plan";
   WP_RETURN_IF_ERROR(CheckKeys(json,

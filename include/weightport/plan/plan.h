@@ -171,12 +171,14 @@ struct Plan {
   Result<uint64_t> WireBytes(uint32_t tensor, DType wire, const Slice& piece) const;
 
   nlohmann::json ToJson() const;
+  // ToJson().dump().size(), a step at a time: without holding the whole text.
+  uint64_t JsonBytes() const;
   // Strict; the result is Validate()d.
   static Result<Plan> FromJson(const nlohmann::json& json);
   // Structure only (not coverage): indices in range, pieces inside both shards, chunk counts,
   // `after` earlier and delivering the same piece to `from`, offsets inside buffers.
   Status Validate() const;
-  // xxh3-64 of the canonical JSON: ranks compare it to know they replay the same plan.
+  // xxh3-64 of the binary form (plan_binary.h): ranks compare it to know they replay the same plan.
   uint64_t Digest() const;
 };
 

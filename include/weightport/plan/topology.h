@@ -60,6 +60,8 @@ class Topology {
   void Place(PlanSide side, const std::vector<int>& ranks);
 
   const std::vector<HostSpec>& hosts() const { return hosts_; }
+  double default_nic_gbps() const { return default_nic_gbps_; }
+  double intra_host_gbps() const { return intra_host_gbps_; }
   double nic_bytes_per_s(int host) const { return hosts_[host].nic_gbps * (1e9 / 8); }
   double intra_host_bytes_per_s() const { return intra_host_gbps_ * (1e9 / 8); }
   // The host index of a rank, or -1 when it is not placed.
