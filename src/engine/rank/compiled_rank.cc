@@ -197,11 +197,20 @@ Status CompileDetours(const Plan& plan, CompiledRank& rank, const PlanStep& s, I
 
 std::string CompiledRank::StepName(uint32_t step) const {
   const PlanStep& s = plan->steps[step];
-  return "tensor '" + plan->tensors[s.tensor].name + "' step " + std::to_string(step);
+  return "tensor '" + plan->tensors[s.tensor].name + "' step " +
+         std::to_string(step_ids.empty() ? step : step_ids.at(step));
 }
 
-Result<std::shared_ptr<const CompiledRank>> CompileRank(std::shared_ptr<const Plan> plan, Endpoint me,
-                                                        const CompileOptions& options) {
+DeviceLayout CompiledRank::PeerDeviceLayout(Endpoint source) const {
+  const RankBuffer& buffer = *plan->Buffer(source);
+  if (part) return DeviceLayout::OfPart(buffer, part->devices.at(source));
+  return DeviceLayout::Of(buffer);
+}
+
+namespace {
+Result<std::shared_ptr<const CompiledRank>> Compile(std::shared_ptr<const Plan> plan, Endpoint me,
+                                                    const CompileOptions& options,
+                                                    const RankPlan* from_part) {
   if (!plan) return InvalidArgument("PlanRank: no plan");
   auto compiled = std::make_shared<CompiledRank>();
   CompiledRank& rank = *compiled;
@@ -211,7 +220,15 @@ Result<std::shared_ptr<const CompiledRank>> CompileRank(std::shared_ptr<const Pl
   rank.buffer = plan->Buffer(me);
   if (rank.buffer == nullptr) return NotFound(me.ToString() + " is not a rank of the plan");
   if (plan->options.chunk_bytes == 0) return InvalidArgument("plan: chunk_bytes is 0");
-  rank.layouts = plan_layout::ComputeLayouts(*plan);
+  if (from_part != nullptr) {
+    if (!from_part->tables) return InvalidArgument(me.ToString() + ": a rank plan without its tables");
+    rank.plan_digest = from_part->digest;
+    rank.step_ids = from_part->step_ids;
+    rank.part = from_part->tables;
+    rank.layouts = from_part->tables->layouts;
+  } else {
+    rank.layouts = plan_layout::ComputeLayouts(*plan);
+  }
   rank.slot_bytes = plan_layout::SlotBytes(*plan);
   rank.mine = &rank.layouts.at(me);
   const PlanLayout& mine = *rank.mine;
@@ -309,6 +326,16 @@ Result<std::shared_ptr<const CompiledRank>> CompileRank(std::shared_ptr<const Pl
   MapDirectChunks(rank);  // after MapBandsToChunks: a chunk a band reads stays on the host
   MapPublishedOnDevice(rank);
   return std::shared_ptr<const CompiledRank>(std::move(compiled));
+}
+}  // namespace
+
+Result<std::shared_ptr<const CompiledRank>> CompileRank(std::shared_ptr<const Plan> plan, Endpoint me,
+                                                        const CompileOptions& options) {
+  return Compile(std::move(plan), me, options, nullptr);
+}
+
+Result<std::shared_ptr<const CompiledRank>> CompileRank(const RankPlan& part, const CompileOptions& options) {
+  return Compile(part.plan, part.me, options, &part);
 }
 
 }  // namespace plan_rank_internal

@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "plan_layout.h"
+#include "rank_plan_tables.h"
 #include "weightport/engine/rank/plan_rank.h"
+#include "weightport/engine/rank/rank_plan.h"
 
 namespace weightport {
 namespace plan_rank_internal {
@@ -121,6 +123,8 @@ struct DeviceLayout {
   uint64_t bytes = 0;               // the allocation's size
 
   static DeviceLayout Of(const RankBuffer& buffer);
+  // A peer's from its part (rank_plan.h): only some of its shards, at the whole plan's offsets.
+  static DeviceLayout OfPart(const RankBuffer& buffer, const PartDevice& device);
   // Where [at, at + length) of a copy of the rank's arena lies in the device allocation, when it is
   // within one shard.
   std::optional<uint64_t> OffsetOf(uint64_t at, uint64_t length) const;
@@ -181,6 +185,11 @@ struct CompiledRank {
   std::shared_ptr<const Plan> plan;
   Endpoint me;
   CompileOptions options;
+  // Compiled from a part (rank_plan.h): the whole plan's digest, its ids of the part's steps, and
+  // the peers' layouts and device offsets as the whole plan gives them. Unset for a whole plan.
+  std::optional<uint64_t> plan_digest;
+  std::vector<uint32_t> step_ids;
+  std::shared_ptr<const PartTables> part;
   // Every rank's arena layout, from the plan alone: peers exchange only an address and a key.
   std::map<Endpoint, plan_layout::PlanLayout> layouts;
   const plan_layout::PlanLayout* mine = nullptr;
@@ -228,7 +237,9 @@ struct CompiledRank {
   std::vector<DeviceSpan> device_spans, device_tail_spans;
 
   bool is_source() const { return me.side == PlanSide::kSource; }
-  std::string StepName(uint32_t step) const;  // "tensor 'w' step 4"
+  std::string StepName(uint32_t step) const;  // "tensor 'w' step 4", the whole plan's id
+  // Where a source peer's shards lie in its published device copy.
+  DeviceLayout PeerDeviceLayout(Endpoint source) const;
 };
 
 // Compiles `me`'s part of `plan`: NotFound when `me` is not one of its ranks, InvalidArgument for
@@ -236,6 +247,8 @@ struct CompiledRank {
 // fit its buffers.
 Result<std::shared_ptr<const CompiledRank>> CompileRank(std::shared_ptr<const Plan> plan, Endpoint me,
                                                         const CompileOptions& options);
+// The same from a rank's part of a plan: its peers' layouts come with it (rank_plan.h).
+Result<std::shared_ptr<const CompiledRank>> CompileRank(const RankPlan& part, const CompileOptions& options);
 
 // Parts of the compile, defined beside what they serve.
 // Cuts each job into bands of whole block rows of about `band_bytes` of input, so that the threads

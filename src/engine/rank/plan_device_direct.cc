@@ -54,6 +54,15 @@ DeviceLayout DeviceLayout::Of(const RankBuffer& buffer) {
   return l;
 }
 
+DeviceLayout DeviceLayout::OfPart(const RankBuffer& buffer, const PartDevice& device) {
+  DeviceLayout l;
+  l.buffer = &buffer;
+  l.offsets = device.offsets;
+  l.bytes = device.bytes;
+  l.by_offset = ShardsByOffset(buffer);
+  return l;
+}
+
 std::optional<uint64_t> DeviceLayout::OffsetOf(uint64_t at, uint64_t length) const {
   const std::vector<PlannedShard>& shards = buffer->shards;
   // The last shard that starts at or before `at`.

@@ -40,8 +40,20 @@ PlanRank::~PlanRank() {
 
 Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> plan, Endpoint me,
                                                    ProgressLoop& loop, PlanRankOptions options) {
+  WP_ASSIGN_OR_RETURN(auto compiled, CompileRank(std::move(plan), me, CompileOptions::Of(options)));
+  return CreateCompiled(std::move(compiled), loop, options);
+}
+
+Result<std::unique_ptr<PlanRank>> PlanRank::Create(const RankPlan& part, ProgressLoop& loop,
+                                                   PlanRankOptions options) {
+  WP_ASSIGN_OR_RETURN(auto compiled, CompileRank(part, CompileOptions::Of(options)));
+  return CreateCompiled(std::move(compiled), loop, options);
+}
+
+Result<std::unique_ptr<PlanRank>> PlanRank::CreateCompiled(std::shared_ptr<const CompiledRank> compiled,
+                                                           ProgressLoop& loop, PlanRankOptions options) {
   auto impl = std::make_unique<Impl>();
-  WP_ASSIGN_OR_RETURN(impl->c, CompileRank(std::move(plan), me, CompileOptions::Of(options)));
+  impl->c = std::move(compiled);
   impl->loop = &loop;
   impl->options = options;
   const PlanLayout& mine = *impl->c->mine;
@@ -106,6 +118,9 @@ Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> p
 }
 
 const Plan& PlanRank::plan() const { return *impl_->c->plan; }
+uint64_t PlanRank::plan_digest() const {
+  return impl_->c->plan_digest ? *impl_->c->plan_digest : impl_->c->plan->Digest();
+}
 Endpoint PlanRank::endpoint() const { return impl_->c->me; }
 PlanPeer PlanRank::peer_info() const {
   Impl* impl = impl_.get();
@@ -170,7 +185,7 @@ Status PlanRank::Connect(const std::map<Endpoint, PlanPeer>& peers, std::vector<
                                   " memory), which transport '" + transport +
                                   "' cannot read; give every rank a transport that takes it, or start " +
                                   ep.ToString() + " without device_direct");
-      Impl::SourceDevice device{*peer.device_key, DeviceLayout::Of(*impl->c->plan->Buffer(ep))};
+      Impl::SourceDevice device{*peer.device_key, impl->c->PeerDeviceLayout(ep)};
       if (peer.device_key->length < device.layout.bytes)
         return InvalidArgument(ep.ToString() + ": its published device copy is " +
                                std::to_string(peer.device_key->length) + " bytes, the plan needs " +

@@ -120,8 +120,10 @@ struct Group {
   bool direct = false;  // PlanRankOptions::device_direct: a destination's device copy is its copy
   std::shared_ptr<DeviceMemory> source_device;  // the sources': the trainer writes there
 
-  // Every rank with `options`, or the sources with `sources` where given.
-  explicit Group(Plan p, PlanRankOptions options = {}, std::optional<PlanRankOptions> sources = std::nullopt)
+  // Every rank with `options`, or the sources with `sources` where given; with `from_parts`, each
+  // rank made from its part of the plan (rank_plan.h), as a plan session's ranks are.
+  explicit Group(Plan p, PlanRankOptions options = {}, std::optional<PlanRankOptions> sources = std::nullopt,
+                 bool from_parts = false)
       : plan(std::make_shared<const Plan>(std::move(p))),
         device(options.device),
         direct(options.device_direct),
@@ -131,14 +133,23 @@ struct Group {
     std::vector<Endpoint> all;
     for (const auto& b : plan->sources) all.push_back(b.endpoint);
     for (const auto& b : plan->destinations) all.push_back(b.endpoint);
+    std::optional<RankPlanCutter> cutter;
+    if (from_parts) cutter.emplace(plan);
     for (const Endpoint& ep : all) {
       auto t = MakeFakeTransport(fabric, ep.ToString());
       EXPECT_TRUE(t.ok());
       auto f = MakeFaultInjectingTransport(std::move(*t), faults);
       EXPECT_TRUE(f.ok());
       loops[ep] = std::make_unique<ProgressLoop>(std::move(*f));
-      auto rank = PlanRank::Create(plan, ep, *loops[ep],
-                                   ep.side == PlanSide::kSource && sources ? *sources : options);
+      const PlanRankOptions& o = ep.side == PlanSide::kSource && sources ? *sources : options;
+      Result<std::unique_ptr<PlanRank>> rank = InvalidArgument("no part");
+      if (cutter) {
+        auto part = cutter->Cut(ep);
+        EXPECT_TRUE(part.ok()) << part.status().ToString();
+        if (part.ok()) rank = PlanRank::Create(*part, *loops[ep], o);
+      } else {
+        rank = PlanRank::Create(plan, ep, *loops[ep], o);
+      }
       EXPECT_TRUE(rank.ok()) << rank.status().ToString();
       table[ep] = (*rank)->peer_info();
       ranks[ep] = std::move(*rank);

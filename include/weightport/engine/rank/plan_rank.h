@@ -42,11 +42,15 @@
 
 #include "weightport/core/device_memory.h"
 #include "weightport/core/status.h"
+#include "weightport/engine/rank/rank_plan.h"
 #include "weightport/plan/plan.h"
 #include "weightport/transport/progress_loop.h"
 #include "weightport/transport/transport.h"
 
 namespace weightport {
+namespace plan_rank_internal {
+struct CompiledRank;
+}
 
 struct PlanRankOptions {
   size_t window = 32;    // chunks in flight at once
@@ -143,11 +147,17 @@ class PlanRank {
   // Errors: `me` is not a rank of the plan; a step's runs do not fit its buffers; allocation.
   static Result<std::unique_ptr<PlanRank>> Create(std::shared_ptr<const Plan> plan, Endpoint me,
                                                   ProgressLoop& loop, PlanRankOptions options = {});
+  // The same from the rank's part of a plan (rank_plan.h): what a plan session's ranks get.
+  static Result<std::unique_ptr<PlanRank>> Create(const RankPlan& part, ProgressLoop& loop,
+                                                  PlanRankOptions options = {});
   ~PlanRank();
   PlanRank(const PlanRank&) = delete;
   PlanRank& operator=(const PlanRank&) = delete;
 
+  // The plan it runs: the whole plan, or its part (whose step ids are its own).
   const Plan& plan() const;
+  // The whole plan's Digest(), for a part too: what ranks compare with the coordinator.
+  uint64_t plan_digest() const;
   Endpoint endpoint() const;
   // This rank's entry of the peer table.
   PlanPeer peer_info() const;
@@ -207,6 +217,9 @@ class PlanRank {
 
  private:
   explicit PlanRank(std::unique_ptr<Impl> impl);
+  static Result<std::unique_ptr<PlanRank>> CreateCompiled(
+      std::shared_ptr<const plan_rank_internal::CompiledRank> compiled, ProgressLoop& loop,
+      PlanRankOptions options);
   std::unique_ptr<Impl> impl_;
 };
 
