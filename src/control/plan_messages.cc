@@ -132,13 +132,13 @@ Result<LayoutOfferMsg> LayoutOfferMsg::Decode(ByteView payload) {
 
 Bytes PlanAssignMsg::Encode() const {
   Writer w;
-  w.Str(plan_json);
+  w.Str(rank_plan);
   return w.Take();
 }
 Result<PlanAssignMsg> PlanAssignMsg::Decode(ByteView payload) {
   Reader r(payload, "PlanAssign");
   PlanAssignMsg m;
-  WP_ASSIGN_OR_RETURN(m.plan_json, r.Str("plan_json", kDefaultMaxPayload));
+  WP_ASSIGN_OR_RETURN(m.rank_plan, r.Str("rank_plan", kDefaultMaxPayload));
   WP_RETURN_IF_ERROR(r.Done());
   return m;
 }

@@ -20,7 +20,7 @@ TEST(PlanMessagesTest, EveryMessageRoundTripsStrictly) {
   ExpectStrictRoundTrip(PeerLostMsg{1, 7});
   ExpectStrictRoundTrip(RekeyMsg{12});
   ExpectStrictRoundTrip(LayoutOfferMsg{1, 2, 4, "trainer-0", R"({"tensors":[]})"});
-  ExpectStrictRoundTrip(PlanAssignMsg{R"({"steps":[]})"});
+  ExpectStrictRoundTrip(PlanAssignMsg{std::string("WPRANK1\0\x01", 9)});
 }
 
 TEST(PlanMessagesTest, LayoutOfferRefusesARankOutsideItsSideAndAnEmptyHost) {

@@ -74,10 +74,11 @@ struct LayoutOfferMsg {
   friend bool operator==(const LayoutOfferMsg&, const LayoutOfferMsg&) = default;
 };
 
-// The coordinator's answer to every offer once all are in: the plan (Plan::ToJson text).
+// The coordinator's answer to every offer once all are in: that rank's part of the plan
+// (EncodeRankPlan, engine/rank/rank_plan.h), never the whole plan.
 struct PlanAssignMsg {
   static constexpr MessageType kType = MessageType::kPlanAssign;
-  std::string plan_json;
+  std::string rank_plan;
   Bytes Encode() const;
   static Result<PlanAssignMsg> Decode(ByteView payload);
   friend bool operator==(const PlanAssignMsg&, const PlanAssignMsg&) = default;

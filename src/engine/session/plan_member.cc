@@ -20,14 +20,16 @@ Result<std::unique_ptr<JoinedRank>> JoinPlan(const Secret& secret, const PlanMem
   const Endpoint me = options.offer.endpoint;
   const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
   auto j = std::make_unique<JoinedRank>();
-  WP_ASSIGN_OR_RETURN(j->plan,
+  WP_ASSIGN_OR_RETURN(RankPlan part,
                       OfferLayout(options.coordinator, secret, options.offer, options.connect_timeout));
+  j->plan = part.plan;
   if (options.log)
-    options.log(me.ToString() + ": plan of " + std::to_string(j->plan->steps.size()) + " steps, digest " +
-                std::to_string(j->plan->Digest()));
+    options.log(me.ToString() + ": its part of the plan: " + std::to_string(part.plan->steps.size()) +
+                " of " + std::to_string(part.whole_steps) + " steps, " + std::to_string(part.peers().size()) +
+                " peers, digest " + std::to_string(part.digest));
   WP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, options.make_transport(ReshardName(me)));
   j->loop = std::make_unique<ProgressLoop>(std::move(transport));
-  WP_ASSIGN_OR_RETURN(j->rank, PlanRank::Create(j->plan, me, *j->loop, options.rank));
+  WP_ASSIGN_OR_RETURN(j->rank, PlanRank::Create(part, *j->loop, options.rank));
   // The coordinator listens again once it has answered every offer: retry until it does.
   auto member = RetryWhileUnreachable(deadline, std::chrono::milliseconds(100), [&](auto time_left) {
     return ReshardMember::Join(options.coordinator, secret, *j->rank, time_left);

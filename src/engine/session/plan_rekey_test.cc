@@ -131,7 +131,7 @@ class PlanSpy {
                         }));
     const Bytes address = peer_.loop().Call([](Transport& t) { return t.address(); });
     WP_RETURN_IF_ERROR(channel_->Send(
-        PlanJoinMsg{1, 1, plan->Digest(), address, peer_.local().remote_key().Serialize(), {}, ""}));
+        PlanJoinMsg{1, 1, plan.digest, address, peer_.local().remote_key().Serialize(), {}, ""}));
     WP_ASSIGN_OR_RETURN(ControlMessage reply, channel_->Receive(kWait));
     if (reply.type != MessageType::kPlanPeers) return Internal("the spy was not sent the peer table");
     WP_ASSIGN_OR_RETURN(PlanPeersMsg peers, PlanPeersMsg::Decode(reply.payload));

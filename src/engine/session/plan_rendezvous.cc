@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <map>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -129,14 +131,14 @@ Result<std::shared_ptr<const Plan>> PlanFromOffers(const std::vector<LayoutOffer
   return std::make_shared<const Plan>(std::move(plan));
 }
 
-Result<std::shared_ptr<const Plan>> CollectLayoutsAndPlan(ControlListener& listener,
-                                                          const RendezvousOptions& options) {
+Result<PlannedSession> CollectLayoutsAndPlan(ControlListener& listener, const RendezvousOptions& options) {
   auto log = [&](const std::string& line) {
     if (options.log) options.log("rendezvous: " + line);
   };
   const auto deadline = Clock::now() + options.timeout;
   Collected got;
   std::vector<std::unique_ptr<ControlChannel>> channels;
+  std::vector<Endpoint> channel_ranks;  // whose each channel is
   // Offers are read side by side: a rank slow to send its own holds up no other.
   JoiningPeers joining(kJoinMessageTimeout);
   auto refuse_all = [&](const Status& why) {
@@ -188,27 +190,47 @@ Result<std::shared_ptr<const Plan>> CollectLayoutsAndPlan(ControlListener& liste
       log(offer->endpoint.ToString() + " on " + offer->host + " offered " +
           std::to_string(offer->placement.shards(offer->endpoint.rank).size()) + " shards");
       got.side_ranks[offer->endpoint.side] = offer->side_ranks;
+      channel_ranks.push_back(offer->endpoint);
       got.offers[offer->endpoint] = std::move(*offer);
       channels.push_back(std::move(a.channel));
     }
   }
   std::vector<LayoutOffer> offers;
   for (auto& [ep, o] : got.offers) offers.push_back(std::move(o));
+  PlannedSession out;
+  const auto t0 = Clock::now();
   auto plan = PlanFromOffers(offers, options);
   if (!plan.ok()) return refuse_all(plan.status().WithContext("planning"));
-  const Bytes payload = PlanAssignMsg{(*plan)->ToJson().dump()}.Encode();
-  log("planned " + std::to_string((*plan)->steps.size()) + " steps for " + std::to_string(offers.size()) +
-      " ranks");
-  for (auto& ch : channels) {
-    Status s = ch->Send(PlanAssignMsg::kType, payload);
-    if (!s.ok()) log("sending the plan to " + ch->peer() + ": " + s.message());
-    ch->Close();
-  }
-  return *plan;
+  out.plan = *plan;
+  const auto t1 = Clock::now();
+  out.plan_seconds = std::chrono::duration<double>(t1 - t0).count();
+  // Each rank gets its own part, cut, encoded and sent on a few threads (each channel by one).
+  RankPlanCutter cutter(out.plan);
+  out.digest = cutter.digest();
+  std::mutex mu;
+  const size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
+  Status cut = cutter.CutEach(channel_ranks, threads, [&](size_t i, RankPlan&& part, std::string&& encoded) {
+    const Bytes payload = PlanAssignMsg{std::move(encoded)}.Encode();
+    Status s = channels[i]->Send(PlanAssignMsg::kType, payload);
+    channels[i]->Close();
+    std::lock_guard<std::mutex> lock(mu);
+    if (!s.ok()) log("sending the plan to " + channel_ranks[i].ToString() + ": " + s.message());
+    out.max_part_bytes = std::max<uint64_t>(out.max_part_bytes, payload.size());
+    out.total_part_bytes += payload.size();
+    out.peers[channel_ranks[i]] = part.peers();
+    return Status::Ok();
+  });
+  if (!cut.ok()) return refuse_all(cut.WithContext("cutting the plan"));
+  out.send_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
+  log("planned " + std::to_string(out.plan->steps.size()) + " steps for " + std::to_string(offers.size()) +
+      " ranks in " + std::to_string(out.plan_seconds) + " s; sent every rank its part (largest " +
+      std::to_string(out.max_part_bytes) + " bytes, " + std::to_string(out.total_part_bytes) +
+      " in all) in " + std::to_string(out.send_seconds) + " s");
+  return out;
 }
 
-Result<std::shared_ptr<const Plan>> OfferLayout(const std::string& coordinator, const Secret& secret,
-                                                const LayoutOffer& offer, std::chrono::milliseconds timeout) {
+Result<RankPlan> OfferLayout(const std::string& coordinator, const Secret& secret, const LayoutOffer& offer,
+                             std::chrono::milliseconds timeout) {
   const Endpoint me = offer.endpoint;
   const PeerRole role = me.side == PlanSide::kSource ? PeerRole::kPublisher : PeerRole::kSubscriber;
   const auto deadline = Clock::now() + timeout;
@@ -235,10 +257,11 @@ Result<std::shared_ptr<const Plan>> OfferLayout(const std::string& coordinator, 
     return InvalidArgument("coordinator sent " + std::string(MessageTypeName(reply->type)) +
                            ", not PlanAssign");
   WP_ASSIGN_OR_RETURN(PlanAssignMsg assign, PlanAssignMsg::Decode(reply->payload));
-  WP_ASSIGN_OR_RETURN(auto json, json_util::Parse(assign.plan_json, "the coordinator's plan"));
-  WP_ASSIGN_OR_RETURN(Plan plan, Plan::FromJson(json));
-  if (!plan.Buffer(me)) return FailedPrecondition("the coordinator's plan has no " + me.ToString());
-  return std::make_shared<const Plan>(std::move(plan));
+  auto part = DecodeRankPlan(assign.rank_plan);
+  if (!part.ok()) return part.status().WithContext(me.ToString() + ": the coordinator's plan");
+  if (part->me != me)
+    return FailedPrecondition(me.ToString() + ": the coordinator sent the part of " + part->me.ToString());
+  return part;
 }
 
 }  // namespace weightport

@@ -2,6 +2,7 @@
 // background thread.
 #include "weightport/engine/session/plan_service.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <thread>
@@ -20,6 +21,7 @@ struct PlanService::Impl {
   mutable Mutex mu;
   mutable std::condition_variable cv;
   std::shared_ptr<const Plan> plan GUARDED_BY(mu);
+  PlanSessionStats stats GUARDED_BY(mu);
   std::vector<PlanVersionOutcome> outcomes GUARDED_BY(mu);
   Status error GUARDED_BY(mu);
   bool ended GUARDED_BY(mu) = false;
@@ -41,13 +43,23 @@ struct PlanService::Impl {
     ro.should_stop = [this] { return stopping.load(); };
     auto planned = CollectLayoutsAndPlan(*listener, ro);
     if (!planned.ok()) return Fail(planned.status());
+    const auto sent = std::chrono::steady_clock::now();
     {
       MutexLock lock(mu);
-      plan = *planned;
+      plan = planned->plan;
+      stats.ranks = planned->peers.size();
+      stats.plan_steps = planned->plan->steps.size();
+      stats.plan_seconds = planned->plan_seconds;
+      stats.send_seconds = planned->send_seconds;
+      stats.max_part_bytes = planned->max_part_bytes;
+      stats.total_part_bytes = planned->total_part_bytes;
+      for (const auto& [ep, peers] : planned->peers)
+        stats.max_peers = std::max(stats.max_peers, peers.size());
     }
     ReshardCoordinatorOptions co;
-    co.plan_digest = (*planned)->Digest();
-    co.ranks = PlanRanks(**planned);
+    co.plan_digest = planned->digest;
+    co.ranks = PlanRanks(*planned->plan);
+    co.peers_of = std::move(planned->peers);
     co.join_timeout = options.join_timeout;
     co.update_timeout = options.update_timeout;
     co.quorum = options.quorum;
@@ -56,6 +68,11 @@ struct PlanService::Impl {
     co.should_stop = [this] { return stopping.load(); };
     ReshardCoordinator coordinator(std::move(listener), co);
     if (Status s = coordinator.WaitForJoins(); !s.ok()) return Fail(s);
+    {
+      MutexLock lock(mu);
+      stats.join_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+      stats.joined = true;
+    }
     uint64_t last = 0;
     while (!stopping.load()) {
       auto next = coordinator.NextReadyVersion(last, std::chrono::milliseconds(100));
@@ -99,6 +116,11 @@ const std::string& PlanService::address() const { return impl_->address; }
 std::shared_ptr<const Plan> PlanService::plan() const {
   MutexLock lock(impl_->mu);
   return impl_->plan;
+}
+
+PlanSessionStats PlanService::stats() const {
+  MutexLock lock(impl_->mu);
+  return impl_->stats;
 }
 
 std::vector<PlanVersionOutcome> PlanService::outcomes() const {

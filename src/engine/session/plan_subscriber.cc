@@ -71,7 +71,7 @@ struct PlanSubscriber::Impl {
     Status s = FollowAsDestination(*joined->rank, *joined->member, std::chrono::milliseconds(200), hooks);
     MutexLock lock(mu);
     ended = true;
-    end_status = s.code() == StatusCode::kCancelled && closing.load() ? Status::Ok() : s;
+    end_status = closing.load() ? Status::Ok() : s;  // Close interrupts the wait: no error of the rank's
     cv.notify_all();
   }
 };
@@ -166,6 +166,7 @@ void PlanSubscriber::Close() {
   Impl& m = *impl_;
   m.closing = true;
   m.cv.notify_all();
+  if (m.joined && m.joined->member) m.joined->member->Interrupt();  // its Next returns at once
   if (m.follower.joinable()) m.follower.join();
   // The control connection goes now; the arena stays until the last pin is released (~Impl).
   if (m.joined) m.joined->member.reset();

@@ -43,14 +43,29 @@ struct ReshardCoordinator::Impl {
   ReshardVersionReport Run(uint64_t version);
   void Rekey(uint64_t version, ReshardVersionReport& report);
 
-  // The PlanPeers payload of the joins (first or after a rekey) of the ranks not lost.
-  Bytes PeerTable(const std::map<Endpoint, PlanJoinMsg>& joins) const {
+  // The PlanPeers payload for rank `to` of the joins (first or after a rekey) of the ranks not lost:
+  // its peers' (options.peers_of), or everyone's.
+  Bytes PeerTable(const Endpoint& to, const std::map<Endpoint, PlanJoinMsg>& joins) const {
     PlanPeersMsg table;
-    for (const auto& [ep, j] : joins)
-      if (!lost.count(ep))
-        table.peers.push_back(
-            {j.side, j.rank, j.transport_address, j.remote_key, j.device_key, j.device_memory});
+    auto add = [&](const Endpoint& ep) {
+      auto j = joins.find(ep);
+      if (j == joins.end() || lost.count(ep)) return;
+      table.peers.push_back({j->second.side, j->second.rank, j->second.transport_address,
+                             j->second.remote_key, j->second.device_key, j->second.device_memory});
+    };
+    if (auto only = options.peers_of.find(to); only != options.peers_of.end()) {
+      for (const Endpoint& ep : only->second) add(ep);
+    } else {
+      for (const auto& [ep, j] : joins) add(ep);
+    }
     return table.Encode();
+  }
+  void SendPeerTables(const std::map<Endpoint, PlanJoinMsg>& joins) {
+    const Bytes everyone = options.peers_of.empty() ? PeerTable({}, joins) : Bytes{};
+    for (auto& [ep, ch] : channels)
+      if (!lost.count(ep))
+        ch->Send(MessageType::kPlanPeers, options.peers_of.empty() ? everyone : PeerTable(ep, joins))
+            .IgnoreError();
   }
 
   void NoteReady(const Endpoint& from, const ControlMessage& msg) {
@@ -189,9 +204,9 @@ Status ReshardCoordinator::WaitForJoins() {
       m.channels[ep] = std::move(a.channel);
     }
   }
-  const Bytes payload = m.PeerTable(joins);
+  const Bytes everyone = m.options.peers_of.empty() ? m.PeerTable({}, joins) : Bytes{};
   for (auto& [ep, ch] : m.channels) {
-    Status s = ch->Send(PlanPeersMsg::kType, payload);
+    Status s = ch->Send(PlanPeersMsg::kType, m.options.peers_of.empty() ? everyone : m.PeerTable(ep, joins));
     if (!s.ok()) return s.WithContext("sending the peer table to " + ep.ToString());
   }
   for (auto& [ep, ch] : m.channels) m.StartReader(ep, ch.get());
@@ -268,7 +283,7 @@ void ReshardCoordinator::Impl::Rekey(uint64_t version, ReshardVersionReport& rep
     }
     keys[e->from] = std::move(*join);
   }
-  SendAll(MessageType::kPlanPeers, PeerTable(keys), true, true);
+  SendPeerTables(keys);
   report.rekey_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
 }
 

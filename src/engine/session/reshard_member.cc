@@ -30,7 +30,7 @@ PlanJoinMsg JoinOf(const PlanRank& rank) {
   const PlanPeer info = rank.peer_info();
   return PlanJoinMsg{static_cast<uint8_t>(me.side == PlanSide::kSource ? 0 : 1),
                      static_cast<uint32_t>(me.rank),
-                     rank.plan().Digest(),
+                     rank.plan_digest(),
                      info.address,
                      info.key.Serialize(),
                      info.device_key ? info.device_key->Serialize() : Bytes{},
@@ -61,6 +61,10 @@ Result<std::unique_ptr<ReshardMember>> ReshardMember::Join(const std::string& co
 }
 
 ReshardMember::~ReshardMember() {
+  if (channel_) channel_->Close();
+}
+
+void ReshardMember::Interrupt() {
   if (channel_) channel_->Close();
 }
 

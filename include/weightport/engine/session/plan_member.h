@@ -54,10 +54,10 @@ struct PlanShardView {
 
 // ---- the joining both PlanPublisher and PlanSubscriber do ------------------------------------
 
-// A rank that offered its layout, compiled the plan it got back, registered its arena and joined
-// the coordinator.
+// A rank that offered its layout, compiled its part of the plan (rank_plan.h), registered its arena
+// and joined the coordinator.
 struct JoinedRank {
-  std::shared_ptr<const Plan> plan;
+  std::shared_ptr<const Plan> plan;    // its part: this rank's buffer whole, its steps renumbered
   std::unique_ptr<ProgressLoop> loop;  // declared before rank: the rank is destroyed first
   std::unique_ptr<PlanRank> rank;
   std::unique_ptr<ReshardMember> member;

@@ -5,11 +5,13 @@
 // (LayoutOffer: side, rank, ranks on its side, host name, its shards as Placement JSON). Once every
 // rank of both sides has offered, the coordinator merges each side's offers into one Placement,
 // builds the Topology from the host names (ranks naming the same host share it), runs MakePlan once
-// and answers every rank with the plan (PlanAssign). A problem (two ranks disagreeing about a
+// and answers every rank with its part of the plan (PlanAssign carrying a RankPlan, rank_plan.h):
+// the steps it sends, receives or relays and what they need, in binary, so no rank receives or
+// parses the whole plan however many ranks there are. A problem (two ranks disagreeing about a
 // tensor's dtype or shape, a rank offered twice, sides disagreeing about their size, no plan) is
 // sent to every rank as Refused, naming the rank and tensor, and returned.
 //
-// The ranks then compile their PlanRank from the plan and join the ReshardCoordinator
+// The ranks then compile their PlanRank from their part and join the ReshardCoordinator
 // (reshard_coordinator.h) on the same listener, as ranks given the plan up front do.
 //
 // Thread-safety: free functions; each call from one thread.
@@ -17,6 +19,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +27,7 @@
 #include "weightport/control/channel.h"
 #include "weightport/core/placement.h"
 #include "weightport/core/status.h"
+#include "weightport/engine/rank/rank_plan.h"
 #include "weightport/plan/plan.h"
 #include "weightport/plan/planner.h"
 
@@ -57,15 +61,26 @@ Result<Topology> TopologyOfOffers(const std::vector<LayoutOffer>& offers, double
 Result<std::shared_ptr<const Plan>> PlanFromOffers(const std::vector<LayoutOffer>& offers,
                                                    const RendezvousOptions& options);
 
+// What the coordinator's rendezvous leaves: the whole plan, and what each rank was sent.
+struct PlannedSession {
+  std::shared_ptr<const Plan> plan;
+  uint64_t digest = 0;
+  std::map<Endpoint, std::vector<Endpoint>> peers;  // per rank, the other ranks of its part
+  uint64_t max_part_bytes = 0;                      // the largest PlanAssign payload
+  uint64_t total_part_bytes = 0;
+  double plan_seconds = 0;  // merging the offers and planning
+  double send_seconds = 0;  // cutting, encoding and sending every rank its part
+};
+
 // The coordinator's side: accepts connections on `listener` until every rank of both sides offered
-// (the side sizes come from the offers), plans, and answers each; then closes the connections.
-Result<std::shared_ptr<const Plan>> CollectLayoutsAndPlan(ControlListener& listener,
-                                                          const RendezvousOptions& options);
+// (the side sizes come from the offers), plans, and answers each with its part; then closes the
+// connections.
+Result<PlannedSession> CollectLayoutsAndPlan(ControlListener& listener, const RendezvousOptions& options);
 
 // A rank's side: connects to "host:port" (retrying while the coordinator is not listening yet, up to
-// `timeout`), offers, and waits for the plan. PermissionDenied with the coordinator's reason when it
-// refuses.
-Result<std::shared_ptr<const Plan>> OfferLayout(const std::string& coordinator, const Secret& secret,
-                                                const LayoutOffer& offer, std::chrono::milliseconds timeout);
+// `timeout`), offers, and waits for its part of the plan. PermissionDenied with the coordinator's
+// reason when it refuses.
+Result<RankPlan> OfferLayout(const std::string& coordinator, const Secret& secret, const LayoutOffer& offer,
+                             std::chrono::milliseconds timeout);
 
 }  // namespace weightport

@@ -52,6 +52,19 @@ struct PlanVersionOutcome {
   std::vector<std::string> dropped;  // quorum: the destinations left out, with why
 };
 
+// What the rendezvous and the joins cost, once the ranks joined.
+struct PlanSessionStats {
+  bool joined = false;  // every rank joined; the figures below are final
+  size_t ranks = 0;
+  size_t plan_steps = 0;
+  double plan_seconds = 0;        // from the last offer: merging the offers and planning
+  double send_seconds = 0;        // cutting, encoding and sending every rank its part
+  double join_seconds = 0;        // from the last part sent to every rank joined and given its peers
+  uint64_t max_part_bytes = 0;    // the largest part one rank received
+  uint64_t total_part_bytes = 0;  // every part
+  size_t max_peers = 0;           // the most peer-table entries one rank received
+};
+
 class PlanService {
  public:
   // Listens; the rendezvous and the versions run on a background thread.
@@ -60,6 +73,7 @@ class PlanService {
   const std::string& address() const;
   // The plan, once the rendezvous made it (null before).
   std::shared_ptr<const Plan> plan() const;
+  PlanSessionStats stats() const;
   // Every version run so far, oldest first (a version is listed once every destination reported
   // its commit, a little after the sources heard the verdict).
   std::vector<PlanVersionOutcome> outcomes() const;

@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,6 +46,9 @@ namespace weightport {
 struct ReshardCoordinatorOptions {
   uint64_t plan_digest = 0;
   std::vector<Endpoint> ranks;  // every rank of the plan
+  // Per rank, the peers its part of the plan names (RankPlan::peers): each rank's peer table lists
+  // only those, so no table grows with the session. Empty: every rank gets every rank's entry.
+  std::map<Endpoint, std::vector<Endpoint>> peers_of;
   std::chrono::milliseconds join_timeout{30'000};
   std::chrono::milliseconds update_timeout{60'000};  // PlanReady from every source to the last verified
   // 0: every destination must verify each version (all or nothing). N > 0: a destination that is

@@ -28,6 +28,9 @@ class ReshardMember {
   static Result<std::unique_ptr<ReshardMember>> Join(const std::string& coordinator, const Secret& secret,
                                                      PlanRank& rank, std::chrono::milliseconds timeout);
   ~ReshardMember();
+  // Shuts the control connection down from any thread: a Next waiting on it returns at once with
+  // an error. For closing a rank whose follower thread waits in Next.
+  void Interrupt();
 
   struct Event {
     // kRekey: move to a fresh transport (PlanRank::Rekey), then SendKeys; kPeers: the new peer
