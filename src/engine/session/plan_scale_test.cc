@@ -165,8 +165,9 @@ TEST(PlanScale, AThousandRanksCommitAVerifiedVersion) {
       2 * kSideRanks, kTensors, stats.plan_steps, stats.plan_seconds, stats.send_seconds,
       static_cast<unsigned long long>(stats.max_part_bytes),
       static_cast<unsigned long long>(stats.total_part_bytes), static_cast<unsigned long long>(whole_binary),
-      stats.join_seconds, stats.plan_seconds + stats.send_seconds + stats.join_seconds, joined_s, version_s,
-      PeakRssMiB(), stats.max_peers);
+      static_cast<unsigned long long>(whole_json), stats.join_seconds,
+      stats.plan_seconds + stats.send_seconds + stats.join_seconds, joined_s, version_s, PeakRssMiB(),
+      stats.max_peers);
   RecordProperty("offers_to_ready_ms",
                  static_cast<int>(1000 * (stats.plan_seconds + stats.send_seconds + stats.join_seconds)));
   RecordProperty("peak_rss_mib", static_cast<int>(PeakRssMiB()));
