@@ -12,6 +12,7 @@
 #include "plan_inputs.h"
 #include "plan_report.h"
 #include "pubsub_common.h"
+#include "rank_plan_sizes.h"
 #include "weightport/core/json_util.h"
 #include "weightport/format/synthetic_model.h"
 #include "weightport/plan/planner.h"
@@ -106,16 +107,27 @@ int RunPlan(const PlanCliOptions& o) {
   }
 
   const PlanSummary summary = SummarizePlan(*plan, planning_s);
+  auto parts = MeasureRankPlans(*plan);
+  if (!parts.ok()) return Fail("plan", parts.status().WithContext("cutting every rank's part"));
   const PlanLabels labels =
       o.plan_file.empty() ? PlanLabels{o.src, o.dst} : PlanLabels{o.plan_file, o.plan_file};
   if (o.json) {
     nlohmann::ordered_json report = PlanReportJson(*plan, summary, labels);
     if (check_s) report["check"] = {{"coverage", "ok"}, {"seconds", *check_s}};
+    // What a plan session sends: each rank its part, against the whole plan every rank once got.
+    report["max_rank_plan_bytes"] = parts->max_rank_plan_bytes;
+    report["control"] = RankPlanSizesJson(*parts);
     if (!o.dump.empty()) report["dump"] = o.dump;
     std::cout << report.dump(2) << "\n";
     return kExitOk;
   }
   PrintPlanReport(std::cout, *plan, summary, labels);
+  std::cout << "control: a session sends each rank its part of the plan: largest "
+            << HumanBytes(parts->max_rank_plan_bytes) << " (" << parts->largest_rank << ", "
+            << parts->max_rank_plan_steps << " steps, " << parts->max_rank_peers << " peers), "
+            << HumanBytes(parts->total_rank_plan_bytes) << " in all, cut in " << FormatSeconds(parts->cut_s)
+            << "; the whole plan is " << HumanBytes(parts->plan_json_bytes) << " as JSON, "
+            << HumanBytes(parts->plan_binary_bytes) << " in binary\n";
   if (check_s)
     std::cout << "\ncoverage: ok: every destination byte is written exactly once, every step sends bytes its "
                  "sender has (checked in "
