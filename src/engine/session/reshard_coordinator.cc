@@ -42,6 +42,63 @@ struct ReshardCoordinator::Impl {
   // transport and the new peer table to the ranks still in the session.
   ReshardVersionReport Run(uint64_t version);
   void Rekey(uint64_t version, ReshardVersionReport& report);
+  // Set when the record could not be written: the version has no verdict and RunVersion fails.
+  Status record_error;
+
+  // The outcome to send for `version`: `commit` once recorded (options.decide), or the one already
+  // on record. Retries a store that does not answer, up to options.record_timeout.
+  Result<bool> Record(uint64_t version, bool commit, const std::string& reason) {
+    if (!options.decide) return commit;
+    const auto deadline = Clock::now() + options.record_timeout;
+    Status last;
+    for (int attempt = 0; Clock::now() < deadline; ++attempt) {
+      auto d = options.decide(version, commit, reason);
+      if (d.ok()) {
+        if (*d != commit)
+          Log("reshard: version " + std::to_string(version) + " was already recorded as " +
+              (*d ? "committed" : "aborted") + "; sending that");
+        return d;
+      }
+      last = d.status();
+      if (attempt == 0) Log("reshard: recording version " + std::to_string(version) + ": " + last.message());
+      std::this_thread::sleep_for(milliseconds(std::min(1000, 50 << std::min(attempt, 4))));
+    }
+    return last.WithContext("recording the outcome of version " + std::to_string(version));
+  }
+
+  // Sends a verdict already on record to every rank and, for a commit, waits (bounded) for the
+  // destinations' flips.
+  ReshardVersionReport SendRecorded(uint64_t version, bool committed) {
+    ReshardVersionReport report;
+    report.version = version;
+    report.committed = committed;
+    report.from_record = true;
+    Log("reshard: version " + std::to_string(version) + " is on record as " +
+        (committed ? "committed" : "aborted") + "; telling every rank");
+    if (!committed) {
+      report.reason = "aborted by an earlier coordinator";
+      SendAll(MessageType::kAbort, AbortMsg{version, report.reason}.Encode(), true, true);
+      return report;
+    }
+    SendAll(MessageType::kCommit, CommitMsg{version}.Encode(), true, true);
+    std::set<Endpoint> committed_ranks;
+    size_t destinations = 0;
+    for (const auto& [ep, ch] : channels)
+      destinations += ep.side == PlanSide::kDestination && !lost.count(ep);
+    const auto deadline = Clock::now() + options.update_timeout;
+    while (committed_ranks.size() < destinations) {
+      auto e = Next(deadline);
+      if (!e) break;
+      if (!e->message.ok()) {
+        Lose(e->from);
+        if (e->from.side == PlanSide::kDestination) committed_ranks.insert(e->from);
+        continue;
+      }
+      NoteReady(e->from, *e->message);
+      if (e->message->type == MessageType::kCommitted) committed_ranks.insert(e->from);
+    }
+    return report;
+  }
 
   // The PlanPeers payload for rank `to` of the joins (first or after a rekey) of the ranks not lost:
   // its peers' (options.peers_of), or everyone's.
@@ -235,6 +292,7 @@ Result<uint64_t> ReshardCoordinator::NextReadyVersion(uint64_t after, millisecon
 
 Result<ReshardVersionReport> ReshardCoordinator::RunVersion(uint64_t version) {
   ReshardVersionReport report = impl_->Run(version);
+  if (!impl_->record_error.ok()) return impl_->record_error;
   if (impl_->options.rotate_keys) impl_->Rekey(version, report);
   return report;
 }
@@ -289,6 +347,22 @@ void ReshardCoordinator::Impl::Rekey(uint64_t version, ReshardVersionReport& rep
 
 ReshardVersionReport ReshardCoordinator::Impl::Run(uint64_t version) {
   Impl& m = *this;
+  if (m.options.recorded) {
+    // A store that does not answer is asked again, as for a decision (Record).
+    auto on_record = m.options.recorded(version);
+    const auto read_deadline = Clock::now() + m.options.record_timeout;
+    for (int attempt = 0; !on_record.ok() && Clock::now() < read_deadline; ++attempt) {
+      if (m.options.should_stop && m.options.should_stop()) break;
+      std::this_thread::sleep_for(milliseconds(std::min(1000, 50 << std::min(attempt, 4))));
+      on_record = m.options.recorded(version);
+    }
+    if (!on_record.ok()) {
+      m.record_error =
+          on_record.status().WithContext("reading the record of version " + std::to_string(version));
+      return {};
+    }
+    if (on_record->has_value()) return m.SendRecorded(version, **on_record);
+  }
   ReshardVersionReport report;
   report.version = version;
   const auto deadline = Clock::now() + m.options.update_timeout;
@@ -326,7 +400,13 @@ ReshardVersionReport ReshardCoordinator::Impl::Run(uint64_t version) {
       m.SendAll(MessageType::kUpdateBegin, UpdateBeginMsg{version, 0, 0}.Encode(), false, true);
       if (destinations == 0) break;
     }
-    auto e = m.Next(deadline);
+    // Bounded waits: a coordinator told to stop (or abandoned) leaves the version with no verdict.
+    auto e = m.Next(std::min(deadline, Clock::now() + milliseconds(100)));
+    if (!e && m.options.should_stop && m.options.should_stop()) {
+      m.record_error = Cancelled("the coordinator stopped during version " + std::to_string(version));
+      return report;
+    }
+    if (!e && Clock::now() < deadline) continue;
     if (!e) {
       fail("version " + std::to_string(version) + " not done within " +
            std::to_string(m.options.update_timeout.count()) + " ms (" + std::to_string(m.ReadyFor(version)) +
@@ -362,6 +442,18 @@ ReshardVersionReport ReshardCoordinator::Impl::Run(uint64_t version) {
       drop(e->from, who + ": " + f->reason);
     }
   }
+  // The outcome is recorded before any rank hears it; a record that says otherwise wins.
+  auto recorded = m.Record(version, failure.empty(), failure);
+  if (!recorded.ok()) {
+    m.record_error = recorded.status();
+    m.Log("reshard: " + recorded.status().message() + "; no verdict sent");
+    return report;
+  }
+  if (*recorded && !failure.empty()) {
+    report.reason.clear();
+    return m.SendRecorded(version, true);
+  }
+  if (!*recorded && failure.empty()) failure = "aborted by an earlier coordinator";
   if (!failure.empty()) {
     report.reason = failure;
     m.Log("reshard: version " + std::to_string(version) + " aborted: " + failure);

@@ -34,6 +34,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,17 @@ struct ReshardCoordinatorOptions {
   // stop working, and a rank lost by then never learns the new ones. The ranks are created with
   // PlanRankOptions::rotate_keys.
   bool rotate_keys = false;
+  // A coordinator that can fail (PlanServiceOptions::store). `decide` records the outcome of a
+  // version before any rank hears it and returns the outcome recorded, another coordinator's when
+  // it decided first: the record is write-once, so two coordinators never send different verdicts
+  // for one version. `recorded` gives an outcome already on record: a coordinator that took over
+  // sends it instead of running the version again. When the record cannot be written (its store is
+  // down past `record_timeout` of retries) the coordinator sends no verdict and RunVersion fails:
+  // the ranks keep what they staged until a coordinator that can record takes over. Unset: the
+  // decisions live in this process only.
+  std::function<Result<bool>(uint64_t version, bool commit, const std::string& reason)> decide;
+  std::function<Result<std::optional<bool>>(uint64_t version)> recorded;
+  std::chrono::milliseconds record_timeout{15'000};
 };
 
 struct ReshardRankReport {
@@ -88,6 +100,8 @@ struct ReshardVersionReport {
   // rotate_keys: how long the move of every rank to a fresh transport after this version took
   // (from the Rekey sent to the new table sent).
   double rekey_seconds = 0;
+  // The verdict came from the record (an earlier coordinator decided it), not from this run.
+  bool from_record = false;
 };
 
 class ReshardCoordinator {
