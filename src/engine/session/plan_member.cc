@@ -1,5 +1,8 @@
 #include "weightport/engine/session/plan_member.h"
 
+#include <algorithm>
+#include <thread>
+
 #include "weightport/engine/session/reshard_coordinator.h"
 #include "weightport/engine/session/reshard_member.h"
 #include "weightport/plan/quantized.h"
@@ -20,8 +23,12 @@ Result<std::unique_ptr<JoinedRank>> JoinPlan(const Secret& secret, const PlanMem
   const Endpoint me = options.offer.endpoint;
   const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
   auto j = std::make_unique<JoinedRank>();
+  std::string coordinator = options.coordinator;
+  if (options.find_coordinator) {
+    WP_ASSIGN_OR_RETURN(coordinator, options.find_coordinator(options.connect_timeout));
+  }
   WP_ASSIGN_OR_RETURN(RankPlan part,
-                      OfferLayout(options.coordinator, secret, options.offer, options.connect_timeout));
+                      OfferLayout(coordinator, secret, options.offer, options.connect_timeout));
   j->plan = part.plan;
   if (options.log)
     options.log(me.ToString() + ": its part of the plan: " + std::to_string(part.plan->steps.size()) +
@@ -32,11 +39,58 @@ Result<std::unique_ptr<JoinedRank>> JoinPlan(const Secret& secret, const PlanMem
   WP_ASSIGN_OR_RETURN(j->rank, PlanRank::Create(part, *j->loop, options.rank));
   // The coordinator listens again once it has answered every offer: retry until it does.
   auto member = RetryWhileUnreachable(deadline, std::chrono::milliseconds(100), [&](auto time_left) {
-    return ReshardMember::Join(options.coordinator, secret, *j->rank, time_left);
+    return ReshardMember::Join(coordinator, secret, *j->rank, time_left);
   });
-  if (!member.ok()) return member.status().WithContext(me.ToString() + ": joining " + options.coordinator);
+  if (!member.ok()) return member.status().WithContext(me.ToString() + ": joining " + coordinator);
   j->member = std::move(*member);
+  j->coordinator = coordinator;
   return j;
+}
+
+Result<std::unique_ptr<ReshardMember>> RejoinPlan(PlanRank& rank, const Secret& secret,
+                                                  const PlanMemberOptions& options,
+                                                  std::string& coordinator) {
+  using std::chrono::milliseconds;
+  const Endpoint me = options.offer.endpoint;
+  if (!options.find_coordinator)
+    return FailedPrecondition(me.ToString() + ": no way to find a new coordinator");
+  const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
+  auto left = [&] {
+    return std::max(milliseconds(1),
+                    std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now()));
+  };
+  Status last = Timeout(me.ToString() + ": no coordinator took over within " +
+                        std::to_string(options.connect_timeout.count()) + " ms");
+  // Until the lost coordinator's lease runs out the store still names it: wait for another.
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto address = options.find_coordinator(left());
+    if (address.ok() && *address == coordinator) {
+      std::this_thread::sleep_for(milliseconds(100));
+      continue;
+    }
+    Result<RankPlan> part = address.ok() ? OfferLayout(*address, secret, options.offer, left())
+                                         : Result<RankPlan>(address.status());
+    if (!part.ok()) {
+      if (part.status().code() == StatusCode::kPermissionDenied) return part.status();  // refused
+      last = part.status();
+      std::this_thread::sleep_for(milliseconds(200));
+      continue;
+    }
+    if (part->digest != rank.plan_digest())
+      return FailedPrecondition(me.ToString() + ": the coordinator at " + *address +
+                                " planned something else (digest " + std::to_string(part->digest) +
+                                ", this rank's is " + std::to_string(rank.plan_digest()) + ")");
+    if (options.log) options.log(me.ToString() + ": joining the coordinator that took over, at " + *address);
+    auto member = RetryWhileUnreachable(deadline, milliseconds(100), [&](auto time_left) {
+      return ReshardMember::Join(*address, secret, rank, time_left);
+    });
+    if (member.ok()) {
+      coordinator = *address;
+      return member;
+    }
+    last = member.status().WithContext(me.ToString() + ": joining " + *address);
+  }
+  return last;
 }
 
 PlanShardView ShardView(const Plan& plan, Endpoint me, size_t i, std::span<std::byte> bytes) {

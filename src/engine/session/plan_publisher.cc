@@ -3,6 +3,7 @@
 
 #include <condition_variable>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "weightport/core/thread_annotations.h"
@@ -14,6 +15,7 @@ namespace weightport {
 
 struct PlanPublisher::Impl {
   PlanMemberOptions options;
+  std::optional<Secret> secret;  // to join a coordinator that takes over
   std::unique_ptr<JoinedRank> joined;
   Endpoint me;
   std::thread verdicts_thread;
@@ -54,6 +56,18 @@ struct PlanPublisher::Impl {
     while (true) {
       auto e = follower.Next(std::chrono::milliseconds(200));
       if (!e.ok() && closing.load()) return;  // Close stopped it, or interrupted its wait
+      if (!e.ok() && follower.connection_failed() && options.find_coordinator) {
+        auto fresh = RejoinPlan(*joined->rank, *secret, options, joined->coordinator);
+        if (fresh.ok()) {
+          MutexLock lock(mu);
+          joined->member = std::move(*fresh);
+          follower.Rebind(*joined->member);
+          // The new coordinator hears of the version this rank announced and has no verdict for.
+          if (in_flight != 0) joined->member->Ready(in_flight).IgnoreError();
+          continue;
+        }
+        e = fresh.status().WithContext("lost the coordinator: " + e.status().message());
+      }
       MutexLock lock(mu);
       if (!e.ok() || e->kind == ReshardMember::Event::kBye) {
         ended = true;
@@ -85,6 +99,7 @@ Result<std::unique_ptr<PlanPublisher>> PlanPublisher::Join(const Secret& secret,
   impl->me = options.offer.endpoint;
   WP_ASSIGN_OR_RETURN(impl->joined, JoinPlan(secret, options));
   impl->options = std::move(options);
+  impl->secret = secret;
   Impl* raw = impl.get();
   raw->verdicts_thread = std::thread([raw] { raw->ReadVerdicts(); });
   return std::unique_ptr<PlanPublisher>(new PlanPublisher(std::move(impl)));
@@ -123,7 +138,9 @@ Status PlanPublisher::Publish(uint64_t version) {
   MutexLock lock(m.mu);
   m.in_flight = version;
   m.last_published = version;
-  return m.joined->member->Ready(version);
+  Status sent = m.joined->member->Ready(version);
+  // With a coordinator that can fail, the announcement goes again to the one that takes over.
+  return m.options.find_coordinator ? Status::Ok() : sent;
 }
 
 Status PlanPublisher::Wait(uint64_t version, std::chrono::milliseconds timeout) {
@@ -155,7 +172,10 @@ void PlanPublisher::Close() {
   m.closing = true;
   // Its wait for the coordinator ends now rather than at its next poll: closing many ranks one
   // after another takes no poll interval each.
-  if (m.joined && m.joined->member) m.joined->member->Interrupt();
+  {
+    MutexLock lock(m.mu);  // a reconnect swaps the member under it
+    if (m.joined && m.joined->member) m.joined->member->Interrupt();
+  }
   if (m.verdicts_thread.joinable()) m.verdicts_thread.join();
   if (m.joined) m.joined->Reset();
 }

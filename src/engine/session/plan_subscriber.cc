@@ -4,6 +4,7 @@
 
 #include <condition_variable>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "weightport/core/thread_annotations.h"
@@ -15,6 +16,7 @@ namespace weightport {
 
 struct PlanSubscriber::Impl {
   PlanMemberOptions options;
+  std::optional<Secret> secret;  // to join a coordinator that takes over
   std::unique_ptr<JoinedRank> joined;
   Endpoint me;
   std::thread follower;
@@ -68,6 +70,13 @@ struct PlanSubscriber::Impl {
       return MoveToFreshTransport(*joined->rank, joined->loop, options.make_transport);
     };
     hooks.should_stop = [this] { return closing.load(); };
+    if (options.find_coordinator)
+      hooks.reconnect = [this]() -> Result<ReshardMember*> {
+        WP_ASSIGN_OR_RETURN(auto fresh, RejoinPlan(*joined->rank, *secret, options, joined->coordinator));
+        MutexLock lock(mu);  // Close interrupts the member under it
+        joined->member = std::move(fresh);
+        return joined->member.get();
+      };
     Status s = FollowAsDestination(*joined->rank, *joined->member, std::chrono::milliseconds(200), hooks);
     MutexLock lock(mu);
     ended = true;
@@ -110,6 +119,7 @@ Result<std::unique_ptr<PlanSubscriber>> PlanSubscriber::Join(const Secret& secre
   impl->me = options.offer.endpoint;
   WP_ASSIGN_OR_RETURN(impl->joined, JoinPlan(secret, options));
   impl->options = std::move(options);
+  impl->secret = secret;
   Impl* raw = impl.get();
   raw->follower = std::thread([raw] { raw->Follow(); });
   return std::unique_ptr<PlanSubscriber>(new PlanSubscriber(std::move(impl)));
@@ -166,7 +176,10 @@ void PlanSubscriber::Close() {
   Impl& m = *impl_;
   m.closing = true;
   m.cv.notify_all();
-  if (m.joined && m.joined->member) m.joined->member->Interrupt();  // its Next returns at once
+  {
+    MutexLock lock(m.mu);                                             // a reconnect swaps the member under it
+    if (m.joined && m.joined->member) m.joined->member->Interrupt();  // its Next returns at once
+  }
   if (m.follower.joinable()) m.follower.join();
   // The control connection goes now; the arena stays until the last pin is released (~Impl).
   if (m.joined) m.joined->member.reset();

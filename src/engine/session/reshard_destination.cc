@@ -1,6 +1,8 @@
 #include "weightport/engine/session/reshard_destination.h"
 
 #include <map>
+#include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -8,23 +10,57 @@
 
 namespace weightport {
 
-Status FollowAsDestination(PlanRank& rank, ReshardMember& member, std::chrono::milliseconds timeout,
+Status FollowAsDestination(PlanRank& rank, ReshardMember& first, std::chrono::milliseconds timeout,
                            const DestinationHooks& hooks) {
   std::thread receiver;
   uint64_t receiving = 0;  // the version the receiver thread works on, 0 when none
-  Status send_error;       // written by the receiver thread, read after joining it
   Status problem;
   std::map<Endpoint, PlanPeer> table;  // the newest peer table after a rekey, until connected to
+  // The member in use and what this rank last reported and has no verdict for: the receiver thread
+  // reports through `member`, and after a reconnect the report goes again to the new coordinator.
+  std::mutex mu;
+  ReshardMember* member = &first;
+  Status send_error;                                       // a report that could not be sent (no reconnect)
+  std::optional<ReceiveStats> verified;                    // verified, no verdict yet
+  std::optional<std::pair<uint64_t, std::string>> failed;  // failed, no verdict yet
+  auto report = [&](uint64_t v, const Result<ReceiveStats>& r) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (r.ok())
+      verified = *r;
+    else
+      failed.emplace(v, r.status().message());
+    Status sent = r.ok() ? member->Verified(*r) : member->Failed(v, r.status().message());
+    if (!sent.ok() && !hooks.reconnect && send_error.ok())
+      send_error = sent;  // else: sent again after the reconnect
+  };
+  auto decided = [&](uint64_t v) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (verified && verified->version == v) verified.reset();
+    if (failed && failed->first == v) failed.reset();
+  };
   auto join = [&] {
     if (receiver.joinable()) receiver.join();
     receiving = 0;
+    std::lock_guard<std::mutex> lock(mu);
     if (problem.ok() && !send_error.ok()) problem = send_error;
   };
   while (true) {
-    auto e = member.Next(timeout);
+    auto e = member->Next(timeout);
     if (!e.ok() && e.status().code() == StatusCode::kTimeout && hooks.should_stop && !hooks.should_stop())
       continue;
     if (!e.ok() && hooks.should_stop && hooks.should_stop()) e = Cancelled("the destination is closing");
+    if (!e.ok() && hooks.reconnect && e.status().code() != StatusCode::kCancelled) {
+      join();  // the receive finishes; its report goes to the next coordinator
+      auto fresh = hooks.reconnect();
+      if (!fresh.ok()) return fresh.status().WithContext("lost the coordinator: " + e.status().message());
+      std::lock_guard<std::mutex> lock(mu);
+      member = *fresh;
+      Status sent;
+      if (verified) sent = member->Verified(*verified);
+      if (sent.ok() && failed) sent = member->Failed(failed->first, failed->second);
+      if (!sent.ok()) return sent.WithContext("reporting to the new coordinator");
+      continue;
+    }
     if (!e.ok()) {
       if (receiving != 0) rank.Cancel(receiving, "lost the coordinator");
       join();
@@ -50,30 +86,33 @@ Status FollowAsDestination(PlanRank& rank, ReshardMember& member, std::chrono::m
           // from it go to the sources instead of waiting for it.
           rank.Cancel(v, ready.message());
           rank.Receive(v).status().IgnoreError();
-          Status sent = member.Failed(v, ready.message());
-          if (!sent.ok()) return sent;
+          report(v, ready);
           continue;
         }
         receiving = v;
-        receiver = std::thread([&rank, &member, &hooks, &send_error, v] {
+        receiver = std::thread([&rank, &hooks, &report, v] {
           auto r = rank.Receive(v);
           if (hooks.received) hooks.received(v, r);
-          send_error = r.ok() ? member.Verified(*r) : member.Failed(v, r.status().message());
+          report(v, r);
         });
         break;
       }
       case ReshardMember::Event::kCommit: {
         join();
-        Status s = rank.Commit(v);
-        if (s.ok() && hooks.committed) s = hooks.committed(v);
+        decided(v);
+        // A coordinator that took over sends the verdict on record again: a rank that flipped
+        // already only says so.
+        Status s = rank.live_version() == v ? Status::Ok() : rank.Commit(v);
+        if (s.ok() && hooks.committed && rank.live_version() == v) s = hooks.committed(v);
         if (!s.ok() && problem.ok()) problem = s;
-        Status sent = member.Committed(v);
-        if (!sent.ok()) return sent;
+        Status sent = member->Committed(v);
+        if (!sent.ok() && !hooks.reconnect) return sent;
         break;
       }
       case ReshardMember::Event::kAbort:
         if (receiving == v) rank.Cancel(v, "the coordinator aborted version " + std::to_string(v));
         join();
+        decided(v);
         rank.Abort(v);
         if (hooks.aborted) hooks.aborted(v, e->reason);
         break;
@@ -87,7 +126,7 @@ Status FollowAsDestination(PlanRank& rank, ReshardMember& member, std::chrono::m
           return FailedPrecondition(rank.endpoint().ToString() +
                                     ": the coordinator rotates keys and this rank cannot move");
         WP_RETURN_IF_ERROR(hooks.rekey(v));
-        WP_RETURN_IF_ERROR(member.SendKeys(rank));
+        WP_RETURN_IF_ERROR(member->SendKeys(rank));
         break;
       }
       case ReshardMember::Event::kPeers:

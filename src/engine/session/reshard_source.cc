@@ -6,13 +6,13 @@
 namespace weightport {
 
 SourceFollower::SourceFollower(PlanRank& rank, ReshardMember& member, bool rotate_keys, SourceHooks hooks)
-    : rank_(rank), member_(member), rotate_keys_(rotate_keys), hooks_(std::move(hooks)) {}
+    : rank_(rank), member_(&member), rotate_keys_(rotate_keys), hooks_(std::move(hooks)) {}
 
 Result<ReshardMember::Event> SourceFollower::Next(std::chrono::milliseconds timeout) {
   connection_failed_ = false;
   while (true) {
     if (hooks_.should_stop && hooks_.should_stop()) return Cancelled("the source is closing");
-    auto e = member_.Next(timeout);
+    auto e = member_->Next(timeout);
     if (!e.ok() && e.status().code() == StatusCode::kTimeout && hooks_.should_stop) continue;
     if (!e.ok()) {
       connection_failed_ = true;
@@ -24,7 +24,7 @@ Result<ReshardMember::Event> SourceFollower::Next(std::chrono::milliseconds time
           return FailedPrecondition(rank_.endpoint().ToString() +
                                     ": the coordinator rotates keys and this rank cannot move");
         WP_RETURN_IF_ERROR(hooks_.rekey(e->version));
-        WP_RETURN_IF_ERROR(member_.SendKeys(rank_));
+        WP_RETURN_IF_ERROR(member_->SendKeys(rank_));
         auto it = held_.find(e->version);
         if (it == held_.end()) break;
         ReshardMember::Event verdict = std::move(it->second);

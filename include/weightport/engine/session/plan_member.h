@@ -35,6 +35,12 @@ struct PlanMemberOptions {
   std::chrono::milliseconds update_timeout{120'000};  // waits for the coordinator during a version
   std::chrono::milliseconds pin_timeout{30'000};      // subscriber: how long an update waits for pins
   std::function<void(std::string)> log;
+  // A coordinator that can fail (PlanServiceOptions::store): where the coordinator is now, waiting
+  // up to the timeout for there to be one. With it `coordinator` is unused, and a rank that loses
+  // its coordinator asks again, offers its layout to the one that took over and joins it (its part
+  // of the new plan must have the same digest), keeping what it holds: a destination's staged
+  // version waits for the new coordinator's verdict, a source's announced one is announced again.
+  std::function<Result<std::string>(std::chrono::milliseconds timeout)> find_coordinator;
 };
 
 // A shard of this rank as the plan stores it.
@@ -58,6 +64,7 @@ struct PlanShardView {
 // and joined the coordinator.
 struct JoinedRank {
   std::shared_ptr<const Plan> plan;    // its part: this rank's buffer whole, its steps renumbered
+  std::string coordinator;             // the address it joined
   std::unique_ptr<ProgressLoop> loop;  // declared before rank: the rank is destroyed first
   std::unique_ptr<PlanRank> rank;
   std::unique_ptr<ReshardMember> member;
@@ -70,6 +77,13 @@ struct JoinedRank {
 // Offers the layout (OfferLayout), compiles the rank from the plan that comes back and joins the
 // coordinator (retrying until it listens again, within options.connect_timeout).
 Result<std::unique_ptr<JoinedRank>> JoinPlan(const Secret& secret, const PlanMemberOptions& options);
+
+// A rank whose coordinator at `coordinator` was lost joins the one that took over
+// (options.find_coordinator, once it names another address): offers its layout again, checks the
+// new plan's digest against its own and joins with its existing rank (PlanRank::Connect to the new
+// peer table). Retries until options.connect_timeout; `coordinator` is then the new address.
+Result<std::unique_ptr<ReshardMember>> RejoinPlan(PlanRank& rank, const Secret& secret,
+                                                  const PlanMemberOptions& options, std::string& coordinator);
 
 // The views of a rank's shards (`bytes` from `shard_bytes`, empty when null).
 PlanShardView ShardView(const Plan& plan, Endpoint me, size_t i, std::span<std::byte> bytes);

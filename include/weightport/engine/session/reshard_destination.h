@@ -29,6 +29,13 @@ struct DestinationHooks {
   // With this hook, a wait for an instruction that times out is not an error: the wait goes on
   // until this returns true (then FollowAsDestination returns Cancelled). Without it, it is.
   std::function<bool()> should_stop;
+  // A coordinator that can fail: when the control connection is lost, this joins the coordinator
+  // that took over and returns the member to follow from now on (the caller owns it; the old one
+  // stays valid until this returns). A receive under way is not cancelled: it finishes, and its
+  // report, or that of a version verified and still waiting for its verdict, goes to the new
+  // coordinator, which sends the verdict on record or runs the version to one. Without it, a lost
+  // connection ends the run (and cancels the receive).
+  std::function<Result<ReshardMember*>()> reconnect;
 };
 
 // Runs a destination rank until the coordinator says Bye: receives each version it is told to on a

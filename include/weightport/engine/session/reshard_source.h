@@ -51,10 +51,12 @@ class SourceFollower {
   // Whether the last error of Next was the control connection's (the wait for an instruction), not
   // a hook's, a move's or a connect's.
   bool connection_failed() const { return connection_failed_; }
+  // Follows `member` from now on: the coordinator that took over from a lost one.
+  void Rebind(ReshardMember& member) { member_ = &member; }
 
  private:
   PlanRank& rank_;
-  ReshardMember& member_;
+  ReshardMember* member_;
   bool rotate_keys_;
   SourceHooks hooks_;
   std::map<uint64_t, ReshardMember::Event> held_;
