@@ -5,10 +5,14 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "weightport/core/thread_annotations.h"
 #include "weightport/engine/session/reshard_coordinator.h"
+#include "weightport/store/coordinator_election.h"
+#include "weightport/store/fleet_record.h"
 
 namespace weightport {
 
@@ -18,6 +22,11 @@ struct PlanService::Impl {
   std::string address;
   std::thread thread;
   std::atomic<bool> stopping{false};
+  std::atomic<bool> abandoned{false};
+  // With a store: the client, this service's candidacy and the session's record.
+  std::unique_ptr<EtcdClient> store;
+  std::unique_ptr<CoordinatorElection> election;
+  std::optional<FleetRecord> record;
   mutable Mutex mu;
   mutable std::condition_variable cv;
   std::shared_ptr<const Plan> plan GUARDED_BY(mu);
@@ -37,7 +46,31 @@ struct PlanService::Impl {
     cv.notify_all();
   }
 
+  // With a store: waits to lead the session (a standby), then opens its record.
+  Status Lead() {
+    if (options.store.empty()) return Status::Ok();
+    ElectionOptions eo;
+    eo.on_lost = [this](const Status& why) {
+      Log("coordinator: lost the lead of session '" + options.session + "': " + why.message());
+      abandoned = true;  // another may lead now: this one sends nothing more, not even Bye
+      stopping = true;
+    };
+    WP_ASSIGN_OR_RETURN(
+        election, CoordinatorElection::Campaign(*store, options.session, address, options.lease_ttl, eo));
+    if (!election->is_leader()) Log("coordinator: standing by for session '" + options.session + "'");
+    while (!election->is_leader()) {
+      if (stopping.load()) return Cancelled("stopped while standing by");
+      Status won = election->WaitForLeadership(std::chrono::milliseconds(500));
+      if (!won.ok() && won.code() != StatusCode::kTimeout) return won;
+    }
+    Log("coordinator: leading session '" + options.session + "' at " + address);
+    WP_ASSIGN_OR_RETURN(FleetRecord r, FleetRecord::Open(*store, options.session));
+    record.emplace(std::move(r));
+    return Status::Ok();
+  }
+
   void Run() {
+    if (Status led = Lead(); !led.ok()) return Fail(led);
     RendezvousOptions ro = options.rendezvous;
     ro.log = options.log;
     ro.should_stop = [this] { return stopping.load(); };
@@ -66,6 +99,18 @@ struct PlanService::Impl {
     co.rotate_keys = options.rotate_keys;
     co.log = options.log;
     co.should_stop = [this] { return stopping.load(); };
+    if (record) {
+      co.decide = [this](uint64_t v, bool commit, const std::string& reason) -> Result<bool> {
+        WP_ASSIGN_OR_RETURN(DecisionRecord d,
+                            record->Decide(v, commit ? Outcome::kCommitted : Outcome::kAborted, reason));
+        return d.outcome == Outcome::kCommitted;
+      };
+      co.recorded = [this](uint64_t v) -> Result<std::optional<bool>> {
+        WP_ASSIGN_OR_RETURN(std::optional<DecisionRecord> d, record->Decision(v));
+        if (!d) return std::optional<bool>();
+        return std::optional<bool>(d->outcome == Outcome::kCommitted);
+      };
+    }
     ReshardCoordinator coordinator(std::move(listener), co);
     if (Status s = coordinator.WaitForJoins(); !s.ok()) return Fail(s);
     {
@@ -79,6 +124,8 @@ struct PlanService::Impl {
       if (!next.ok()) continue;  // Timeout: nothing announced yet
       auto report = coordinator.RunVersion(*next);
       if (!report.ok()) {
+        // With a store the ranks wait for the coordinator that takes over: no Bye.
+        if (record) abandoned = true;
         Fail(report.status());
         break;
       }
@@ -88,7 +135,7 @@ struct PlanService::Impl {
                           report->rekey_seconds, report->dropped});
       cv.notify_all();
     }
-    coordinator.Finish();
+    if (!abandoned.load()) coordinator.Finish();
     MutexLock lock(mu);
     ended = true;
     cv.notify_all();
@@ -102,6 +149,10 @@ Result<std::unique_ptr<PlanService>> PlanService::Start(const Secret& secret, Pl
   WP_ASSIGN_OR_RETURN(impl->listener, ControlListener::Listen(options.listen_host, options.listen_port,
                                                               "plan-coordinator", secret));
   impl->address = impl->listener->address();
+  if (!options.store.empty()) {
+    WP_ASSIGN_OR_RETURN(std::string endpoint, ParseEtcdEndpoint(options.store));
+    WP_ASSIGN_OR_RETURN(impl->store, EtcdClient::Create(endpoint));
+  }
   impl->options = std::move(options);
   Impl* raw = impl.get();
   std::unique_ptr<PlanService> service(new PlanService(std::move(impl)));
@@ -153,6 +204,41 @@ Status PlanService::error() const {
 void PlanService::Stop() {
   impl_->stopping = true;
   if (impl_->thread.joinable()) impl_->thread.join();
+  if (impl_->election && !impl_->abandoned.load()) {
+    impl_->election->Resign().IgnoreError();  // a standby takes over at once
+    impl_->election.reset();
+  }
+}
+
+void PlanService::Abandon() {
+  impl_->abandoned = true;
+  impl_->stopping = true;
+  if (impl_->thread.joinable()) impl_->thread.join();
+  impl_->election.reset();  // stops renewing; the lease runs out as a killed process's would
+}
+
+bool PlanService::leading() const { return impl_->election && impl_->election->is_leader(); }
+
+std::function<Result<std::string>(std::chrono::milliseconds)> CoordinatorFinder(std::string store,
+                                                                                std::string session) {
+  auto client = std::make_shared<std::unique_ptr<EtcdClient>>();
+  auto mu = std::make_shared<std::mutex>();
+  return [store, session, client, mu](std::chrono::milliseconds timeout) -> Result<std::string> {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::lock_guard<std::mutex> lock(*mu);
+    if (!*client) {
+      WP_ASSIGN_OR_RETURN(std::string endpoint, ParseEtcdEndpoint(store));
+      WP_ASSIGN_OR_RETURN(*client, EtcdClient::Create(endpoint));
+    }
+    Status last;
+    do {
+      auto leader = CoordinatorElection::Leader(**client, session);
+      if (leader.ok()) return leader;
+      last = leader.status();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    } while (std::chrono::steady_clock::now() < deadline);
+    return last.WithContext("finding the coordinator of session '" + session + "' in " + store);
+  };
 }
 
 }  // namespace weightport

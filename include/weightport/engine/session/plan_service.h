@@ -39,7 +39,22 @@ struct PlanServiceOptions {
   // PlanRankOptions::rotate_keys.
   bool rotate_keys = false;
   std::function<void(std::string)> log;
+  // A coordinator that can fail: "etcd://host:port" (store/etcd_client.h). The service campaigns
+  // to be `session`'s coordinator (store/coordinator_election.h) and serves only while it leads:
+  // a standby waits, and takes over when the leader's lease (`lease_ttl`) runs out. The ranks find
+  // the leader's address in the store (CoordinatorFinder). Each version's outcome is recorded there
+  // before any rank hears it (store/fleet_record.h, write-once), so a service that takes over
+  // completes or aborts the version in flight as the record says, and never sends a different
+  // verdict. Empty: the embedded coordinator, nothing outside this process.
+  std::string store;
+  std::string session = "default";
+  std::chrono::seconds lease_ttl{3};
 };
+
+// For PlanMemberOptions::find_coordinator: the address of `session`'s coordinator in `store`
+// ("etcd://host:port"), asking until there is one or the timeout passes.
+std::function<Result<std::string>(std::chrono::milliseconds)> CoordinatorFinder(std::string store,
+                                                                                std::string session);
 
 // What one version did, as the coordinator saw it.
 struct PlanVersionOutcome {
@@ -83,6 +98,12 @@ class PlanService {
   Status error() const;
   // Says Bye to every rank and stops. Idempotent.
   void Stop();
+  // Stops without a word, as a killed process would: closes its listener and every control
+  // connection, sends no verdict or Bye and leaves its lease to run out (a standby then takes
+  // over). For failover tests.
+  void Abandon();
+  // With a store: whether this service leads its session now.
+  bool leading() const;
 
   struct Impl;
 
