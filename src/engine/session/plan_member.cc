@@ -27,8 +27,8 @@ Result<std::unique_ptr<JoinedRank>> JoinPlan(const Secret& secret, const PlanMem
   if (options.find_coordinator) {
     WP_ASSIGN_OR_RETURN(coordinator, options.find_coordinator(options.connect_timeout));
   }
-  WP_ASSIGN_OR_RETURN(RankPlan part,
-                      OfferLayout(coordinator, secret, options.offer, options.connect_timeout));
+  WP_ASSIGN_OR_RETURN(RankPlan part, OfferLayout(std::string(ListenAddressOf(coordinator)), secret,
+                                                 options.offer, options.connect_timeout));
   j->plan = part.plan;
   if (options.log)
     options.log(me.ToString() + ": its part of the plan: " + std::to_string(part.plan->steps.size()) +
@@ -39,13 +39,15 @@ Result<std::unique_ptr<JoinedRank>> JoinPlan(const Secret& secret, const PlanMem
   WP_ASSIGN_OR_RETURN(j->rank, PlanRank::Create(part, *j->loop, options.rank));
   // The coordinator listens again once it has answered every offer: retry until it does.
   auto member = RetryWhileUnreachable(deadline, std::chrono::milliseconds(100), [&](auto time_left) {
-    return ReshardMember::Join(coordinator, secret, *j->rank, time_left);
+    return ReshardMember::Join(std::string(ListenAddressOf(coordinator)), secret, *j->rank, time_left);
   });
   if (!member.ok()) return member.status().WithContext(me.ToString() + ": joining " + coordinator);
   j->member = std::move(*member);
   j->coordinator = coordinator;
   return j;
 }
+
+std::string_view ListenAddressOf(std::string_view found) { return found.substr(0, found.find('#')); }
 
 Result<std::unique_ptr<ReshardMember>> RejoinPlan(PlanRank& rank, const Secret& secret,
                                                   const PlanMemberOptions& options,
@@ -68,8 +70,9 @@ Result<std::unique_ptr<ReshardMember>> RejoinPlan(PlanRank& rank, const Secret& 
       std::this_thread::sleep_for(milliseconds(100));
       continue;
     }
-    Result<RankPlan> part = address.ok() ? OfferLayout(*address, secret, options.offer, left())
-                                         : Result<RankPlan>(address.status());
+    Result<RankPlan> part =
+        address.ok() ? OfferLayout(std::string(ListenAddressOf(*address)), secret, options.offer, left())
+                     : Result<RankPlan>(address.status());
     if (!part.ok()) {
       if (part.status().code() == StatusCode::kPermissionDenied) return part.status();  // refused
       last = part.status();
@@ -82,7 +85,7 @@ Result<std::unique_ptr<ReshardMember>> RejoinPlan(PlanRank& rank, const Secret& 
                                 ", this rank's is " + std::to_string(rank.plan_digest()) + ")");
     if (options.log) options.log(me.ToString() + ": joining the coordinator that took over, at " + *address);
     auto member = RetryWhileUnreachable(deadline, milliseconds(100), [&](auto time_left) {
-      return ReshardMember::Join(*address, secret, rank, time_left);
+      return ReshardMember::Join(std::string(ListenAddressOf(*address)), secret, rank, time_left);
     });
     if (member.ok()) {
       coordinator = *address;

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include "weightport/core/thread_annotations.h"
@@ -23,6 +24,11 @@ struct PlanService::Impl {
   std::thread thread;
   std::atomic<bool> stopping{false};
   std::atomic<bool> abandoned{false};
+  // With a store: this term as leader is over (the lead was lost, or the record could not be
+  // written): no Bye, and the service stands by again on a fresh listener.
+  std::atomic<bool> term_over{false};
+  std::optional<Secret> secret;
+  uint64_t term = 0;
   // With a store: the client, this service's candidacy and the session's record.
   std::unique_ptr<EtcdClient> store;
   std::unique_ptr<CoordinatorElection> election;
@@ -52,30 +58,78 @@ struct PlanService::Impl {
     ElectionOptions eo;
     eo.on_lost = [this](const Status& why) {
       Log("coordinator: lost the lead of session '" + options.session + "': " + why.message());
-      abandoned = true;  // another may lead now: this one sends nothing more, not even Bye
-      stopping = true;
+      term_over = true;  // another may lead now: this one sends nothing more, not even Bye
     };
-    WP_ASSIGN_OR_RETURN(
-        election, CoordinatorElection::Campaign(*store, options.session, address, options.lease_ttl, eo));
+    // The address with a term of its own: the ranks tell a new term from the one they lost even
+    // when it listens on the same port (plan_member.h, ListenAddressOf).
+    std::random_device rd;
+    const uint64_t nonce = (uint64_t{rd()} << 32) ^ rd();
+    const std::string candidate =
+        listener->address() + "#" + std::to_string(++term) + "." + std::to_string(nonce);
+    // A store that does not answer is waited for: a standby outlives an etcd restart.
+    auto unreachable = [](const Status& s) {
+      return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kTimeout ||
+             s.code() == StatusCode::kIoError;
+    };
+    while (true) {
+      auto campaign =
+          CoordinatorElection::Campaign(*store, options.session, candidate, options.lease_ttl, eo);
+      if (campaign.ok()) {
+        election = std::move(*campaign);
+        break;
+      }
+      if (!unreachable(campaign.status())) return campaign.status();
+      if (stopping.load()) return Cancelled("stopped while the store was unreachable");
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
     if (!election->is_leader()) Log("coordinator: standing by for session '" + options.session + "'");
     while (!election->is_leader()) {
       if (stopping.load()) return Cancelled("stopped while standing by");
       Status won = election->WaitForLeadership(std::chrono::milliseconds(500));
-      if (!won.ok() && won.code() != StatusCode::kTimeout) return won;
+      if (!won.ok() && !unreachable(won)) return won;
+      if (!won.ok() && won.code() != StatusCode::kTimeout)
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
     }
-    Log("coordinator: leading session '" + options.session + "' at " + address);
+    Log("coordinator: leading session '" + options.session + "' at " + listener->address());
     WP_ASSIGN_OR_RETURN(FleetRecord r, FleetRecord::Open(*store, options.session));
     record.emplace(std::move(r));
     return Status::Ok();
   }
 
+  bool Stopping() const { return stopping.load() || term_over.load(); }
+
+  // Terms as the session's coordinator until Stop; without a store, one.
   void Run() {
-    if (Status led = Lead(); !led.ok()) return Fail(led);
+    while (true) {
+      Status s = Term();
+      if (stopping.load()) break;
+      if (!term_over.load()) {
+        if (!s.ok()) return Fail(s);
+        break;
+      }
+      // The lead was lost or the record could not be written: stand by again on a fresh listener
+      // (the ranks wait for whoever leads next, perhaps this service again).
+      Log("coordinator: the term ended (" + s.message() + "); standing by again");
+      election.reset();
+      record.reset();
+      auto fresh =
+          ControlListener::Listen(options.listen_host, options.listen_port, "plan-coordinator", *secret);
+      if (!fresh.ok()) return Fail(fresh.status().WithContext("listening for the next term"));
+      listener = std::move(*fresh);
+      term_over = false;
+    }
+    MutexLock lock(mu);
+    ended = true;
+    cv.notify_all();
+  }
+
+  Status Term() {
+    WP_RETURN_IF_ERROR(Lead());
     RendezvousOptions ro = options.rendezvous;
     ro.log = options.log;
-    ro.should_stop = [this] { return stopping.load(); };
+    ro.should_stop = [this] { return Stopping(); };
     auto planned = CollectLayoutsAndPlan(*listener, ro);
-    if (!planned.ok()) return Fail(planned.status());
+    if (!planned.ok()) return planned.status();
     const auto sent = std::chrono::steady_clock::now();
     {
       MutexLock lock(mu);
@@ -98,7 +152,7 @@ struct PlanService::Impl {
     co.quorum = options.quorum;
     co.rotate_keys = options.rotate_keys;
     co.log = options.log;
-    co.should_stop = [this] { return stopping.load(); };
+    co.should_stop = [this] { return Stopping(); };
     if (record) {
       co.decide = [this](uint64_t v, bool commit, const std::string& reason) -> Result<bool> {
         WP_ASSIGN_OR_RETURN(DecisionRecord d,
@@ -112,21 +166,22 @@ struct PlanService::Impl {
       };
     }
     ReshardCoordinator coordinator(std::move(listener), co);
-    if (Status s = coordinator.WaitForJoins(); !s.ok()) return Fail(s);
+    WP_RETURN_IF_ERROR(coordinator.WaitForJoins());
     {
       MutexLock lock(mu);
       stats.join_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
       stats.joined = true;
     }
     uint64_t last = 0;
-    while (!stopping.load()) {
+    Status end;
+    while (!Stopping()) {
       auto next = coordinator.NextReadyVersion(last, std::chrono::milliseconds(100));
       if (!next.ok()) continue;  // Timeout: nothing announced yet
       auto report = coordinator.RunVersion(*next);
       if (!report.ok()) {
         // With a store the ranks wait for the coordinator that takes over: no Bye.
-        if (record) abandoned = true;
-        Fail(report.status());
+        if (record) term_over = true;
+        end = report.status();
         break;
       }
       last = *next;
@@ -135,10 +190,8 @@ struct PlanService::Impl {
                           report->rekey_seconds, report->dropped});
       cv.notify_all();
     }
-    if (!abandoned.load()) coordinator.Finish();
-    MutexLock lock(mu);
-    ended = true;
-    cv.notify_all();
+    if (!abandoned.load() && !term_over.load()) coordinator.Finish();
+    return end;
   }
 };
 
@@ -149,6 +202,7 @@ Result<std::unique_ptr<PlanService>> PlanService::Start(const Secret& secret, Pl
   WP_ASSIGN_OR_RETURN(impl->listener, ControlListener::Listen(options.listen_host, options.listen_port,
                                                               "plan-coordinator", secret));
   impl->address = impl->listener->address();
+  impl->secret = secret;
   if (!options.store.empty()) {
     WP_ASSIGN_OR_RETURN(std::string endpoint, ParseEtcdEndpoint(options.store));
     WP_ASSIGN_OR_RETURN(impl->store, EtcdClient::Create(endpoint));

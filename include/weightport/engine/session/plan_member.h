@@ -78,6 +78,11 @@ struct JoinedRank {
 // coordinator (retrying until it listens again, within options.connect_timeout).
 Result<std::unique_ptr<JoinedRank>> JoinPlan(const Secret& secret, const PlanMemberOptions& options);
 
+// What find_coordinator gives is "host:port", or "host:port#term" from a coordinator that can
+// fail (each term as leader names itself anew, so a rank tells a new term from the one it lost even
+// on the same port): the address to dial.
+std::string_view ListenAddressOf(std::string_view found);
+
 // A rank whose coordinator at `coordinator` was lost joins the one that took over
 // (options.find_coordinator, once it names another address): offers its layout again, checks the
 // new plan's digest against its own and joins with its existing rank (PlanRank::Connect to the new
