@@ -58,6 +58,7 @@ Command AddDemoCommand(CLI::App& app);
 Command AddPublishCommand(CLI::App& app);
 Command AddSubscribeCommand(CLI::App& app);
 Command AddServeCommand(CLI::App& app);
+Command AddCoordinatorCommand(CLI::App& app);
 Command AddPlanCommand(CLI::App& app);
 Command AddReshardCommand(CLI::App& app);
 Command AddTopologyCommand(CLI::App& app);

@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
       AddDemoCommand(app),    AddGenModelCommand(app), AddInspectCommand(app), AddManifestCommand(app),
       AddConvertCommand(app), AddInfoCommand(app),     AddPublishCommand(app), AddSubscribeCommand(app),
       AddServeCommand(app),   AddPlanCommand(app),     AddReshardCommand(app), AddTopologyCommand(app),
-      AddSimCommand(app),     AddHbdCommand(app),      AddFedCommand(app)};
+      AddSimCommand(app),     AddHbdCommand(app),      AddFedCommand(app),     AddCoordinatorCommand(app)};
   RefuseMeaninglessNumbers(app);
 
   try {
