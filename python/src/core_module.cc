@@ -76,6 +76,10 @@ struct MemberArgs {
   double pin_timeout_s = 30;
   bool delta = true;
   bool rotate_keys = false;  // PlanRankOptions::rotate_keys: the session's coordinator rotates keys
+  // A coordinator that can fail: the ranks find it in this store ("etcd://host:port") under
+  // `session`, and join the one that takes over when it is lost (PlanMemberOptions::find_coordinator).
+  std::string store;
+  std::string session = "default";
 };
 
 // Offers the layout and joins as a source (Member = PlanPublisher) or a destination (PlanSubscriber);
@@ -90,6 +94,7 @@ std::unique_ptr<Member> JoinAs(nb::bytes secret, const MemberArgs& a, bool sourc
   o.pin_timeout = Millis(a.pin_timeout_s);
   o.rank.delta = a.delta;
   o.rank.rotate_keys = a.rotate_keys;
+  if (!a.store.empty()) o.find_coordinator = CoordinatorFinder(a.store, a.session);
   Secret s = MakeSecret(secret);
   nb::gil_scoped_release release;
   return Take(Member::Join(s, std::move(o)));
@@ -103,8 +108,11 @@ size_t CheckShard(size_t i, size_t shards) {
 class PyService {
  public:
   PyService(nb::bytes secret, const std::string& host, int port, uint64_t chunk_bytes, int relay_fanout,
-            double timeout_s, size_t quorum, bool rotate_keys) {
+            double timeout_s, size_t quorum, bool rotate_keys, const std::string& store,
+            const std::string& session) {
     PlanServiceOptions o;
+    o.store = store;
+    o.session = session;
     o.quorum = quorum;
     o.rotate_keys = rotate_keys;
     o.listen_host = host;
@@ -274,6 +282,8 @@ NB_MODULE(_core, m) {
   nb::class_<MemberArgs>(m, "MemberArgs")
       .def(nb::init<>())
       .def_rw("coordinator", &MemberArgs::coordinator)
+      .def_rw("store", &MemberArgs::store)
+      .def_rw("session", &MemberArgs::session)
       .def_rw("rank", &MemberArgs::rank)
       .def_rw("side_ranks", &MemberArgs::side_ranks)
       .def_rw("host", &MemberArgs::host)
@@ -285,8 +295,10 @@ NB_MODULE(_core, m) {
       .def_rw("rotate_keys", &MemberArgs::rotate_keys);
 
   nb::class_<PyService>(m, "Service")
-      .def(nb::init<nb::bytes, const std::string&, int, uint64_t, int, double, size_t, bool>(), "secret"_a,
-           "host"_a, "port"_a, "chunk_bytes"_a, "relay_fanout"_a, "timeout_s"_a, "quorum"_a, "rotate_keys"_a)
+      .def(nb::init<nb::bytes, const std::string&, int, uint64_t, int, double, size_t, bool, const std::string&,
+                    const std::string&>(),
+           "secret"_a, "host"_a, "port"_a, "chunk_bytes"_a, "relay_fanout"_a, "timeout_s"_a, "quorum"_a,
+           "rotate_keys"_a, "store"_a = "", "session"_a = "default")
       .def_prop_ro("address", &PyService::address)
       .def("wait_outcome", &PyService::WaitOutcome, "version"_a, "timeout_s"_a)
       .def("plan_json", &PyService::PlanJson)

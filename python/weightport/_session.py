@@ -82,10 +82,14 @@ class Member:
     _JOIN = "join()"
 
     def __init__(self, coordinator: str, secret: bytes | str | os.PathLike, rank: int, world_size: int,
-                 host: str | None, transport: str, timeout: float):
+                 host: str | None, transport: str, timeout: float, session: str = "default"):
         self._secret = load_secret(secret)
         self._timeout = float(timeout)
-        self._args = member_args(coordinator, rank, world_size, host, transport, timeout)
+        store = coordinator if coordinator.startswith("etcd://") else ""
+        # With a store the coordinator is wherever the session's leader is now (it may change).
+        self._args = member_args("" if store else coordinator, rank, world_size, host, transport, timeout)
+        self._args.store = store
+        self._args.session = str(session)
         self._core = None
         self._bound: list[Bound] = []
 

@@ -24,6 +24,12 @@ class Publisher(Member):
     subscriber that dropped out cannot read or write later versions: then every publisher and
     subscriber rank is created with ``rotate_keys=True``.
 
+    A coordinator that survives being killed: run two or more ``weightport coordinator
+    --rendezvous etcd://HOST:PORT --session NAME`` processes and give every rank
+    ``coordinator="etcd://HOST:PORT"`` and ``session=NAME``. The ranks find the leader in etcd and,
+    when it dies, join the one that takes over; the version in flight is completed or aborted as
+    etcd records it, the same on every rank.
+
     Usage::
 
         pub = weightport.Publisher("10.0.0.1:29600", rank=r, world_size=n, secret=path)
@@ -39,18 +45,22 @@ class Publisher(Member):
     def __init__(self, coordinator: str = "127.0.0.1:0", *, secret: bytes | str | os.PathLike,
                  rank: int = 0, world_size: int = 1, serve: bool | None = None, host: str | None = None,
                  transport: str = "auto", chunk_bytes: int = 0, relay_fanout: int = 1,
-                 timeout: float = 60.0, quorum: int = 0, rotate_keys: bool = False):
+                 timeout: float = 60.0, quorum: int = 0, rotate_keys: bool = False,
+                 session: str = "default"):
         secret = load_secret(secret)
         self._service = None
+        store = coordinator if coordinator.startswith("etcd://") else ""
         if serve is None:
-            serve = rank == 0
+            serve = rank == 0 and not store  # with a store the coordinators run on their own
         if serve:
-            host_part, _, port = coordinator.rpartition(":")
+            host_part, _, port = ("127.0.0.1:0" if store else coordinator).rpartition(":")
             self._service = _core.Service(secret, host_part or "127.0.0.1", int(port or 0), int(chunk_bytes),
-                                          int(relay_fanout), float(timeout), int(quorum), bool(rotate_keys))
-            coordinator = self._service.address
+                                          int(relay_fanout), float(timeout), int(quorum), bool(rotate_keys),
+                                          store, str(session))
+            if not store:
+                coordinator = self._service.address
         self._coordinator = coordinator
-        super().__init__(coordinator, secret, rank, world_size, host, transport, timeout)
+        super().__init__(coordinator, secret, rank, world_size, host, transport, timeout, session)
         self._args.rotate_keys = bool(rotate_keys)
 
     @property

@@ -56,8 +56,8 @@ class Subscriber(Member):
     def __init__(self, coordinator: str, *, secret: bytes | str | os.PathLike, rank: int = 0,
                  world_size: int = 1, host: str | None = None, transport: str = "auto",
                  timeout: float = 60.0, pin_timeout: float = 30.0, delta: bool = True,
-                 rotate_keys: bool = False):
-        super().__init__(coordinator, secret, rank, world_size, host, transport, timeout)
+                 rotate_keys: bool = False, session: str = "default"):
+        super().__init__(coordinator, secret, rank, world_size, host, transport, timeout, session)
         self._args.pin_timeout_s = float(pin_timeout)
         self._args.delta = bool(delta)
         self._args.rotate_keys = bool(rotate_keys)
