@@ -140,7 +140,28 @@ class PlanFailover : public store_test::EtcdTest {
   // intact (or, aborted, still the version before).
   void CommitEverywhere(uint64_t v) {
     for (auto& p : pubs_) Publish(*p, v);
-    for (auto& p : pubs_) ASSERT_TRUE(p->Wait(v, kWait).ok()) << "version " << v;
+    ExpectCommitted(v);
+  }
+
+  // A leader, a standby, the four ranks joined and version 1 committed everywhere.
+  void StartSession() {
+    a_ = StartService();
+    ASSERT_TRUE(a_);
+    for (int i = 0; i < 100 && !a_->leading(); ++i) std::this_thread::sleep_for(milliseconds(50));
+    ASSERT_TRUE(a_->leading());
+    b_ = StartService();  // stands by
+    JoinRanks();
+    ASSERT_EQ(pubs_.size(), 2u);
+    ASSERT_EQ(subs_.size(), 2u);
+    CommitEverywhere(1);
+  }
+
+  // Every source hears that v committed and every destination holds it intact.
+  void ExpectCommitted(uint64_t v) {
+    for (auto& p : pubs_) {
+      Status w = p->Wait(v, kWait);
+      ASSERT_TRUE(w.ok()) << "version " << v << ": " << w.ToString();
+    }
     for (auto& s : subs_) {
       ASSERT_TRUE(s->WaitForVersion(v, kWait).ok());
       EXPECT_EQ(Live(*s), std::make_pair(v, true));
@@ -160,30 +181,22 @@ class PlanFailover : public store_test::EtcdTest {
 // source's announcement reaches it again, the second source publishes, and the version commits on
 // every rank; so does the next.
 TEST_F(PlanFailover, AVersionInFlightCompletesUnderTheCoordinatorThatTakesOver) {
-  a_ = StartService();
-  ASSERT_TRUE(a_);
-  for (int i = 0; i < 100 && !a_->leading(); ++i) std::this_thread::sleep_for(milliseconds(50));
-  ASSERT_TRUE(a_->leading());
-  b_ = StartService();  // stands by
-  JoinRanks();
-  ASSERT_EQ(pubs_.size(), 2u);
-  ASSERT_EQ(subs_.size(), 2u);
-  CommitEverywhere(1);
+  StartSession();
   EXPECT_FALSE(b_->leading());
 
   Publish(Source(0), 2);                           // the version is in flight: one source of two
   std::this_thread::sleep_for(milliseconds(300));  // the leader runs it, waiting for source 1
   a_->Abandon();
   Publish(Source(1), 2);  // announced to whichever coordinator hears it
-  for (auto& p : pubs_) {
-    Status w = p->Wait(2, kWait);
-    ASSERT_TRUE(w.ok()) << w.ToString();
-  }
+  ExpectCommitted(2);
   EXPECT_TRUE(b_->leading());
-  for (auto& s : subs_) {
-    ASSERT_TRUE(s->WaitForVersion(2, kWait).ok());
-    EXPECT_EQ(Live(*s), std::make_pair(uint64_t{2}, true));
-  }
+  // Each term records its members as the next epoch: the first leader's, then the standby's.
+  auto record = FleetRecord::Open(*client_, "failover");
+  ASSERT_TRUE(record.ok());
+  auto members = record->Members();
+  ASSERT_TRUE(members.ok() && members->has_value());
+  EXPECT_EQ((*members)->epoch, 2u);
+  EXPECT_EQ((*members)->ranks, (std::vector<std::string>{"src-0", "src-1", "dst-0", "dst-1"}));
   auto d = Recorded(2);
   ASSERT_TRUE(d.has_value());
   EXPECT_EQ(d->outcome, Outcome::kCommitted);
@@ -194,13 +207,7 @@ TEST_F(PlanFailover, AVersionInFlightCompletesUnderTheCoordinatorThatTakesOver) 
 // over sends the recorded abort, not a commit of its own; every destination keeps the version
 // before, and the next version commits.
 TEST_F(PlanFailover, AVerdictOnRecordIsTheOneEveryRankHears) {
-  a_ = StartService();
-  ASSERT_TRUE(a_);
-  for (int i = 0; i < 100 && !a_->leading(); ++i) std::this_thread::sleep_for(milliseconds(50));
-  b_ = StartService();
-  JoinRanks();
-  ASSERT_EQ(subs_.size(), 2u);
-  CommitEverywhere(1);
+  StartSession();
 
   Publish(Source(0), 2);
   std::this_thread::sleep_for(milliseconds(300));
@@ -225,26 +232,13 @@ TEST_F(PlanFailover, AVerdictOnRecordIsTheOneEveryRankHears) {
 // the record (or a coordinator that lost its lead meanwhile hands over), and whichever coordinator
 // leads afterwards, the version commits on every rank, as does the next.
 TEST_F(PlanFailover, AVersionCommitsAcrossAnEtcdRestart) {
-  a_ = StartService();
-  ASSERT_TRUE(a_);
-  for (int i = 0; i < 100 && !a_->leading(); ++i) std::this_thread::sleep_for(milliseconds(50));
-  b_ = StartService();
-  JoinRanks();
-  ASSERT_EQ(subs_.size(), 2u);
-  CommitEverywhere(1);
+  StartSession();
   Publish(Source(0), 2);
   ASSERT_TRUE(etcd_.Kill().ok());
   Publish(Source(1), 2);  // every rank verifies it; the commit waits for the record
   std::this_thread::sleep_for(milliseconds(1000));
   ASSERT_TRUE(etcd_.Restart().ok());
-  for (auto& p : pubs_) {
-    Status w = p->Wait(2, kWait);
-    ASSERT_TRUE(w.ok()) << w.ToString();
-  }
-  for (auto& s : subs_) {
-    ASSERT_TRUE(s->WaitForVersion(2, kWait).ok());
-    EXPECT_EQ(Live(*s), std::make_pair(uint64_t{2}, true));
-  }
+  ExpectCommitted(2);
   CommitEverywhere(3);
   EXPECT_TRUE(a_->leading() || b_->leading());
   for (uint64_t v : {1, 2, 3}) {

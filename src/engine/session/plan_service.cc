@@ -96,6 +96,15 @@ struct PlanService::Impl {
     return Status::Ok();
   }
 
+  // The ranks of this term, as the next membership epoch of the session's record.
+  Status RecordMembers(const std::vector<Endpoint>& ranks) {
+    std::vector<std::string> names;
+    for (const Endpoint& ep : ranks) names.push_back(ReshardName(ep));
+    WP_ASSIGN_OR_RETURN(std::optional<Membership> now, record->Members());
+    const uint64_t epoch = now ? now->epoch + 1 : 1;
+    return record->SetMembers(epoch, names).WithContext("recording the members");
+  }
+
   bool Stopping() const { return stopping.load() || term_over.load(); }
 
   // Terms as the session's coordinator until Stop; without a store, one.
@@ -172,6 +181,7 @@ struct PlanService::Impl {
       stats.join_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
       stats.joined = true;
     }
+    if (record) WP_RETURN_IF_ERROR(RecordMembers(co.ranks));
     uint64_t last = 0;
     Status end;
     while (!Stopping()) {
@@ -185,6 +195,11 @@ struct PlanService::Impl {
         break;
       }
       last = *next;
+      // Every rank moved to fresh keys after the version: the record counts the epochs.
+      if (record && options.rotate_keys) {
+        if (auto epoch = record->BumpKeyEpoch(); !epoch.ok())
+          Log("coordinator: recording the key epoch: " + epoch.status().message());
+      }
       MutexLock lock(mu);
       outcomes.push_back({report->version, report->committed, report->reason, report->bytes, report->seconds,
                           report->rekey_seconds, report->dropped});
