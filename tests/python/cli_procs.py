@@ -52,6 +52,25 @@ def json_line(out):
     raise AssertionError("no JSON report in the output:\n" + out)
 
 
+def join_all(*calls, timeout=120):
+    """Runs each call on its own thread (each registration or bind waits for all the others);
+    returns each one's exception or None, in order."""
+    errors = [None] * len(calls)
+
+    def run(i, call):
+        try:
+            call()
+        except BaseException as e:  # noqa: BLE001 - handed back to the test
+            errors[i] = e
+
+    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    return errors
+
+
 class Procs:
     """Starts weightport processes and makes sure each one is stopped."""
 

@@ -12,13 +12,12 @@ import signal
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 
 import numpy as np
 import pytest
 
-from cli_procs import LogWatch, free_port, write_secret
+from cli_procs import LogWatch, free_port, join_all, write_secret
 
 weightport = pytest.importorskip("weightport")
 
@@ -78,21 +77,6 @@ def etcd():
     e.close()
 
 
-def join_all(*calls):
-    errors = [None] * len(calls)
-
-    def run(i, call):
-        try:
-            call()
-        except BaseException as e:  # noqa: BLE001 - handed back to the test
-            errors[i] = e
-
-    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT * 2)
-    return errors
 
 
 def test_a_killed_coordinator_is_replaced_and_the_version_in_flight_commits(etcd, procs, tmp_path):

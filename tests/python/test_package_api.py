@@ -7,6 +7,8 @@ import threading
 import numpy as np
 import pytest
 
+from cli_procs import join_all
+
 torch = pytest.importorskip("torch")
 weightport = pytest.importorskip("weightport")
 
@@ -18,23 +20,6 @@ def make_model(seed):
     return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
 
 
-def join_all(*calls):
-    """Runs each registration/bind on its own thread (each waits for all the others); re-raises the
-    first error."""
-    errors = [None] * len(calls)
-
-    def run(i, call):
-        try:
-            call()
-        except BaseException as e:  # noqa: BLE001 - handed back to the test
-            errors[i] = e
-
-    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT * 2)
-    return errors
 
 
 @pytest.fixture
