@@ -31,6 +31,8 @@ struct PlanService::Impl {
   uint64_t term = 0;
   // With a store: the client, this service's candidacy and the session's record.
   std::unique_ptr<EtcdClient> store;
+  // Set and reset on the service's thread (and by Stop once it ended) under `mu`, which leading()
+  // takes to read it.
   std::unique_ptr<CoordinatorElection> election;
   std::optional<FleetRecord> record;
   mutable Mutex mu;
@@ -75,6 +77,7 @@ struct PlanService::Impl {
       auto campaign =
           CoordinatorElection::Campaign(*store, options.session, candidate, options.lease_ttl, eo);
       if (campaign.ok()) {
+        MutexLock lock(mu);
         election = std::move(*campaign);
         break;
       }
@@ -119,7 +122,10 @@ struct PlanService::Impl {
       // The lead was lost or the record could not be written: stand by again on a fresh listener
       // (the ranks wait for whoever leads next, perhaps this service again).
       Log("coordinator: the term ended (" + s.message() + "); standing by again");
-      election.reset();
+      {
+        MutexLock lock(mu);
+        election.reset();
+      }
       record.reset();
       auto fresh =
           ControlListener::Listen(options.listen_host, options.listen_port, "plan-coordinator", *secret);
@@ -273,6 +279,7 @@ Status PlanService::error() const {
 void PlanService::Stop() {
   impl_->stopping = true;
   if (impl_->thread.joinable()) impl_->thread.join();
+  MutexLock lock(impl_->mu);
   if (impl_->election && !impl_->abandoned.load()) {
     impl_->election->Resign().IgnoreError();  // a standby takes over at once
     impl_->election.reset();
@@ -283,10 +290,14 @@ void PlanService::Abandon() {
   impl_->abandoned = true;
   impl_->stopping = true;
   if (impl_->thread.joinable()) impl_->thread.join();
+  MutexLock lock(impl_->mu);
   impl_->election.reset();  // stops renewing; the lease runs out as a killed process's would
 }
 
-bool PlanService::leading() const { return impl_->election && impl_->election->is_leader(); }
+bool PlanService::leading() const {
+  MutexLock lock(impl_->mu);
+  return impl_->election && impl_->election->is_leader();
+}
 
 std::function<Result<std::string>(std::chrono::milliseconds)> CoordinatorFinder(std::string store,
                                                                                 std::string session) {
