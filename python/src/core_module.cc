@@ -295,8 +295,8 @@ NB_MODULE(_core, m) {
       .def_rw("rotate_keys", &MemberArgs::rotate_keys);
 
   nb::class_<PyService>(m, "Service")
-      .def(nb::init<nb::bytes, const std::string&, int, uint64_t, int, double, size_t, bool, const std::string&,
-                    const std::string&>(),
+      .def(nb::init<nb::bytes, const std::string&, int, uint64_t, int, double, size_t, bool,
+                    const std::string&, const std::string&>(),
            "secret"_a, "host"_a, "port"_a, "chunk_bytes"_a, "relay_fanout"_a, "timeout_s"_a, "quorum"_a,
            "rotate_keys"_a, "store"_a = "", "session"_a = "default")
       .def_prop_ro("address", &PyService::address)

@@ -5,7 +5,6 @@
 #include <atomic>
 #include <map>
 #include <mutex>
-#include <set>
 #include <thread>
 
 #include "compiled_rank.h"

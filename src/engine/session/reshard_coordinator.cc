@@ -45,25 +45,49 @@ struct ReshardCoordinator::Impl {
   // Set when the record could not be written: the version has no verdict and RunVersion fails.
   Status record_error;
 
+  // Calls the store through `call` until it answers, backing off up to options.record_timeout or
+  // until the coordinator is told to stop; the last error otherwise.
+  template <typename Call>
+  auto AskStore(uint64_t version, Call call) -> decltype(call()) {
+    const auto deadline = Clock::now() + options.record_timeout;
+    auto answer = call();
+    for (int attempt = 0; !answer.ok() && Clock::now() < deadline; ++attempt) {
+      if (attempt == 0)
+        Log("reshard: the record of version " + std::to_string(version) + ": " + answer.status().message());
+      if (options.should_stop && options.should_stop()) break;
+      std::this_thread::sleep_for(milliseconds(std::min(1000, 50 << std::min(attempt, 4))));
+      answer = call();
+    }
+    return answer;
+  }
+
   // The outcome to send for `version`: `commit` once recorded (options.decide), or the one already
-  // on record. Retries a store that does not answer, up to options.record_timeout.
+  // on record.
   Result<bool> Record(uint64_t version, bool commit, const std::string& reason) {
     if (!options.decide) return commit;
-    const auto deadline = Clock::now() + options.record_timeout;
-    Status last;
-    for (int attempt = 0; Clock::now() < deadline; ++attempt) {
-      auto d = options.decide(version, commit, reason);
-      if (d.ok()) {
-        if (*d != commit)
-          Log("reshard: version " + std::to_string(version) + " was already recorded as " +
-              (*d ? "committed" : "aborted") + "; sending that");
-        return d;
+    auto d = AskStore(version, [&] { return options.decide(version, commit, reason); });
+    if (!d.ok()) return d.status().WithContext("recording the outcome of version " + std::to_string(version));
+    if (*d != commit)
+      Log("reshard: version " + std::to_string(version) + " was already recorded as " +
+          (*d ? "committed" : "aborted") + "; sending that");
+    return d;
+  }
+
+  // Waits (bounded) until each of `expect` reported its flip (Committed) or its connection failed,
+  // so the next version never overlaps a flip.
+  void WaitForFlips(std::set<Endpoint> expect) {
+    const auto deadline = Clock::now() + options.update_timeout;
+    while (!expect.empty()) {
+      auto e = Next(deadline);
+      if (!e) break;
+      if (!e->message.ok()) {
+        Lose(e->from);
+        expect.erase(e->from);  // it will not report its flip; do not wait for it
+        continue;
       }
-      last = d.status();
-      if (attempt == 0) Log("reshard: recording version " + std::to_string(version) + ": " + last.message());
-      std::this_thread::sleep_for(milliseconds(std::min(1000, 50 << std::min(attempt, 4))));
+      if (e->message->type == MessageType::kCommitted) expect.erase(e->from);
+      NoteReady(e->from, *e->message);
     }
-    return last.WithContext("recording the outcome of version " + std::to_string(version));
   }
 
   // Sends a verdict already on record to every rank and, for a commit, waits (bounded) for the
@@ -81,22 +105,10 @@ struct ReshardCoordinator::Impl {
       return report;
     }
     SendAll(MessageType::kCommit, CommitMsg{version}.Encode(), true, true);
-    std::set<Endpoint> committed_ranks;
-    size_t destinations = 0;
+    std::set<Endpoint> destinations;
     for (const auto& [ep, ch] : channels)
-      destinations += ep.side == PlanSide::kDestination && !lost.count(ep);
-    const auto deadline = Clock::now() + options.update_timeout;
-    while (committed_ranks.size() < destinations) {
-      auto e = Next(deadline);
-      if (!e) break;
-      if (!e->message.ok()) {
-        Lose(e->from);
-        if (e->from.side == PlanSide::kDestination) committed_ranks.insert(e->from);
-        continue;
-      }
-      NoteReady(e->from, *e->message);
-      if (e->message->type == MessageType::kCommitted) committed_ranks.insert(e->from);
-    }
+      if (ep.side == PlanSide::kDestination && !lost.count(ep)) destinations.insert(ep);
+    WaitForFlips(std::move(destinations));
     return report;
   }
 
@@ -348,14 +360,7 @@ void ReshardCoordinator::Impl::Rekey(uint64_t version, ReshardVersionReport& rep
 ReshardVersionReport ReshardCoordinator::Impl::Run(uint64_t version) {
   Impl& m = *this;
   if (m.options.recorded) {
-    // A store that does not answer is asked again, as for a decision (Record).
-    auto on_record = m.options.recorded(version);
-    const auto read_deadline = Clock::now() + m.options.record_timeout;
-    for (int attempt = 0; !on_record.ok() && Clock::now() < read_deadline; ++attempt) {
-      if (m.options.should_stop && m.options.should_stop()) break;
-      std::this_thread::sleep_for(milliseconds(std::min(1000, 50 << std::min(attempt, 4))));
-      on_record = m.options.recorded(version);
-    }
+    auto on_record = m.AskStore(version, [&] { return m.options.recorded(version); });
     if (!on_record.ok()) {
       m.record_error =
           on_record.status().WithContext("reading the record of version " + std::to_string(version));
@@ -367,7 +372,7 @@ ReshardVersionReport ReshardCoordinator::Impl::Run(uint64_t version) {
   report.version = version;
   const auto deadline = Clock::now() + m.options.update_timeout;
   const size_t quorum = m.options.quorum;
-  std::set<Endpoint> done, committed;
+  std::set<Endpoint> done;
   std::set<Endpoint> left_out;  // destinations dropped from this version (quorum): lost or failed
   size_t sources = 0, destinations = 0;
   for (const auto& [ep, ch] : m.channels) (ep.side == PlanSide::kSource ? sources : destinations)++;
@@ -466,20 +471,7 @@ ReshardVersionReport ReshardCoordinator::Impl::Run(uint64_t version) {
     if (!m.lost.count(ep)) m.channels.at(ep)->Send(MessageType::kAbort, abort).IgnoreError();
   m.SendAll(MessageType::kCommit, CommitMsg{version}.Encode(), true, true, left_out);
   report.committed = true;
-  // Wait (bounded) for every destination's flip so the next version never overlaps it.
-  const auto commit_deadline = Clock::now() + m.options.update_timeout;
-  while (committed.size() < done.size()) {
-    auto e = m.Next(commit_deadline);
-    if (!e) break;
-    if (!e->message.ok()) {
-      m.Lose(e->from);
-      if (!done.count(e->from)) continue;
-      committed.insert(e->from);  // it will not report its flip; do not wait for it
-      continue;
-    }
-    if (e->message->type == MessageType::kCommitted) committed.insert(e->from);
-    m.NoteReady(e->from, *e->message);
-  }
+  m.WaitForFlips(std::move(done));
   return report;
 }
 
