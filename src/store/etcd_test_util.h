@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -99,14 +100,36 @@ class EtcdServer {
   // SIGTERM, then SIGKILL when it has not exited within kEtcdStopTimeout. Idempotent.
   Status Stop() { return Signal(SIGTERM, kEtcdStopTimeout); }
   // SIGSTOP / SIGCONT: etcd keeps its connections but answers nothing (a hung server).
+  // SIGSTOP is delivered asynchronously: a thread running on another core may still answer a request
+  // after kill returns. Pause returns once every thread of etcd is seen stopped (bounded).
   Status Pause() {
-    return pid_ > 0 && kill(pid_, SIGSTOP) == 0 ? Status::Ok() : FailedPrecondition("not running");
+    if (pid_ <= 0 || kill(pid_, SIGSTOP) != 0) return FailedPrecondition("not running");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!AllThreadsStopped()) {
+      if (std::chrono::steady_clock::now() > deadline) return Timeout("etcd did not stop within 5 s");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return Status::Ok();
   }
   Status Resume() {
     return pid_ > 0 && kill(pid_, SIGCONT) == 0 ? Status::Ok() : FailedPrecondition("not running");
   }
 
   bool running() const { return pid_ > 0; }
+  // Whether every thread of etcd is in state T (stopped), from /proc/<pid>/task/<tid>/stat.
+  bool AllThreadsStopped() const {
+    std::error_code ec;
+    const std::filesystem::path tasks = "/proc/" + std::to_string(pid_) + "/task";
+    for (const auto& task : std::filesystem::directory_iterator(tasks, ec)) {
+      std::ifstream in(task.path() / "stat");
+      std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const size_t close = stat.rfind(')');  // the state follows the command name: "pid (comm) S ..."
+      if (close == std::string::npos || close + 2 >= stat.size()) continue;  // the thread ended
+      const char state = stat[close + 2];
+      if (state != 'T' && state != 't') return false;
+    }
+    return !ec;
+  }
   std::string endpoint() const { return "127.0.0.1:" + std::to_string(client_port_); }
   uint16_t client_port() const { return client_port_; }
   std::string data_dir() const { return root_.empty() ? "" : root_ + "/data"; }
