@@ -29,10 +29,19 @@ struct Samples {
     WP_ASSIGN_OR_RETURN(DpPlacement placed, PlaceDp(arch, groups, o.tp, dp, o.tor_gpus, o.dp_policy));
     waste.push_back(waste_ratio);
     // A sample with no DP group has no DP traffic to count: it is left out, not counted as 0.
-    if (placed.dp_groups > 0) cross_tor.push_back(placed.cross_tor_ratio);
+    last_had_cross = placed.dp_groups > 0;
+    if (last_had_cross) cross_tor.push_back(placed.cross_tor_ratio);
     fault_sum += fault_ratio;
     return Status::Ok();
   }
+  // The previous sample's figures again (nothing changed since).
+  void Repeat(double fault_ratio) {
+    waste.push_back(waste.back());
+    if (last_had_cross) cross_tor.push_back(cross_tor.back());
+    if (!waste_recut.empty()) waste_recut.push_back(waste_recut.back());
+    fault_sum += fault_ratio;
+  }
+  bool last_had_cross = false;
   ClusterMetrics Finish() {
     ClusterMetrics m;
     m.samples = static_cast<int>(waste.size());
@@ -124,7 +133,7 @@ Result<int64_t> TraceSamples(const FaultTrace& trace, double sample_days) {
 }
 
 Result<ClusterMetrics> EvaluateTrace(const ArchSpec& arch, int cluster_nodes, const FaultTrace& trace,
-                                     const std::vector<int>& positions, double sample_days,
+                                     const std::vector<std::vector<int>>& positions, double sample_days,
                                      const EvalOptions& options,
                                      std::vector<std::pair<double, double>>* series) {
   WP_RETURN_IF_ERROR(TraceSamples(trace, sample_days).status());
@@ -132,8 +141,13 @@ Result<ClusterMetrics> EvaluateTrace(const ArchSpec& arch, int cluster_nodes, co
     return InvalidArgument("the trace has " + std::to_string(trace.node_ids.size()) + " nodes but " +
                            std::to_string(positions.size()) + " positions");
   std::vector<char> faulty(cluster_nodes, 0);
-  std::vector<int> down_count(cluster_nodes, 0);  // overlapping faults of one node count once
-  std::optional<RingOrchestrator> rings;          // made at the first sample, from the faults then
+  std::vector<int> down_count(cluster_nodes, 0);  // faults on a node; down while any
+  for (size_t i = 0; i < positions.size(); ++i)
+    for (int node : positions[i])
+      if (node < 0 || node >= cluster_nodes)
+        return InvalidArgument("trace node " + trace.node_ids[i] + " maps to node " + std::to_string(node) +
+                               ", outside the cluster of " + std::to_string(cluster_nodes));
+  std::optional<RingOrchestrator> rings;  // made at the first sample, from the faults then
   // TPUv4: cubes with a faulty host; a cube going from none to one is lost and swapped out.
   const int cube_nodes = arch.kind == ArchKind::kTpuV4 ? arch.domain_gpus / arch.gpus_per_node : 0;
   std::vector<int> cube_down(cube_nodes > 0 ? cluster_nodes / cube_nodes + 1 : 0, 0);
@@ -143,27 +157,37 @@ Result<ClusterMetrics> EvaluateTrace(const ArchSpec& arch, int cluster_nodes, co
   size_t next = 0;
   int down = 0;
   RecutCounter recuts;
+  bool changed = true;  // a node went down or up since the last sample
   for (double day = 0; day <= trace.days; day += sample_days) {
     for (; next < trace.events.size() && trace.events[next].day <= day; ++next) {
       const FaultEvent& e = trace.events[next];
-      const int node = positions[e.node];
-      if (node < 0 || node >= cluster_nodes)
-        return InvalidArgument("trace node " + trace.node_ids[e.node] + " maps outside the cluster");
-      const bool was_down = down_count[node] > 0;
-      down_count[node] = std::max(0, down_count[node] + (e.start ? 1 : -1));
-      const bool is_down = down_count[node] > 0;
-      if (was_down == is_down) continue;
-      faulty[node] = is_down;
-      down += is_down ? 1 : -1;
-      if (rings) rings->SetFaulty(node, is_down);
-      if (cube_nodes > 0) {
-        int& c = cube_down[node / cube_nodes];
-        // Faults already there at the first sample are part of the first placement, as for rings.
-        if (is_down && c++ == 0 && !s.waste.empty()) ++cube_losses;
-        if (!is_down) --c;
+      for (int node : positions[e.node]) {
+        const bool was_down = down_count[node] > 0;
+        down_count[node] += e.start ? 1 : -1;
+        if (down_count[node] < 0)
+          return InvalidArgument("trace node " + trace.node_ids[e.node] +
+                                 " ends a fault it did not start (day " + std::to_string(e.day) + ")");
+        const bool is_down = down_count[node] > 0;
+        if (was_down == is_down) continue;
+        changed = true;
+        faulty[node] = is_down;
+        down += is_down ? 1 : -1;
+        if (rings) rings->SetFaulty(node, is_down);
+        if (cube_nodes > 0) {
+          int& c = cube_down[node / cube_nodes];
+          // Faults already there at the first sample are part of the first placement, as for rings.
+          if (is_down && c++ == 0 && !s.waste.empty()) ++cube_losses;
+          if (!is_down) --c;
+        }
       }
     }
     const double fault_ratio = static_cast<double>(down) / cluster_nodes;
+    if (!changed) {
+      s.Repeat(fault_ratio);
+      if (series) series->push_back({day, s.waste.back()});
+      continue;
+    }
+    changed = false;
     if (!rings && Orchestrated(arch, options.tp)) {
       WP_ASSIGN_OR_RETURN(RingOrchestrator o,
                           RingOrchestrator::Create(arch, faulty, options.tp, options.max_stretch));

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "weightport/sim/hbd/trace_mapping.h"
+
 namespace weightport::sim::hbd {
 namespace {
 
@@ -19,9 +21,9 @@ TEST(ClusterEval, ASyntheticTraceHitsItsTargetRatio) {
   auto t = SyntheticTrace(o);
   ASSERT_TRUE(t.ok());
   auto arch = MakeArch("dgx");
-  auto positions = MapTraceNodes(*t, 2000, 0);
-  ASSERT_TRUE(positions.ok());
-  auto m = EvaluateTrace(*arch, 2000, *t, *positions, 1.0, Tp(8));
+  auto mapping = MapTrace(*t, 2000, 8, 2000, 8, 0);
+  ASSERT_TRUE(mapping.ok()) << mapping.status().ToString();
+  auto m = EvaluateTrace(*arch, 2000, *t, mapping->nodes, 1.0, Tp(8));
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_NEAR(m->mean_fault_ratio, 0.05, 0.005);
   // DGX at TP 8 wastes nothing (a fault takes only its own node) and has no circuits to switch.
@@ -46,7 +48,8 @@ FaultTrace HandTrace() {
   // 2 fails on day 2.5 and returns on day 2.75.
   FaultTrace t;
   t.node_ids = {"a", "b", "c"};
-  t.events = {{1, 0, true}, {1.5, 1, true}, {2, 0, false}, {2.5, 2, true}, {2.75, 2, false}, {3, 1, false}};
+  t.faults = {{0, 1, 2}, {1, 1.5, 3}, {2, 2.5, 2.75}};
+  t.events = ReplayEvents(t.faults);
   t.days = 3;
   return t;
 }
@@ -54,7 +57,7 @@ FaultTrace HandTrace() {
 TEST(ClusterEval, TpuCubesLostCountAsReconfigurations) {
   // Two cubes of 16 hosts; the trace's nodes on hosts 0 and 1 (cube 0) and 16 (cube 1). Cube 0 is
   // lost on day 1 (node a; b joining on day 1.5 changes nothing), cube 1 on day 2.5: 2 losses.
-  auto m = EvaluateTrace(*MakeArch("tpuv4"), 32, HandTrace(), {0, 1, 16}, 0.25, Tp(16));
+  auto m = EvaluateTrace(*MakeArch("tpuv4"), 32, HandTrace(), {{0}, {1}, {16}}, 0.25, Tp(16));
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ(m->reconfigurations, 2);
   EXPECT_DOUBLE_EQ(m->reconfiguration_s, 2 * 10e-3);
@@ -69,7 +72,7 @@ TEST(ClusterEval, RingReconfigurationsAreRingsRebuiltAfterTheFirstPlacement) {
   // them: 8, 0, 1, 2 and 3, 4, 6, 7 (2, 3). Day 2.5, c (position 0) fails: nothing free within
   // reach, ring 8, 0, 1, 2 torn down. Day 2.75, c returns: 8, 0, 1, 2 again (4). Day 3, b returns
   // and stays free.
-  auto m = EvaluateTrace(*MakeArch("infinitehbd", 2), 9, HandTrace(), {1, 5, 0}, 0.25, Tp(16));
+  auto m = EvaluateTrace(*MakeArch("infinitehbd", 2), 9, HandTrace(), {{1}, {5}, {0}}, 0.25, Tp(16));
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ(m->reconfigurations, 4);
   EXPECT_DOUBLE_EQ(m->reconfiguration_s, 4 * 80e-6);
@@ -80,14 +83,74 @@ TEST(ClusterEval, RingReconfigurationsAreRingsRebuiltAfterTheFirstPlacement) {
   EXPECT_LE(m->waste_recut->mean, m->waste.mean);
 }
 
+FaultTrace TraceOf(int nodes, std::vector<Fault> faults, double days) {
+  FaultTrace t;
+  for (int n = 0; n < nodes; ++n) t.node_ids.push_back("n" + std::to_string(n));
+  t.faults = std::move(faults);
+  t.events = ReplayEvents(t.faults);
+  t.days = days;
+  return t;
+}
+
+// Node n of the trace on cluster node n.
+std::vector<std::vector<int>> InOrder(int nodes) {
+  std::vector<std::vector<int>> p(nodes);
+  for (int n = 0; n < nodes; ++n) p[n] = {n};
+  return p;
+}
+
+// Faulty nodes at each sample: DGX at TP 8 wastes nothing, so the fault ratio is all that moves.
+double FaultRatio(const FaultTrace& t, int nodes, double sample_days) {
+  auto m = EvaluateTrace(*MakeArch("dgx"), nodes, t, InOrder(static_cast<int>(t.node_ids.size())),
+                         sample_days, Tp(8));
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? m->mean_fault_ratio * m->samples * nodes : -1;  // node-samples down
+}
+
+// Samples at days 0, 0.5, ..., 4 (9). A zero-length fault is down at no sample; it used to keep its
+// node down to the end (8 more node-samples here).
+TEST(ClusterEval, ZeroLengthFaultsLeaveTheirNodeUp) {
+  EXPECT_DOUBLE_EQ(FaultRatio(TraceOf(2, {{0, 1, 1}, {1, 1, 2}}, 4), 2, 0.5), 2);  // b at 1 and 1.5
+  // One between samples, and one at a sample next to a longer fault of the same node.
+  EXPECT_DOUBLE_EQ(FaultRatio(TraceOf(1, {{0, 1.2, 1.2}, {0, 2, 2}, {0, 2, 3}}, 4), 1, 0.5), 2);
+}
+
+// Overlapping faults of one node keep it down to the later end; a fault starting where the node's
+// previous one ends keeps it down without a moment up (no second TPUv4 cube loss).
+TEST(ClusterEval, OverlappingAndBackToBackFaultsOfOneNode) {
+  EXPECT_DOUBLE_EQ(FaultRatio(TraceOf(1, {{0, 1, 3}, {0, 2, 3.5}}, 4), 1, 0.5), 5);  // 1 to 3
+  EXPECT_DOUBLE_EQ(FaultRatio(TraceOf(1, {{0, 1, 2}, {0, 2, 3}}, 4), 1, 0.5), 4);
+  auto tpu = EvaluateTrace(*MakeArch("tpuv4"), 32, TraceOf(1, {{0, 1, 2}, {0, 2, 3}}, 4), {{0}}, 0.5, Tp(16));
+  ASSERT_TRUE(tpu.ok()) << tpu.status().ToString();
+  EXPECT_EQ(tpu->reconfigurations, 1);
+  // A zero-length fault is a fault: its cube is swapped out, though no sample sees it down.
+  tpu = EvaluateTrace(*MakeArch("tpuv4"), 32, TraceOf(1, {{0, 1.2, 1.2}}, 4), {{0}}, 0.5, Tp(16));
+  ASSERT_TRUE(tpu.ok()) << tpu.status().ToString();
+  EXPECT_EQ(tpu->reconfigurations, 1);
+  EXPECT_EQ(tpu->waste.max, 0);
+}
+
+// A fault from the first instant is down at the first sample; one ending at the last instant is up
+// at the last; one starting there without an end is down at it.
+TEST(ClusterEval, FaultsAtTheTracesFirstAndLastInstants) {
+  EXPECT_DOUBLE_EQ(FaultRatio(TraceOf(1, {{0, 0, 1}}, 4), 1, 0.5), 2);  // 0 and 0.5
+  EXPECT_DOUBLE_EQ(FaultRatio(TraceOf(1, {{0, 3, 4}}, 4), 1, 0.5), 2);  // 3 and 3.5
+  EXPECT_DOUBLE_EQ(FaultRatio(TraceOf(1, {{0, 4, 4, true, false}}, 4), 1, 0.5), 1);
+  EXPECT_DOUBLE_EQ(FaultRatio(TraceOf(1, {{0, 0, 2.5, false, true}}, 4), 1, 0.5), 5);
+  // A trace server that takes two nodes down (an 8-GPU server on 4-GPU nodes) counts both.
+  auto m = EvaluateTrace(*MakeArch("dgx"), 4, TraceOf(1, {{0, 0, 1}}, 4), {{2, 3}}, 0.5, Tp(8));
+  ASSERT_TRUE(m.ok());
+  EXPECT_DOUBLE_EQ(m->mean_fault_ratio * m->samples * 4, 4);
+}
+
 TEST(ClusterEval, Summaries) {
   Percentiles p = Summarise({4, 1, 3, 2});
   EXPECT_DOUBLE_EQ(p.mean, 2.5);
   EXPECT_DOUBLE_EQ(p.max, 4);
   EXPECT_DOUBLE_EQ(p.p99, 4);
   EXPECT_EQ(Summarise({}).max, 0);
-  EXPECT_FALSE(EvaluateTrace(*MakeArch("dgx"), 4, HandTrace(), {0, 1}, 1, Tp(8)).ok());
-  EXPECT_FALSE(EvaluateTrace(*MakeArch("dgx"), 4, HandTrace(), {0, 1, 2}, 0, Tp(8)).ok());
+  EXPECT_FALSE(EvaluateTrace(*MakeArch("dgx"), 4, HandTrace(), {{0}, {1}}, 1, Tp(8)).ok());
+  EXPECT_FALSE(EvaluateTrace(*MakeArch("dgx"), 4, HandTrace(), {{0}, {1}, {2}}, 0, Tp(8)).ok());
 }
 
 // One event at 1e7 days sampled hourly would be 2.4e8 samples (the old code ran for hours); the
@@ -103,7 +166,7 @@ TEST(ClusterEval, TracesOverTheSampleLimitAreRefused) {
       << samples.status().message();
   auto arch = MakeArch("nvl-72");
   ASSERT_TRUE(arch.ok());
-  auto m = EvaluateTrace(*arch, 16, *trace, {0}, 1.0 / 24, Tp(8));
+  auto m = EvaluateTrace(*arch, 16, *trace, {{0}}, 1.0 / 24, Tp(8));
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().message(), samples.status().message());
   EXPECT_EQ(*TraceSamples(*trace, 1e7), 2);

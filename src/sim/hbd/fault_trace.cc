@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <numeric>
 #include <random>
+#include <tuple>
 #include <unordered_map>
 
 #include "weightport/core/json_util.h"
@@ -12,19 +14,60 @@
 namespace weightport::sim::hbd {
 namespace {
 
-void SortEvents(std::vector<FaultEvent>& events) {
-  std::stable_sort(events.begin(), events.end(), [](const FaultEvent& a, const FaultEvent& b) {
-    return a.day != b.day ? a.day < b.day : (!a.start && b.start);
-  });
+// By time; at equal times a start before an end.
+bool EarlierEvent(const FaultEvent& a, const FaultEvent& b) {
+  return a.day != b.day ? a.day < b.day : (a.start && !b.start);
 }
 
 }  // namespace
+
+std::vector<Fault> PairFaults(std::vector<FaultEvent> events) {
+  double last = 0;
+  for (const FaultEvent& e : events) last = std::max(last, e.day);
+  std::stable_sort(events.begin(), events.end(), [](const FaultEvent& a, const FaultEvent& b) {
+    return a.node != b.node ? a.node < b.node : EarlierEvent(a, b);
+  });
+  std::vector<Fault> faults;
+  std::deque<double> open;  // starts of the current node's open faults, earliest first
+  for (size_t i = 0; i < events.size(); ++i) {
+    const FaultEvent& e = events[i];
+    if (e.start) {
+      open.push_back(e.day);
+    } else if (open.empty()) {
+      faults.push_back({e.node, 0, e.day, /*has_start=*/false, /*has_end=*/true});
+    } else {
+      faults.push_back({e.node, open.front(), e.day});
+      open.pop_front();
+    }
+    if (i + 1 == events.size() || events[i + 1].node != e.node) {
+      for (double start : open)
+        faults.push_back({e.node, start, last, /*has_start=*/true, /*has_end=*/false});
+      open.clear();
+    }
+  }
+  std::sort(faults.begin(), faults.end(), [](const Fault& a, const Fault& b) {
+    return std::tie(a.start, a.node, a.end) < std::tie(b.start, b.node, b.end);
+  });
+  return faults;
+}
+
+std::vector<FaultEvent> ReplayEvents(const std::vector<Fault>& faults) {
+  std::vector<FaultEvent> events;
+  events.reserve(2 * faults.size());
+  for (const Fault& f : faults) {
+    events.push_back({f.start, f.node, true});
+    if (f.has_end) events.push_back({f.end, f.node, false});
+  }
+  std::stable_sort(events.begin(), events.end(), EarlierEvent);
+  return events;
+}
 
 Result<FaultTrace> ParseFaultTrace(const nlohmann::json& json) {
   using namespace json_util;
   if (!json.is_array()) return InvalidArgument("fault trace: expected a JSON list of events");
   FaultTrace t;
   std::unordered_map<std::string, int> index;
+  std::vector<FaultEvent> events;
   for (size_t i = 0; i < json.size(); ++i) {
     const std::string path = At("fault trace", i);
     const Json& e = json[i];
@@ -38,16 +81,25 @@ Result<FaultTrace> ParseFaultTrace(const nlohmann::json& json) {
       return InvalidArgument(path + ".event_type: '" + type + "' is neither fault_start nor fault_end");
     auto [it, inserted] = index.emplace(id, static_cast<int>(t.node_ids.size()));
     if (inserted) t.node_ids.push_back(id);
-    t.events.push_back({day, it->second, type == "fault_start"});
+    events.push_back({day, it->second, type == "fault_start"});
     t.days = std::max(t.days, day);
   }
-  SortEvents(t.events);
+  t.faults = PairFaults(std::move(events));
+  t.events = ReplayEvents(t.faults);
   return t;
 }
 
 nlohmann::json FaultTraceToJson(const FaultTrace& trace) {
+  // The events the faults were paired from: no start for a fault open at day 0, no end for one
+  // open at the end.
+  std::vector<FaultEvent> events;
+  for (const Fault& f : trace.faults) {
+    if (f.has_start) events.push_back({f.start, f.node, true});
+    if (f.has_end) events.push_back({f.end, f.node, false});
+  }
+  std::stable_sort(events.begin(), events.end(), EarlierEvent);
   nlohmann::json out = nlohmann::json::array();
-  for (const FaultEvent& e : trace.events)
+  for (const FaultEvent& e : events)
     out.push_back({{"node_id", trace.node_ids[e.node]},
                    {"event_time", e.day},
                    {"event_type", e.start ? "fault_start" : "fault_end"},
@@ -78,6 +130,7 @@ Result<FaultTrace> SyntheticTrace(const SyntheticOptions& o) {
     return too_many(std::string("about ") + n);
   }
   FaultTrace t;
+  std::vector<FaultEvent> events;
   std::mt19937_64 rng(o.seed);
   const double mean_up = o.mean_fault_days * (1 - o.fault_ratio) / o.fault_ratio;
   std::exponential_distribution<double> up(1 / mean_up), down(1 / o.mean_fault_days);
@@ -85,31 +138,22 @@ Result<FaultTrace> SyntheticTrace(const SyntheticOptions& o) {
   for (int n = 0; n < o.nodes; ++n) {
     t.node_ids.push_back("node-" + std::to_string(n));
     bool is_down = starts_down(rng);
-    if (is_down) t.events.push_back({0, n, true});
+    if (is_down) events.push_back({0, n, true});
     for (double day = 0;;) {
       day += is_down ? down(rng) : up(rng);
       if (day >= o.days) break;
       is_down = !is_down;
-      t.events.push_back({day, n, is_down});
-      if (static_cast<double>(t.events.size()) > kMaxTraceEvents) return too_many("more than the expected");
+      events.push_back({day, n, is_down});
+      if (static_cast<double>(events.size()) > kMaxTraceEvents) return too_many("more than the expected");
     }
   }
-  SortEvents(t.events);
+  t.faults = PairFaults(std::move(events));
+  // Faults open at the end last to the trace's end, not to the last event.
+  for (Fault& f : t.faults)
+    if (!f.has_end) f.end = o.days;
+  t.events = ReplayEvents(t.faults);
   t.days = o.days;
   return t;
-}
-
-Result<std::vector<int>> MapTraceNodes(const FaultTrace& trace, int cluster_nodes, uint64_t seed) {
-  const int n = static_cast<int>(trace.node_ids.size());
-  if (cluster_nodes < 1) return InvalidArgument("the cluster has no nodes to map a fault trace onto");
-  std::vector<int> order(cluster_nodes);
-  std::iota(order.begin(), order.end(), 0);
-  if (seed != 0) std::shuffle(order.begin(), order.end(), std::mt19937_64(seed));
-  // More trace nodes than cluster nodes (a cluster of bigger nodes): they share nodes in turn, and a
-  // node is down while any of its trace nodes is.
-  std::vector<int> positions(n);
-  for (int i = 0; i < n; ++i) positions[i] = order[i % cluster_nodes];
-  return positions;
 }
 
 FaultDraws::FaultDraws(int nodes, double ratio, uint64_t seed) : order_(std::max(0, nodes)), rng_(seed) {

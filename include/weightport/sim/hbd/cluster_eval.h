@@ -65,10 +65,12 @@ inline constexpr int64_t kMaxTraceSamples = int64_t{1} << 17;
 // not > 0 or the count is over kMaxTraceSamples (naming both figures and the limit).
 Result<int64_t> TraceSamples(const FaultTrace& trace, double sample_days);
 
-// The trace replayed event by event with trace nodes on cluster nodes by `positions`; waste and
-// cross-ToR traffic sampled every `sample_days`. `series` receives (day, waste ratio).
+// The trace replayed event by event, each trace node's faults taking down the cluster nodes
+// `positions` gives it (TraceMapping::nodes); a cluster node is down while any fault on it is.
+// Waste and cross-ToR traffic sampled every `sample_days` (a sample with no event since the one
+// before repeats its figures). `series` receives (day, waste ratio).
 Result<ClusterMetrics> EvaluateTrace(const ArchSpec& arch, int cluster_nodes, const FaultTrace& trace,
-                                     const std::vector<int>& positions, double sample_days,
+                                     const std::vector<std::vector<int>>& positions, double sample_days,
                                      const EvalOptions& options,
                                      std::vector<std::pair<double, double>>* series = nullptr);
 

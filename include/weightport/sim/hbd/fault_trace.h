@@ -1,9 +1,9 @@
-// Node fault traces: the public JSON event format, synthetic traces for a target fault ratio, the
-// mapping of trace nodes onto a cluster, and random fault sets at a fault ratio.
+// Node fault traces: the public JSON event format, synthetic traces for a target fault ratio, and
+// random fault sets at a fault ratio. trace_mapping.h places a trace's nodes on a cluster.
 //
 // JSON: a list of {"node_id": "<id>", "event_time": <days>, "event_type": "fault_start" |
-// "fault_end", "fault_type": {...}} (fault_type is kept out of the model). Node ids map to node
-// positions of the cluster either in order of first appearance or by a seeded random choice.
+// "fault_end", "fault_type": {...}} (fault_type is kept out of the model). Node ids are numbered in
+// order of first appearance.
 #pragma once
 
 #include <cstdint>
@@ -24,11 +24,30 @@ struct FaultEvent {
   bool start = true;
 };
 
+// One fault of one node, down from `start` to `end` (start <= end; equal: a zero-length fault).
+struct Fault {
+  int node = 0;
+  double start = 0, end = 0;
+  bool has_start = true;  // false: an end with no start before it, down from day 0
+  bool has_end = true;    // false: a start with no end after it, down to the end of the trace
+};
+
 struct FaultTrace {
   std::vector<std::string> node_ids;  // by trace node index
-  std::vector<FaultEvent> events;     // by time, ends before starts at equal times
-  double days = 0;                    // the last event's time
+  std::vector<Fault> faults;          // by start, then node
+  // The faults' starts and ends by time; at equal times starts before ends, so that a zero-length
+  // fault goes down and up and a fault ending where the node's next one starts keeps it down.
+  // Ends of faults without one (has_end false) are left out.
+  std::vector<FaultEvent> events;
+  double days = 0;  // the last event's time
 };
+
+// Each node's fault_start and fault_end events paired into faults: by time, a start before an end
+// at equal times, and each end closing the earliest open fault of its node (overlapping faults of
+// one node are two faults; the node is down while either is).
+std::vector<Fault> PairFaults(std::vector<FaultEvent> events);
+// The replay order of `faults` (FaultTrace::events).
+std::vector<FaultEvent> ReplayEvents(const std::vector<Fault>& faults);
 
 // Strict: unknown event types, missing fields and negative times are errors naming the event.
 Result<FaultTrace> ParseFaultTrace(const nlohmann::json& json);
@@ -52,11 +71,6 @@ double ExpectedTraceEvents(const SyntheticOptions& options);
 // Errors: bad options; ExpectedTraceEvents over kMaxTraceEvents (checked before generating), or
 // the draws passing it.
 Result<FaultTrace> SyntheticTrace(const SyntheticOptions& options);
-
-// Trace node -> cluster node position: a seeded random choice of distinct positions (seed != 0)
-// or positions 0, 1, 2, ... (seed 0). A trace with more nodes than the cluster (bigger nodes)
-// wraps around: several trace nodes share a cluster node, which is down while any of them is.
-Result<std::vector<int>> MapTraceNodes(const FaultTrace& trace, int cluster_nodes, uint64_t seed);
 
 // Fault sets of round(ratio x nodes) nodes down, chosen uniformly; the same seed gives the same
 // sequence of sets.
