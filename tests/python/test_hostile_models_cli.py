@@ -67,7 +67,7 @@ CASES = [
     ("trace-nodes", lambda d: ["hbd", "trace", "--nodes", "4194304", "--fault-ratio", "0.5", "--out",
                                d / "t.json"], "nodes 4194304"),
     ("compare-far-trace",
-     lambda d: ["hbd", "compare", "--model", "none", "--trace", far_trace(d / "far.json")], "--sample-days"),
+     lambda d: ["hbd", "compare", "--trace", far_trace(d / "far.json"), "--trace-nodes", "1"], "--sample-days"),
     ("compare-tp-over-cluster",
      lambda d: ["hbd", "compare", "--tp", "4096", "--gpus", "16", "--model", "none"], "--tp 4096"),
     ("compare-samples-x-nodes",

@@ -1,0 +1,39 @@
+// Options of `weightport hbd` (compare, place, trace) and the compare command's run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "weightport/sim/hbd/fault_trace.h"
+
+namespace weightport::cli {
+
+struct HbdOptions {
+  int gpus = 4608, tp = 16, k = 3, samples = 20;
+  std::string archs = "infinitehbd,nvl-72,tpuv4,dgx";
+  std::string ratios = "0.01,0.02,0.05,0.07,0.1";
+  std::string trace, plot, trace_plot;
+  double sample_days = 1.0 / 24;
+  int trace_nodes = 0, gpus_per_trace_node = 8, trace_mappings = 5;
+  bool gpus_given = false;  // --gpus on the command line; else a trace's own GPUs
+  int dp = 0, tor_gpus = 256, layers = 56, sim_tp = 8, max_stretch = 64;
+  std::string dp_policy = "tor-aware", model = "none", cost;
+  // hbd place
+  int nodes = 64;
+  std::string faulty;
+  double fault_ratio = 0.05;
+  std::string svg;
+  uint64_t seed = 1;
+  bool json = false;
+  // hbd trace
+  sim::hbd::SyntheticOptions synthetic;
+  std::string out;
+};
+
+// `weightport hbd compare`: tables or JSON on stdout, progress on stderr; the exit code.
+int RunHbdCompare(HbdOptions options);
+// `weightport hbd cost-sweep`: the InfiniteHBD / NVL-72 cost ratio over its two inputs, and the HBD
+// cost per Tb/s of every architecture (hbd_cost_sweep.cc).
+int RunHbdCostSweep(const HbdOptions& options);
+
+}  // namespace weightport::cli
