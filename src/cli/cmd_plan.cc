@@ -28,6 +28,7 @@ struct PlanCliOptions {
   uint64_t split_bytes = 0;
   int relay_fanout = PlanOptions{}.relay_fanout;
   std::vector<std::string> convert;
+  std::vector<std::string> rename;  // --rename FROM=TO
   double compressor_gbps = 0;
   bool json = false, check = false;
 };
@@ -47,12 +48,20 @@ Result<std::optional<std::vector<TensorMeta>>> TensorTable(const PlanCliOptions&
   return std::optional(std::move(t));
 }
 
-// The plan of --src and --dst, made now; `planning_s` gets the time MakePlan took.
+// The plan of --src and --dst, made now; `planning_s` gets the time MakePlan took. --rename maps
+// every name once: the model's tensors (the ones layout specs are built over) and the tensors of
+// each placement JSON.
 Result<Plan> MakePlanFromFiles(const PlanCliOptions& o, double& planning_s) {
+  WP_ASSIGN_OR_RETURN(std::vector<TensorRename> renames, ParseTensorRenames(o.rename));
   WP_ASSIGN_OR_RETURN(std::optional<std::vector<TensorMeta>> tensors, TensorTable(o));
-  auto src = LoadPlacementFile(o.src, tensors);
+  if (tensors && !renames.empty()) {
+    auto renamed = RenameTensors(std::move(*tensors), renames);
+    if (!renamed.ok()) return renamed.status().WithContext("--rename: the model's tensors");
+    tensors = std::move(renamed).value();
+  }
+  auto src = LoadPlacementFile(o.src, tensors, renames);
   if (!src.ok()) return src.status().WithContext("--src");
-  auto dst = LoadPlacementFile(o.dst, tensors);
+  auto dst = LoadPlacementFile(o.dst, tensors, renames);
   if (!dst.ok()) return dst.status().WithContext("--dst");
   Topology topology;
   if (!o.topology.empty()) {
@@ -203,7 +212,14 @@ Command AddPlanCommand(CLI::App& app) {
   auto* compressor = sub->add_option("--compressor-gbps", o->compressor_gbps, kCompressorHelp)
                          ->check(FiniteRange(0, 1e6))
                          ->capture_default_str();
-  for (CLI::Option* opt : {chunk, fanout, split, convert, compressor})
+  auto* rename =
+      sub->add_option("--rename", o->rename,
+                      "FROM=TO (repeatable): rename tensors before planning, in every placement and the\n"
+                      "model's table, when the two sides name them differently. Whole dot-separated\n"
+                      "segments: 'module.=' drops a leading 'module.' (DDP), '*._orig_mod=' every\n"
+                      "_orig_mod. segment (torch.compile), '*._fsdp_wrapped_module=' FSDP's; applied\n"
+                      "in order; two tensors renamed alike are an error");
+  for (CLI::Option* opt : {chunk, fanout, split, convert, rename, compressor})
     opt->excludes(plan_file);  // a plan file carries its own
   sub->add_flag("--json", o->json, "Print the report as JSON");
   sub->add_option("--dump", o->dump, "Write the plan itself (every step) as JSON to this file");

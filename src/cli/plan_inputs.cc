@@ -260,14 +260,15 @@ Result<Placement> PlacementFromLayoutSpec(const nlohmann::json& spec, std::vecto
 }
 
 Result<Placement> LoadPlacementFile(const std::string& path,
-                                    const std::optional<std::vector<TensorMeta>>& tensors) {
+                                    const std::optional<std::vector<TensorMeta>>& tensors,
+                                    std::span<const TensorRename> renames) {
   WP_ASSIGN_OR_RETURN(Json json, json_util::ParseFile(path));
-  return PlacementFromJson(json, tensors, path);
+  return PlacementFromJson(json, tensors, path, renames);
 }
 
 Result<Placement> PlacementFromJson(const nlohmann::json& json,
                                     const std::optional<std::vector<TensorMeta>>& tensors,
-                                    const std::string& path) {
+                                    const std::string& path, std::span<const TensorRename> renames) {
   if (IsLayoutSpec(json)) {
     if (!tensors)
       return InvalidArgument(
@@ -279,6 +280,7 @@ Result<Placement> PlacementFromJson(const nlohmann::json& json,
                            ": neither a layout spec (with \"mesh\") nor a placement (with \"tensors\" and "
                            "\"ranks\")");
   auto placement = Placement::FromJson(json);
+  if (placement.ok() && !renames.empty()) placement = RenameTensors(*placement, renames);
   if (!placement.ok()) return placement.status().WithContext(path);
   if (tensors) {
     WP_ASSIGN_OR_RETURN(Manifest model, Manifest::FromMetas(0, *tensors));

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,6 +31,7 @@
 #include "weightport/core/placement.h"
 #include "weightport/core/status.h"
 #include "weightport/core/tensor_meta.h"
+#include "weightport/core/tensor_rename.h"
 #include "weightport/plan/plan.h"
 #include "weightport/plan/topology.h"
 
@@ -49,14 +51,17 @@ Result<Placement> PlacementFromLayoutSpec(const nlohmann::json& spec, std::vecto
 // Reads a placement file: a Placement JSON (Placement::FromJson) or a layout spec built over
 // `tensors`. A spec without `tensors` is an error that says how to give them; a Placement JSON is
 // checked against `tensors` when they are given (same names, dtypes and shapes for the tensors it
-// lists). Errors name `path`.
+// lists). A Placement JSON's tensors are renamed by `renames` first (tensor_rename.h); a layout
+// spec is built over `tensors` as they are, so rename those before (RenameTensors). Errors name
+// `path`.
 Result<Placement> LoadPlacementFile(const std::string& path,
-                                    const std::optional<std::vector<TensorMeta>>& tensors);
+                                    const std::optional<std::vector<TensorMeta>>& tensors,
+                                    std::span<const TensorRename> renames = {});
 
 // LoadPlacementFile on JSON already read from `path`.
 Result<Placement> PlacementFromJson(const nlohmann::json& json,
                                     const std::optional<std::vector<TensorMeta>>& tensors,
-                                    const std::string& path);
+                                    const std::string& path, std::span<const TensorRename> renames = {});
 
 // The tensors of a manifest JSON file (`weightport manifest` output). Errors name `path`.
 Result<std::vector<TensorMeta>> LoadManifestTensors(const std::string& path);

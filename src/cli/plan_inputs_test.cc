@@ -196,6 +196,31 @@ TEST_F(PlanInputsFileTest, PlacementJsonAndSpecFiles) {
       << no_model.status().message();
 }
 
+TEST_F(PlanInputsFileTest, APlacementJsonIsRenamedBeforeTheModelCheck) {
+  const auto tiny = Model();
+  auto tp = TensorParallel(tiny, 2);
+  ASSERT_TRUE(tp.ok());
+  Json wrapped = tp->ToJson();  // as a DDP trainer names them
+  for (Json& t : wrapped["tensors"]) t["name"] = "module." + t["name"].get<std::string>();
+  for (Json& rank : wrapped["ranks"])
+    for (Json& shard : rank["shards"]) shard["tensor"] = "module." + shard["tensor"].get<std::string>();
+  const std::string path = Write("ddp-tp2.json", wrapped.dump());
+  EXPECT_FALSE(LoadPlacementFile(path, tiny).ok());  // module.* is not the model's
+  const auto renames = ParseTensorRenames(std::vector<std::string>{"module.="}).value();
+  auto loaded = LoadPlacementFile(path, tiny, renames);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(*loaded, *tp);
+
+  const std::string both = Write("both.json", R"({"tensors": [
+      {"name": "module.w", "dtype": "f32", "shape": [2]}, {"name": "w", "dtype": "f32", "shape": [2]}],
+      "ranks": [{"rank": 0, "shards": []}]})");
+  auto r = LoadPlacementFile(both, std::nullopt, renames);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(both + ": tensors 'module.w' and 'w' are both renamed 'w'"),
+            std::string::npos)
+      << r.status().message();
+}
+
 TEST_F(PlanInputsFileTest, BadFilesAreNamed) {
   const std::string garbage = Write("garbage.json", "{not json");
   auto r = LoadPlacementFile(garbage, Model());
