@@ -34,6 +34,8 @@ struct SubscribeOptions {
   double timeout_s = 0;
   double wait_s = 30;
   size_t window = 32;
+  double max_gbps = 0;       // FetchOptions::max_bytes_per_s, in Gbit/s
+  double delay_backoff = 0;  // FetchOptions::delay_factor
   bool no_verify = false;
   bool no_delta = false;
   bool json = false;
@@ -103,6 +105,8 @@ int RunSubscribe(SubscribeOptions o) {
   so.make_transport = *factory;
   so.tensors = o.tensors;
   so.fetch.window = o.window;
+  so.fetch.max_bytes_per_s = o.max_gbps * 1e9 / 8;
+  so.fetch.delay_factor = o.delay_backoff;
   so.fetch.verify = !o.no_verify;
   so.delta = !o.no_delta;
   so.log = [&o](std::string line) {
@@ -257,6 +261,16 @@ Command AddSubscribeCommand(CLI::App& app) {
       ->check(FiniteRange(0, 86400 * 365));
   sub->add_option("--window", o->window, "Gets in flight at most")
       ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  sub->add_option("--max-gbps", o->max_gbps,
+                  "Cap this subscriber's fetch rate (Gbit/s), so that a weight sync leaves a shared link to "
+                  "other traffic; 0: no cap")
+      ->check(FiniteRange(0, 1e6))
+      ->capture_default_str();
+  sub->add_option("--delay-backoff", o->delay_backoff,
+                  "Halve the Gets in flight when one takes this many times the fastest (queueing on a shared "
+                  "link); 0: watch loss only")
+      ->check(FiniteRange(0, 1e6))
       ->capture_default_str();
   sub->add_flag(
       "--no-delta", o->no_delta,

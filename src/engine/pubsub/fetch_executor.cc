@@ -18,6 +18,7 @@ FetchExecutor::FetchExecutor(ProgressLoop& loop, std::shared_ptr<Connection> con
       done_(std::move(done)),
       attempts_(chunks_.size(), 0),
       window_(std::max<size_t>(1, options.window)),
+      issued_at_(chunks_.size()),
       start_(std::chrono::steady_clock::now()) {
   stats_.min_window = window_;
 }
@@ -49,8 +50,30 @@ void FetchExecutor::Cancel(const std::string& reason) { Fail(Cancelled("fetch ca
 void FetchExecutor::Issue() {
   while (!failed_ && in_flight_ < window_ && !queue_.empty()) {
     const size_t index = queue_.front();
-    queue_.pop_front();
     const ChunkFetch& c = chunks_[index];
+    const auto now = std::chrono::steady_clock::now();
+    if (options_.max_bytes_per_s > 0) {
+      // The bucket: the rate since the start, plus one chunk of burst.
+      const double allowed =
+          options_.max_bytes_per_s * std::chrono::duration<double>(now - start_).count() + c.length;
+      if (static_cast<double>(issued_bytes_ + c.length) > allowed) {
+        if (cap_timer_) return;
+        cap_timer_ = true;
+        ++stats_.capped_waits;
+        const double wait_s =
+            (static_cast<double>(issued_bytes_ + c.length) - allowed) / options_.max_bytes_per_s;
+        const auto wait = std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1e3) + 1);
+        loop_.PostAfter(wait, [self = shared_from_this()](Transport&) {
+          self->cap_timer_ = false;
+          self->Issue();
+          self->MaybeFinish();
+        });
+        return;
+      }
+      issued_bytes_ += c.length;
+    }
+    queue_.pop_front();
+    issued_at_[index] = now;
     ++in_flight_;
     ++attempts_[index];
     auto self = shared_from_this();
@@ -70,12 +93,17 @@ void FetchExecutor::OnComplete(size_t index, const Status& status) {
         status.code() == StatusCode::kOutOfRange || !connection_->healthy())
       return Fail(status.WithContext(c.what + " from " + connection_->peer()));
     ++stats_.errors_retried;
-    if (status.code() == StatusCode::kResourceExhausted) {
-      ++stats_.congestion_events;
-      window_ = std::max<size_t>(1, window_ / 2);
-      stats_.min_window = std::min(stats_.min_window, window_);
-    }
+    Backoff(stats_.congestion_events);  // a lost or refused Get: the path is full
     return Retry(index, status);
+  }
+  const auto took = std::chrono::steady_clock::now() - issued_at_[index];
+  fastest_ = std::min(fastest_, took);
+  if (options_.delay_factor > 0 && took > options_.delay_factor * fastest_ &&
+      took - fastest_ > options_.delay_floor) {
+    Backoff(stats_.delay_backoffs);
+  } else if (++since_cut_ >= window_ && window_ < options_.window) {
+    ++window_;  // a window of Gets without congestion: one more in flight
+    since_cut_ = 0;
   }
   if (options_.verify && options_.verifier) {
     ++hashing_;
@@ -102,9 +130,21 @@ void FetchExecutor::OnVerified(size_t index, bool match) {
   ++verified_;
   ++stats_.chunks;
   stats_.bytes += c.length;
-  window_ = std::min(options_.window, window_ + 1);
   if (verified_ == chunks_.size()) return MaybeFinish();
   Issue();
+}
+
+void FetchExecutor::Backoff(uint64_t& counter) {
+  // One cut per window of completions: the Gets in flight together saw the same queue.
+  if (cut_ && since_cut_ < window_) {
+    ++since_cut_;
+    return;
+  }
+  cut_ = true;
+  ++counter;
+  window_ = std::max<size_t>(1, window_ / 2);
+  since_cut_ = 0;
+  stats_.min_window = std::min(stats_.min_window, window_);
 }
 
 void FetchExecutor::Retry(size_t index, const Status& why) {

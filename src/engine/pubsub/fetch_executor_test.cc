@@ -67,6 +67,18 @@ class FetchExecutorTest : public ::testing::Test {
     return future.get();
   }
   Result2 Fetch(FetchOptions options = {}) { return Fetch(options, chunks_); }
+  // The 11th and later Gets fail for 30 ms, then the fabric heals; retries come back quickly.
+  Result2 FetchThroughAnOutage(size_t window) {
+    plan_->set_fail_after(10);
+    return Fetch({.window = window,
+                  .max_attempts = 50,
+                  .backoff_initial = std::chrono::milliseconds(1),
+                  .backoff_max = std::chrono::milliseconds(5)},
+                 chunks_, [&] {
+                   std::this_thread::sleep_for(std::chrono::milliseconds(30));
+                   plan_->Clear();
+                 });
+  }
 
   std::shared_ptr<FakeFabric> fabric_;
   std::shared_ptr<FaultPlan> plan_;
@@ -119,16 +131,7 @@ TEST_F(FetchExecutorTest, PersistentCorruptionFailsNamingChunkAndPeer) {
 }
 
 TEST_F(FetchExecutorTest, TransientErrorsAreRetriedWithBackoff) {
-  plan_->set_fail_after(10);
-  // Let the 11th and later Gets fail for a while, then heal the fabric.
-  auto r = Fetch({.window = 4,
-                  .max_attempts = 50,
-                  .backoff_initial = std::chrono::milliseconds(1),
-                  .backoff_max = std::chrono::milliseconds(5)},
-                 chunks_, [&] {
-                   std::this_thread::sleep_for(std::chrono::milliseconds(30));
-                   plan_->Clear();
-                 });
+  auto r = FetchThroughAnOutage(4);
   ASSERT_TRUE(r.status.ok()) << r.status.ToString();
   EXPECT_GT(r.stats.errors_retried, 0u);
   EXPECT_EQ(dest_, source_);
@@ -149,6 +152,45 @@ TEST_F(FetchExecutorTest, WholeFetchTimesOut) {
   auto r = Fetch({.window = 1, .timeout = std::chrono::milliseconds(100)});
   ASSERT_EQ(r.status.code(), StatusCode::kTimeout) << r.status.ToString();
   EXPECT_NE(r.status.message().find("pub"), std::string::npos);
+}
+
+// Gets that take far longer than the fastest (queueing on the path) cut the window; the fetch
+// completes bit-exact.
+TEST_F(FetchExecutorTest, SlowGetsShrinkTheWindow) {
+  plan_->set_delay({.probability = 0.3, .ops = kFaultGet}, std::chrono::milliseconds(20));
+  auto r = Fetch({.window = 16, .delay_factor = 4});
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_GT(r.stats.delay_backoffs, 0u);
+  EXPECT_LT(r.stats.min_window, 16u);
+  EXPECT_EQ(dest_, source_);
+  // Not watching delay (the default): the window stays where it was.
+  auto off = Fetch({.window = 16});
+  ASSERT_TRUE(off.status.ok()) << off.status.ToString();
+  EXPECT_EQ(off.stats.delay_backoffs, 0u);
+  EXPECT_EQ(off.stats.min_window, 16u);
+}
+
+// Lost Gets (the transport fails them for a while) cut the window too, and are fetched again.
+TEST_F(FetchExecutorTest, LossShrinksTheWindow) {
+  auto r = FetchThroughAnOutage(16);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_GT(r.stats.errors_retried, 0u);
+  EXPECT_GT(r.stats.congestion_events, 0u);
+  EXPECT_LT(r.stats.min_window, 16u);
+  EXPECT_EQ(dest_, source_);
+}
+
+// The cap holds the rate: 4 MiB at 16 MiB/s takes at least a quarter of a second (less the one
+// chunk of burst), however fast the fabric. A lower bound only: a slow machine cannot fail it.
+TEST_F(FetchExecutorTest, TheCapHoldsTheRate) {
+  constexpr double kRate = 16 << 20;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = Fetch({.window = 8, .max_bytes_per_s = kRate});
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_GE(took, (kBytes - kChunk) / kRate);
+  EXPECT_GT(r.stats.capped_waits, 0u);
+  EXPECT_EQ(dest_, source_);
 }
 
 }  // namespace

@@ -2,11 +2,14 @@
 // memory with one-sided Gets, verifies each chunk's xxh3-64 against the manifest, and fetches a
 // corrupt chunk again.
 //
-// Flow control: at most `window` Gets in flight on the connection. The window shrinks by half when
-// the transport reports congestion (kResourceExhausted) and grows back by one per verified chunk
-// (additive increase, multiplicative decrease). A failed or corrupt chunk is retried after an
-// exponential backoff, up to max_attempts; a lost peer fails the whole fetch at once. Errors name
-// the chunk (tensor and index) and the peer.
+// Flow control: at most `window` Gets in flight on the connection. The window halves, at most once
+// per window of completions, on a sign of congestion: a Get that failed and is retried (loss, or
+// the transport's kResourceExhausted), or, with delay_factor, one whose completion took that many
+// times the fastest seen this fetch (queueing on the path); it grows back by one per window of Gets that
+// complete without one (additive increase, multiplicative decrease). With max_bytes_per_s a token bucket
+// holds the fetch to that rate, so that a weight sync can leave a shared link to a training job's
+// traffic. A failed or corrupt chunk is retried after an exponential backoff, up to max_attempts; a
+// lost peer fails the whole fetch at once. Errors name the chunk (tensor and index) and the peer.
 //
 // Verification runs on options.verifier's threads when given, overlapped with the next Gets.
 //
@@ -52,6 +55,15 @@ struct FetchOptions {
   // the next chunks' transfer instead of following each one. Null: verify on the loop thread. The
   // caller keeps the pool alive beyond the executor (it is shared by successive fetches).
   std::shared_ptr<WorkerPool> verifier;
+  // A cap on this fetch's rate, bytes per second; 0: none. A Get waits until the bytes issued stay
+  // within max_bytes_per_s x the time since the start plus one chunk.
+  double max_bytes_per_s = 0;
+  // A Get completing after more than delay_factor x the fastest Get of this fetch, and at least
+  // delay_floor later than it, counts as congestion. 0 (the default): delay is not watched. Off by
+  // default because a full window's own Gets queue behind each other on a fast path, which reads
+  // as delay too; meant for a slow, shared link.
+  double delay_factor = 0;
+  std::chrono::microseconds delay_floor{2000};
 };
 
 struct FetchStats {
@@ -59,7 +71,9 @@ struct FetchStats {
   uint64_t bytes = 0;
   uint64_t corrupt_refetched = 0;  // chunks whose hash did not match, fetched again
   uint64_t errors_retried = 0;     // Gets that failed and were retried
-  uint64_t congestion_events = 0;
+  uint64_t congestion_events = 0;  // window cuts: loss or the transport's backpressure
+  uint64_t delay_backoffs = 0;     // window cuts: a Get slow against the fastest one
+  uint64_t capped_waits = 0;       // times max_bytes_per_s held the next Get back
   size_t min_window = 0;
   std::chrono::nanoseconds elapsed{0};
 };
@@ -81,6 +95,8 @@ class FetchExecutor : public std::enable_shared_from_this<FetchExecutor> {
   FetchExecutor(ProgressLoop& loop, std::shared_ptr<Connection> connection, const MemoryRegion& local,
                 RemoteKey remote, std::vector<ChunkFetch> chunks, FetchOptions options, DoneFn done);
   void Issue();
+  // A sign of congestion: halves the window, at most once per window of completions.
+  void Backoff(uint64_t& counter);
   void OnComplete(size_t index, const Status& status);
   void OnVerified(size_t index, bool match);
   void Retry(size_t index, const Status& why);
@@ -100,6 +116,12 @@ class FetchExecutor : public std::enable_shared_from_this<FetchExecutor> {
   size_t in_flight_ = 0;  // Gets issued and not completed
   size_t hashing_ = 0;    // chunks landed whose hash the pool is checking
   size_t window_;
+  size_t since_cut_ = 0;  // completions since the window last changed
+  bool cut_ = false;      // the window was cut at least once
+  std::vector<std::chrono::steady_clock::time_point> issued_at_;
+  std::chrono::steady_clock::duration fastest_ = std::chrono::steady_clock::duration::max();
+  uint64_t issued_bytes_ = 0;  // for max_bytes_per_s
+  bool cap_timer_ = false;     // an Issue is scheduled for when the cap allows the next Get
   size_t verified_ = 0;
   Status failure_;  // first failure; once set nothing new is issued
   bool failed_ = false;
