@@ -50,6 +50,7 @@ void AllPayloadDecoders(ByteView payload) {
   RoundTrip<PeerLostMsg>(payload);
   RoundTrip<FedMsg>(payload);
   RoundTrip<RekeyMsg>(payload);
+  RoundTrip<RollbackMsg>(payload);
 }
 
 }  // namespace

@@ -82,12 +82,25 @@ Result<PlanPeersMsg> PlanPeersMsg::Decode(ByteView payload) {
 Bytes PlanReadyMsg::Encode() const {
   Writer w;
   w.U64(version);
+  w.U32(static_cast<uint32_t>(replica_digests.size()));
+  for (const auto& [shard, digest] : replica_digests) {
+    w.U32(shard);
+    w.U64(digest);
+  }
   return w.Take();
 }
 Result<PlanReadyMsg> PlanReadyMsg::Decode(ByteView payload) {
   Reader r(payload, "PlanReady");
   PlanReadyMsg m;
   WP_ASSIGN_OR_RETURN(m.version, r.U64("version"));
+  WP_ASSIGN_OR_RETURN(uint64_t count, r.Int(4, "count"));
+  if (count > kMaxReplicaDigests)
+    return InvalidArgument("PlanReady: " + std::to_string(count) + " replica digests");
+  for (uint64_t i = 0; i < count; ++i) {
+    WP_ASSIGN_OR_RETURN(uint64_t shard, r.Int(4, "shard"));
+    WP_ASSIGN_OR_RETURN(uint64_t digest, r.U64("digest"));
+    m.replica_digests.emplace_back(static_cast<uint32_t>(shard), digest);
+  }
   WP_RETURN_IF_ERROR(r.Done());
   return m;
 }
@@ -100,6 +113,19 @@ Bytes RekeyMsg::Encode() const {
 Result<RekeyMsg> RekeyMsg::Decode(ByteView payload) {
   Reader r(payload, "Rekey");
   RekeyMsg m;
+  WP_ASSIGN_OR_RETURN(m.version, r.U64("version"));
+  WP_RETURN_IF_ERROR(r.Done());
+  return m;
+}
+
+Bytes RollbackMsg::Encode() const {
+  Writer w;
+  w.U64(version);
+  return w.Take();
+}
+Result<RollbackMsg> RollbackMsg::Decode(ByteView payload) {
+  Reader r(payload, "Rollback");
+  RollbackMsg m;
   WP_ASSIGN_OR_RETURN(m.version, r.U64("version"));
   WP_RETURN_IF_ERROR(r.Done());
   return m;

@@ -17,8 +17,10 @@ TEST(PlanMessagesTest, EveryMessageRoundTripsStrictly) {
       PlanPeersMsg{{{0, 0, Bytes(3, std::byte{2}), Bytes(4, std::byte{3}), Bytes(5, std::byte{6}), "cuda"},
                     {1, 7, Bytes(1, std::byte{4}), Bytes(2, std::byte{5}), {}, ""}}});
   ExpectStrictRoundTrip(PlanReadyMsg{9});
+  ExpectStrictRoundTrip(PlanReadyMsg{9, {{0, 0x1234}, {7, ~0ull}}});
   ExpectStrictRoundTrip(PeerLostMsg{1, 7});
   ExpectStrictRoundTrip(RekeyMsg{12});
+  ExpectStrictRoundTrip(RollbackMsg{3});
   ExpectStrictRoundTrip(LayoutOfferMsg{1, 2, 4, "trainer-0", R"({"tensors":[]})"});
   ExpectStrictRoundTrip(PlanAssignMsg{std::string("WPRANK1\0\x01", 9)});
 }

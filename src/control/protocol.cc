@@ -24,7 +24,7 @@ std::string_view MessageTypeName(MessageType type) {
       "Unknown",    "Hello",     "Challenge",   "Proof",          "Welcome",      "Refused",   "Manifest",
       "RegionKeys", "Placement", "UpdateBegin", "ChunksVerified", "UpdateFailed", "Commit",    "Abort",
       "Heartbeat",  "Bye",       "Committed",   "PlanJoin",       "PlanPeers",    "PlanReady", "LayoutOffer",
-      "PlanAssign", "PeerLost",  "Fed",         "Rekey"};
+      "PlanAssign", "PeerLost",  "Fed",         "Rekey",          "Rollback"};
   auto i = static_cast<uint8_t>(type);
   return i <= kMaxMessageType ? kNames[i] : kNames[0];
 }

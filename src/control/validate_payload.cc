@@ -61,6 +61,8 @@ Status ValidatePayload(MessageType type, ByteView payload) {
       return check(FedMsg::Decode(payload));
     case MessageType::kRekey:
       return check(RekeyMsg::Decode(payload));
+    case MessageType::kRollback:
+      return check(RollbackMsg::Decode(payload));
   }
   return InvalidArgument("unknown message type " + std::to_string(static_cast<int>(type)));
 }

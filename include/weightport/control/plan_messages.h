@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "weightport/control/protocol.h"
@@ -50,10 +51,13 @@ struct PlanPeersMsg {
   friend bool operator==(const PlanPeersMsg&, const PlanPeersMsg&) = default;
 };
 
-// A source rank has written and published (hashed) `version`.
+// A source rank has written and published (hashed) `version`, with the digests of its shards that
+// other sources hold too (PlanRank::replica_digests), for the coordinator to compare.
+inline constexpr size_t kMaxReplicaDigests = 1u << 20;
 struct PlanReadyMsg {
   static constexpr MessageType kType = MessageType::kPlanReady;
   uint64_t version = 0;
+  std::vector<std::pair<uint32_t, uint64_t>> replica_digests;  // (shard index, digest)
   Bytes Encode() const;
   static Result<PlanReadyMsg> Decode(ByteView payload);
   friend bool operator==(const PlanReadyMsg&, const PlanReadyMsg&) = default;
@@ -104,6 +108,18 @@ struct RekeyMsg {
   Bytes Encode() const;
   static Result<RekeyMsg> Decode(ByteView payload);
   friend bool operator==(const RekeyMsg&, const RekeyMsg&) = default;
+};
+
+// Rollback (PlanPublisher::Rollback): a source asks the coordinator to make `version`, committed
+// before and kept by the destinations (PlanRankOptions::keep_versions), live again; the coordinator
+// then tells every destination to restore it (PlanRank::Restore). They answer ChunksVerified or
+// UpdateFailed, and hear Commit(version) or Abort(version) like a version's.
+struct RollbackMsg {
+  static constexpr MessageType kType = MessageType::kRollback;
+  uint64_t version = 0;
+  Bytes Encode() const;
+  static Result<RollbackMsg> Decode(ByteView payload);
+  friend bool operator==(const RollbackMsg&, const RollbackMsg&) = default;
 };
 
 }  // namespace weightport

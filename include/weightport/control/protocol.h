@@ -3,7 +3,8 @@
 //   handshake.h         Hello, Challenge, Proof, Welcome, Refused, Heartbeat, Bye
 //   version_messages.h  UpdateBegin, ChunksVerified, UpdateFailed, Commit, Committed, Abort
 //   pubsub_messages.h   Manifest, RegionKeys, Placement
-//   plan_messages.h     PlanJoin, PlanPeers, PlanReady, LayoutOffer, PlanAssign, PeerLost, Rekey
+//   plan_messages.h     PlanJoin, PlanPeers, PlanReady, LayoutOffer, PlanAssign, PeerLost, Rekey,
+//                       Rollback
 //   fed_messages.h      Fed
 // validate_payload.h checks a payload of any type.
 //
@@ -66,8 +67,9 @@ enum class MessageType : uint8_t {
   kPeerLost = 22,
   kFed = 23,
   kRekey = 24,
+  kRollback = 25,
 };
-inline constexpr uint8_t kMaxMessageType = 24;
+inline constexpr uint8_t kMaxMessageType = 25;
 std::string_view MessageTypeName(MessageType type);  // "Hello"; "Unknown" outside the enum
 
 enum class PeerRole : uint8_t { kPublisher = 1, kSubscriber = 2, kObserver = 3 };
