@@ -4,6 +4,7 @@
 // every rank computes every rank's arena layout from the plan alone.
 #include "compiled_rank.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "plan_rank_impl.h"
+#include "weightport/engine/rank/source_replicas.h"
 #include "weightport/plan/quantized.h"
 
 namespace weightport {
@@ -193,6 +195,34 @@ Status CompileDetours(const Plan& plan, CompiledRank& rank, const PlanStep& s, I
   return Status::Ok();
 }
 
+using ReplicaIndex = std::map<std::pair<Endpoint, uint32_t>, const SourceReplicaGroup*>;
+
+// The other holders of plain root step `s`'s sender shard (source_replicas.h), by endpoint: where
+// its runs are read when its source is lost. A replica is the same slice of the same tensor, so the
+// step's bytes lie at the same place within its shard; a step read from a wire area or compressed
+// slots has none (those are the sender's own).
+Status CompileAlternates(const Plan& plan, const ReplicaIndex& replicas, CompiledRank& rank,
+                         const PlanStep& s, InStep& in) {
+  if (s.after >= 0 || SenderEndPacked(s) || s.compress) return Status::Ok();
+  auto g = replicas.find({s.from, s.from_shard});
+  if (g == replicas.end()) return Status::Ok();
+  const PlannedShard& own = plan.Buffer(s.from)->shards.at(s.from_shard);
+  std::vector<std::pair<Endpoint, uint32_t>> holders = g->second->holders;
+  std::sort(holders.begin(), holders.end());
+  const auto first = static_cast<uint32_t>(rank.alternates.size());
+  for (const auto& [ep, shard] : holders) {
+    if (ep == s.from) continue;
+    const PlannedShard& other = plan.Buffer(ep)->shards.at(shard);
+    if (other.bytes != own.bytes || other.offset + other.bytes > rank.layouts.at(ep).data_bytes)
+      return Internal(rank.StepName(s.id) + ": the replica of its shard at " + ep.ToString() +
+                      " does not match it");
+    rank.alternates.push_back({ep, static_cast<int64_t>(other.offset) - static_cast<int64_t>(own.offset)});
+  }
+  in.alt_count = static_cast<uint32_t>(rank.alternates.size()) - first;
+  if (in.alt_count > 0) in.alt_first = first;
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string CompiledRank::StepName(uint32_t step) const {
@@ -235,6 +265,11 @@ Result<std::shared_ptr<const CompiledRank>> Compile(std::shared_ptr<const Plan> 
   uint64_t end = mine.public_bytes;
 
   std::map<Endpoint, size_t> root_index;
+  std::vector<SourceReplicaGroup> replica_groups;
+  ReplicaIndex replicas;  // (source, shard) -> its group, at a destination
+  if (!rank.is_source()) replica_groups = SourceReplicaGroups(*plan);
+  for (const SourceReplicaGroup& g : replica_groups)
+    for (const auto& holder : g.holders) replicas.emplace(holder, &g);
   std::map<uint32_t, std::vector<Run>> landed_gathers;  // by shard: pieces this rank quantises whole
   for (const PlanStep& s : plan->steps) {
     const RankBuffer* from = plan->Buffer(s.from);
@@ -301,6 +336,7 @@ Result<std::shared_ptr<const CompiledRank>> Compile(std::shared_ptr<const Plan> 
         AppendToRange(rank.in_converts, span, c.convert_begin, c.convert_end);
       }));
     if (s.after >= 0) WP_RETURN_IF_ERROR(CompileDetours(*plan, rank, s, in));
+    WP_RETURN_IF_ERROR(CompileAlternates(*plan, replicas, rank, s, in));
     rank.in_steps.push_back(in);
   }
   WP_RETURN_IF_ERROR(CompileShardQuantize(*plan, *rank.buffer, landed_gathers, rank));

@@ -83,6 +83,11 @@ struct InStep {
   uint32_t detour_first = 0;   // into detour_levels
   uint32_t detour_levels = 0;  // 0: the step cannot be routed around its relay
   uint64_t root_slots = 0;     // within copy 0 of the root source's arena
+  // A plain root step (read from its sender's shard: not converted, quantised or compressed there)
+  // whose source is lost is read from another source holding the same slice (a replica):
+  // alternates [alt_first, alt_first + alt_count), tried in order.
+  uint32_t alt_first = 0;
+  uint32_t alt_count = 0;
 
   friend bool operator==(const InStep&, const InStep&) = default;
 };
@@ -93,6 +98,15 @@ struct DetourLevel {
   int64_t counter = -1;  // offset of `from`'s counter to poll for verified chunks; -1: a source, ready
 
   friend bool operator==(const DetourLevel&, const DetourLevel&) = default;
+};
+
+// Another source holding the shard a root step reads (source_replicas.h): the step's runs are read
+// there with `from` moved by `shift`, the difference between the two shards' offsets.
+struct Alternate {
+  Endpoint from;
+  int64_t shift = 0;
+
+  friend bool operator==(const Alternate&, const Alternate&) = default;
 };
 
 struct RunRange {
@@ -216,7 +230,8 @@ struct CompiledRank {
   std::vector<RootSource> roots;
   std::vector<DetourLevel> detour_levels;
   std::vector<RunRange> detour_ranges;
-  std::vector<Run> detour_runs;  // relayed steps' chunks, from upstream of their relay
+  std::vector<Run> detour_runs;       // relayed steps' chunks, from upstream of their relay
+  std::vector<Alternate> alternates;  // root steps' replicas of their sender, by InStep::alt_first
 
   // options.device: where each shard lies in a device copy of the rank's shards.
   DeviceLayout device_layout;

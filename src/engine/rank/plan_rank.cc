@@ -12,6 +12,7 @@
 #include "plan_rank_impl.h"
 #include "weightport/core/hash.h"
 #include "weightport/engine/common/arena.h"
+#include "weightport/engine/rank/source_replicas.h"
 #include "weightport/kernels/compress.h"
 #include "weightport/kernels/convert.h"
 #include "weightport/transport/ucx_transport.h"
@@ -40,14 +41,19 @@ PlanRank::~PlanRank() {
 
 Result<std::unique_ptr<PlanRank>> PlanRank::Create(std::shared_ptr<const Plan> plan, Endpoint me,
                                                    ProgressLoop& loop, PlanRankOptions options) {
+  std::vector<uint32_t> replicated = ReplicatedShards(SourceReplicaGroups(*plan), me);
   WP_ASSIGN_OR_RETURN(auto compiled, CompileRank(std::move(plan), me, CompileOptions::Of(options)));
-  return CreateCompiled(std::move(compiled), loop, options);
+  WP_ASSIGN_OR_RETURN(auto rank, CreateCompiled(std::move(compiled), loop, options));
+  rank->impl_->replicated = std::move(replicated);
+  return rank;
 }
 
 Result<std::unique_ptr<PlanRank>> PlanRank::Create(const RankPlan& part, ProgressLoop& loop,
                                                    PlanRankOptions options) {
   WP_ASSIGN_OR_RETURN(auto compiled, CompileRank(part, CompileOptions::Of(options)));
-  return CreateCompiled(std::move(compiled), loop, options);
+  WP_ASSIGN_OR_RETURN(auto rank, CreateCompiled(std::move(compiled), loop, options));
+  rank->impl_->replicated = part.replicated_shards;
+  return rank;
 }
 
 Result<std::unique_ptr<PlanRank>> PlanRank::CreateCompiled(std::shared_ptr<const CompiledRank> compiled,
@@ -58,6 +64,8 @@ Result<std::unique_ptr<PlanRank>> PlanRank::CreateCompiled(std::shared_ptr<const
   impl->options = options;
   const PlanLayout& mine = *impl->c->mine;
   const uint64_t end = impl->c->arena_bytes;
+  if (options.keep_versions > 0 && options.device && !impl->is_source())
+    return Unimplemented(impl->c->me.ToString() + ": keep_versions with shards on a device");
   // Before the arena: an error after it is registered would free it off the loop thread.
   if (options.device) WP_RETURN_IF_ERROR(AllocateDeviceShards(*impl));
   Impl* raw = impl.get();
@@ -138,6 +146,7 @@ std::vector<Endpoint> PlanRank::peers_needed() const {
   for (const InStep& s : impl_->c->in_steps) out.push_back(s.sender);
   for (const RootSource& r : impl_->c->roots) out.push_back(r.endpoint);
   for (const DetourLevel& l : impl_->c->detour_levels) out.push_back(l.from);  // to route around a relay
+  for (const Alternate& a : impl_->c->alternates) out.push_back(a.from);       // to replace a lost source
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
@@ -147,10 +156,7 @@ Status PlanRank::Connect(const std::map<Endpoint, PlanPeer>& peers, std::vector<
   Impl* impl = impl_.get();
   // A peer the coordinator lost (PeerLost) is left out of the tables it sends after a rekey: it is
   // routed around, so it needs no connection.
-  const std::set<Endpoint> lost = impl->loop->Call([impl](Transport&) {
-    impl->CloseConnections();
-    return impl->lost_peers;
-  });
+  const std::set<Endpoint> lost = impl->loop->Call([impl](Transport&) { return impl->lost_peers; });
   for (const Endpoint& ep : peers_needed()) {
     auto it = peers.find(ep);
     if (it == peers.end() && lost.count(ep)) continue;
@@ -161,6 +167,24 @@ Status PlanRank::Connect(const std::map<Endpoint, PlanPeer>& peers, std::vector<
                              " bytes, the plan needs " + std::to_string(l.public_bytes) +
                              " (a different plan?)");
     const PlanPeer& peer = it->second;
+    // A table that names a peer as before (another rank came back, say) leaves its connection be;
+    // a peer whose entry changed is dialled again.
+    const bool kept = impl->loop->Call([&](Transport&) {
+      auto a = impl->addresses.find(ep);
+      auto k = impl->keys.find(ep);
+      const bool same = !peer.device_key && a != impl->addresses.end() && a->second == peer.address &&
+                        k != impl->keys.end() && k->second.Serialize() == peer.key.Serialize() &&
+                        impl->connections.count(ep);
+      if (!same && impl->connections.count(ep)) {
+        impl->connections[ep]->Close();
+        impl->connections.erase(ep);
+        impl->keys.erase(ep);
+        impl->addresses.erase(ep);
+        impl->source_devices.erase(ep);
+      }
+      return same;
+    });
+    if (kept) continue;
     auto conn = impl->loop->Call([&](Transport& t) { return t.Connect(peer.address, ep.ToString()); });
     const StatusCode code = conn.status().code();
     if (!conn.ok() && unreachable != nullptr && ep.side == PlanSide::kDestination &&
@@ -174,6 +198,7 @@ Status PlanRank::Connect(const std::map<Endpoint, PlanPeer>& peers, std::vector<
       return conn.status().WithContext(impl->c->me.ToString() + ": connecting to " + ep.ToString());
     impl->connections[ep] = std::move(*conn);
     impl->keys[ep] = peer.key;
+    impl->addresses[ep] = peer.address;
     if (peer.device_key && ep.side == PlanSide::kSource) {
       // Every run within its shards is read from there: this rank's transport must read that memory
       // (a CUDA-aware UCX for a GPU's), or nothing arrives.
@@ -247,7 +272,13 @@ Status PlanRank::Publish(uint64_t version) {
   if (!r.is_source()) return FailedPrecondition(r.c->me.ToString() + ": Publish on a destination");
   if (version == 0 || version > plan_layout::kMaxCounterVersion)
     return InvalidArgument("Publish: version " + std::to_string(version) + " out of range");
-  if (r.c->mine->hash_bytes == 0) return Status::Ok();
+  if (r.c->mine->hash_bytes == 0) {  // it sends nothing; its replicas are still compared
+    if (!r.replicated.empty() && !r.options.device_direct) {
+      WP_RETURN_IF_ERROR(ReadDeviceShards(r));
+      DigestReplicas(r);
+    }
+    return Status::Ok();
+  }
   std::byte* header = r.at(r.c->mine->hash_offset);
   StoreWord(header, 0);  // readers see "not published" while the shards and hashes change
   WP_RETURN_IF_ERROR(ReadDeviceShards(r));
@@ -302,7 +333,12 @@ Status PlanRank::Publish(uint64_t version) {
   WP_RETURN_IF_ERROR(failed);  // the header says "not published"
   StoreWord(header + 8, HashAreaCheck(version, header, r.c->mine->hash_bytes));
   StoreWord(header, version);
+  DigestReplicas(r);
   return Status::Ok();
+}
+
+std::vector<std::pair<uint32_t, uint64_t>> PlanRank::replica_digests() const {
+  return impl_->replica_digests;
 }
 
 Result<ReceiveStats> PlanRank::Receive(uint64_t version) {
@@ -346,6 +382,7 @@ Status PlanRank::Commit(uint64_t version) {
   if (r.received_version != version)
     return FailedPrecondition(r.c->me.ToString() + ": commit of version " + std::to_string(version) +
                               ", which was not received in full");
+  if (r.options.keep_versions > 0) KeepVersion(r, r.live ^ 1, version);
   r.live ^= 1;
   r.live_version = version;
   r.received_version = 0;

@@ -21,6 +21,7 @@ void PlanRank::Impl::CloseConnections() {
   for (auto& [ep, conn] : connections) conn->Close();
   connections.clear();
   keys.clear();
+  addresses.clear();
   source_devices.clear();
 }
 

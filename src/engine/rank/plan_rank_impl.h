@@ -105,6 +105,7 @@ struct PlanRank::Impl {
 
   std::map<Endpoint, std::shared_ptr<Connection>> connections;  // used on the loop thread only
   std::map<Endpoint, RemoteKey> keys;
+  std::map<Endpoint, Bytes> addresses;  // each connection's peer address: Connect keeps what still reaches it
 
   // Cancels the receive in progress; set and cleared on the loop thread.
   std::function<void(const std::string&)> cancel_receive;
@@ -137,6 +138,18 @@ struct PlanRank::Impl {
   };
   std::map<Endpoint, SourceDevice> source_devices;  // like `keys`: set by Connect
   std::array<uint64_t, 2> copy_version{0, 0};
+  // PlanRankOptions::keep_versions: committed versions kept for Restore, oldest first (plan_history.cc).
+  struct KeptVersion {
+    uint64_t version = 0;
+    std::unique_ptr<std::byte[]> bytes;  // one copy (mine->data_bytes)
+    std::vector<uint64_t> block_hashes;  // xxh3-64 per kKeptBlockBytes of `bytes`
+    std::vector<uint64_t> copy_hashes;   // as copy_hashes[] of the copy it was taken from
+    std::vector<uint64_t> band_hashes;
+  };
+  std::vector<KeptVersion> kept;
+  // A source's shards that other sources hold too, and their digests at the last Publish.
+  std::vector<uint32_t> replicated;
+  std::vector<std::pair<uint32_t, uint64_t>> replica_digests;
   // A source with a device: per shard, the device hash of each kDeviceBlockBytes block as the arena
   // holds it (empty: nothing known), and what the last Publish copied from the device.
   std::vector<std::vector<uint64_t>> device_block_hashes;
@@ -162,6 +175,15 @@ struct PlanRank::Impl {
 };
 
 namespace plan_rank_internal {
+// PlanRankOptions::keep_versions: keeps copy `copy` (holding `version`, verified) for Restore, in
+// place of the oldest kept when there are keep_versions already (plan_history.cc).
+inline constexpr uint64_t kKeptBlockBytes = 4ull << 20;
+void KeepVersion(PlanRank::Impl& r, int copy, uint64_t version);
+
+// A source's digests of its replicated shards (source_replicas.h) into r.replica_digests, on the
+// workers (replica_digest.cc).
+void DigestReplicas(PlanRank::Impl& r);
+
 // On a keeper thread, once every piece of a receive into copy `staging` is verified: quantises each
 // in_quantize band, except that a band whose chunks were all kept from the live copy (kept[chunk])
 // is copied from there when the live copy holds the version before and that band's output there

@@ -9,6 +9,7 @@
 
 #include "compiled_rank.h"
 #include "rank_plan_tables.h"
+#include "weightport/engine/rank/source_replicas.h"
 #include "weightport/plan/plan_binary.h"
 
 namespace weightport {
@@ -41,8 +42,12 @@ struct RankPlanCutter::Index {
   std::shared_ptr<const Plan> whole;
   uint64_t digest = 0;
   std::map<Endpoint, PlanLayout> layouts;
-  std::map<Endpoint, std::vector<uint32_t>> steps_of;  // steps each rank sends or receives, ascending
-  std::map<Endpoint, PartDevice> devices;              // sources: the whole device copy's offsets
+  std::map<Endpoint, std::vector<uint32_t>> steps_of;    // steps each rank sends or receives, ascending
+  std::map<Endpoint, PartDevice> devices;                // sources: the whole device copy's offsets
+  std::map<Endpoint, std::vector<uint32_t>> replicated;  // sources: shards another source holds too
+  // (source, shard) -> every holder of that slice (source_replicas.h): a destination's part carries
+  // them all, so the rank can read a lost source's steps from a replica (CompileAlternates).
+  std::map<std::pair<Endpoint, uint32_t>, std::vector<std::pair<Endpoint, uint32_t>>> holders;
 };
 
 RankPlanCutter::RankPlanCutter(std::shared_ptr<const Plan> whole) : index_(std::make_unique<Index>()) {
@@ -50,6 +55,12 @@ RankPlanCutter::RankPlanCutter(std::shared_ptr<const Plan> whole) : index_(std::
   x.whole = std::move(whole);
   x.digest = x.whole->Digest();
   x.layouts = plan_layout::ComputeLayouts(*x.whole);
+  for (const SourceReplicaGroup& g : SourceReplicaGroups(*x.whole))
+    for (const auto& [ep, shard] : g.holders) {
+      x.replicated[ep].push_back(shard);
+      x.holders[{ep, shard}] = g.holders;
+    }
+  for (auto& [ep, shards] : x.replicated) std::sort(shards.begin(), shards.end());
   for (const PlanStep& s : x.whole->steps) {
     x.steps_of[s.from].push_back(s.id);
     x.steps_of[DestinationOf(s)].push_back(s.id);
@@ -93,6 +104,9 @@ Result<RankPlan> RankPlanCutter::Cut(Endpoint me) const {
     tensors.push_back(s.tensor);
     if (s.from != me) shards[s.from].push_back(s.from_shard);
     if (DestinationOf(s) != me) shards[DestinationOf(s)].push_back(s.to_shard);
+    if (DestinationOf(s) == me && s.after < 0)  // the replicas of its sender's shard, offsets kept
+      if (auto h = x.holders.find({s.from, s.from_shard}); h != x.holders.end())
+        for (const auto& [ep, shard] : h->second) shards[ep].push_back(shard);
   }
   std::sort(tensors.begin(), tensors.end());
   tensors.erase(std::unique(tensors.begin(), tensors.end()), tensors.end());
@@ -192,6 +206,7 @@ Result<RankPlan> RankPlanCutter::Cut(Endpoint me) const {
   out.plan = std::move(part);
   out.step_ids = std::move(ids);
   out.tables = std::move(tables);
+  if (auto r = x.replicated.find(me); r != x.replicated.end()) out.replicated_shards = r->second;
   return out;
 }
 

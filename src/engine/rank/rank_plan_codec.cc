@@ -72,6 +72,8 @@ std::string EncodeRankPlan(const RankPlan& part) {
     PutVarint(out, d.offsets.size());
     for (uint64_t o : d.offsets) PutVarint(out, o);
   }
+  PutVarint(out, part.replicated_shards.size());
+  for (uint32_t shard : part.replicated_shards) PutVarint(out, shard);
   return out;
 }
 
@@ -129,6 +131,15 @@ Result<RankPlan> DecodeRankPlan(std::string_view in) {
     if (ep.side != PlanSide::kSource || b == nullptr || b->shards.size() != n ||
         !tables->devices.emplace(ep, std::move(d)).second)
       return InvalidArgument("rank plan: device offsets for " + ep.ToString() + " do not match its shards");
+  }
+  const size_t own_shards = plan->Buffer(part.me)->shards.size();
+  WP_ASSIGN_OR_RETURN(size_t replicated, GetCount(in, 1, "replicated shards"));
+  for (size_t i = 0; i < replicated; ++i) {
+    WP_ASSIGN_OR_RETURN(uint64_t shard, GetVarint(in, "replicated shards"));
+    if (shard >= own_shards || (i > 0 && shard <= part.replicated_shards.back()))
+      return InvalidArgument("rank plan: replicated shard " + std::to_string(shard) + " is not one of " +
+                             std::to_string(own_shards) + " in ascending order");
+    part.replicated_shards.push_back(static_cast<uint32_t>(shard));
   }
   if (!in.empty()) return InvalidArgument("rank plan: " + std::to_string(in.size()) + " bytes after its end");
   part.plan = std::make_shared<const Plan>(std::move(*plan));

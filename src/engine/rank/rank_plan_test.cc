@@ -28,6 +28,7 @@ std::vector<NamedPlan> Plans() {
   std::vector<NamedPlan> out;
   out.push_back({"chain", MustPlan(TensorParallel(Model(), 2), ReplicasOfTp(4, 2), 1)});
   out.push_back({"tree", MustPlan(FsdpFlat(Model(), 4), ReplicasOfTp(4, 2), 2)});
+  out.push_back({"replicated sources", MustPlan(ReplicasOfTp(2, 2), ReplicasOfTp(3, 2), 1)});
   out.push_back({"conversions", MustPlan(FsdpFlat(Model(), 4), ReplicasOfTp(3, 2), 1, 1024,
                                          {{"*_proj.weight", DType::kF32}, {"*norm*", DType::kF16}})});
   out.push_back({"narrowed at the sources",
@@ -80,6 +81,7 @@ void ExpectSameTables(const CompiledRank& whole, const CompiledRank& part, const
   EXPECT_EQ(part.detour_levels, whole.detour_levels);
   EXPECT_EQ(part.detour_ranges, whole.detour_ranges);
   EXPECT_EQ(part.detour_runs, whole.detour_runs);
+  EXPECT_EQ(part.alternates, whole.alternates);
   EXPECT_EQ(part.direct_chunks, whole.direct_chunks);
   EXPECT_EQ(part.out_hash, whole.out_hash);
   EXPECT_EQ(part.out_device_batches, whole.out_device_batches);

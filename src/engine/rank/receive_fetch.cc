@@ -54,6 +54,9 @@ void ReceiveRun::OnMirror(size_t i, const Status& s) {
   }
   if (--mirrors_left_ > 0) return;
   StartKeeping();
+  for (const Endpoint& lost : r_.lost_peers)  // sources lost before their hashes were in
+    if (lost.side == PlanSide::kSource) RootSourceLost(lost);
+  if (failed_) return MaybeFinish();
   for (size_t st = 0; st < r_.c->in_steps.size(); ++st) {
     const InStep& step = r_.c->in_steps[st];
     if (step.after < 0) {
@@ -83,12 +86,13 @@ void ReceiveRun::FetchChunk(size_t c) {
   const InChunk& chunk = r_.c->in_chunks[c];
   const InStep& s = r_.c->in_steps[chunk.in_step];
   const uint32_t level = level_[chunk.in_step];
-  const bool detoured = level != 0;
+  const bool detoured = level != 0 && s.after >= 0;  // a root step's levels are replicas: its own runs
   via_[c] = level;
   const Endpoint from = From(c);
   const uint64_t remote_base =
       r_.c->layouts.at(from).CopyOffset(from.side == PlanSide::kSource ? 0 : sender_copy_[chunk.in_step]);
   const uint64_t local_base = r_.c->mine->CopyOffset(staging_);
+  const int64_t shift = Shift(c);
   ++chunks_in_flight_;
   ++attempts_[c];
   run_error_[c] = Status::Ok();
@@ -115,7 +119,8 @@ void ReceiveRun::FetchChunk(size_t c) {
   const PlanRank::Impl::SourceDevice* source = device == r_.source_devices.end() ? nullptr : &device->second;
   from_source_device_[c] = 0;
   for (uint32_t i = begin; i < end; ++i) {
-    const Run& run = runs[i];
+    Run run = runs[i];
+    run.from += static_cast<uint64_t>(shift);  // at a replica of the step's source: its shard
     const std::optional<uint64_t> at_source =
         source ? source->layout.OffsetOf(run.from, run.length) : std::nullopt;
     if (at_source) from_source_device_[c] += run.length;
@@ -178,8 +183,7 @@ void ReceiveRun::OnRun(size_t c, const Status& s) {
   ConvertChunk(r_, c, staging_);  // a chunk landed unconverted: into the shard, checked bytes only
   stats_.frames += frame > 0;
   stats_.frame_bytes += frame;
-  ++stats_.chunks;
-  stats_.bytes += chunk.bytes;
+  CountFetched(c);
   Verified(c);
   ToDevice({c}, /*kept=*/false);
   Issue();
@@ -208,13 +212,20 @@ void ReceiveRun::OnDirectHashed(size_t c, const std::string& what, const Result<
     ++stats_.corrupt_refetched;
     return Retry(c, DataLoss("hash mismatch on " + r_.options.device->name()), what);
   }
-  const uint64_t bytes = r_.c->in_chunks[c].bytes;
-  ++stats_.chunks;
-  stats_.bytes += bytes;
-  stats_.device_direct_bytes += bytes;
+  stats_.device_direct_bytes += r_.c->in_chunks[c].bytes;
+  CountFetched(c);
   Verified(c);
   Issue();
   MaybeFinish();
+}
+
+void ReceiveRun::CountFetched(size_t c) {
+  const InChunk& chunk = r_.c->in_chunks[c];
+  ++stats_.chunks;
+  stats_.bytes += chunk.bytes;
+  if (From(c).side == PlanSide::kDestination) stats_.peer_bytes += chunk.bytes;
+  // A root step read at a replica level: its source was lost.
+  if (r_.c->in_steps[chunk.in_step].after < 0 && via_[c] > 0) stats_.refetched_replica_bytes += chunk.bytes;
 }
 
 void ReceiveRun::Verified(size_t c) {

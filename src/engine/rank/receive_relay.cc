@@ -15,6 +15,7 @@ using namespace plan_layout;
 
 bool ReceiveRun::Detour(size_t st) {
   const InStep& step = r_.c->in_steps[st];
+  if (step.after < 0) return ToReplica(st);  // its source is lost: a replica of it, if any
   uint32_t next = level_[st] + 1;
   while (next < step.detour_levels && r_.lost_peers.count(LevelFrom(st, next))) ++next;  // never the source
   if (next > step.detour_levels) return false;
@@ -47,6 +48,8 @@ void ReceiveRun::DetourOrFail(size_t st, Status why) {
 
 void ReceiveRun::OnPeerLost(Endpoint peer) {
   if (failed_ || mirrors_left_ > 0) return;
+  if (peer.side == PlanSide::kSource) RootSourceLost(peer);
+  if (failed_) return MaybeFinish();
   for (size_t st = 0; st < r_.c->in_steps.size(); ++st) {
     const InStep& step = r_.c->in_steps[st];
     if (step.after < 0 || CurrentFrom(st) != peer || Detour(st)) continue;

@@ -98,7 +98,10 @@ std::string ReceiveRun::Waiting() const {
 Endpoint ReceiveRun::CurrentFrom(size_t st) const { return LevelFrom(st, level_[st]); }
 
 Endpoint ReceiveRun::LevelFrom(size_t st, uint32_t level) const {
-  return level == 0 ? r_.c->in_steps[st].sender : DetourAt(st, level).from;
+  const InStep& step = r_.c->in_steps[st];
+  if (level == 0) return step.sender;
+  if (step.after < 0) return r_.c->alternates[step.alt_first + level - 1].from;
+  return DetourAt(st, level).from;
 }
 
 const DetourLevel& ReceiveRun::DetourAt(size_t st, uint32_t level) const {

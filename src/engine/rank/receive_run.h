@@ -7,7 +7,8 @@
 //
 // Its parts, one file each: receive_run.cc (start, finish, failure, shared helpers),
 // receive_fetch.cc (mirrors, fetch and verify), receive_relay.cc (polls of relays, detours around
-// lost ones), receive_delta.cc (chunks kept from the live copy), receive_device.cc (the device sink).
+// lost ones), receive_replica.cc (a lost source's steps read from its replicas), receive_delta.cc (chunks
+// kept from the live copy), receive_device.cc (the device sink).
 #pragma once
 
 #include <atomic>
@@ -52,7 +53,8 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   // receive_run.cc: where things are read from, the expected hashes, the end of the receive.
   Connection& Conn(Endpoint ep);
   std::string Waiting() const;
-  // Where step st is read from now: its sender (level 0), or detour level l (1-based).
+  // Where step st is read from now: its sender (level 0), or detour level l (1-based); for a root
+  // step, level l is its alternate l (a replica of its lost source).
   Endpoint CurrentFrom(size_t st) const;
   Endpoint LevelFrom(size_t st, uint32_t level) const;
   const DetourLevel& DetourAt(size_t st, uint32_t level) const;
@@ -77,6 +79,8 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   // back on the loop. Nothing writes the chunk's bytes meanwhile: a refetch comes after the result.
   void OnDirectRun(size_t c, std::string what);
   void OnDirectHashed(size_t c, const std::string& what, const Result<uint64_t>& got);
+  // A fetched chunk that verified, in the stats: its bytes, from a peer, from a source's replica.
+  void CountFetched(size_t c);
   void Verified(size_t c);
   void Retry(size_t c, const Status& why, const std::string& what);
 
@@ -98,6 +102,15 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   // Reads the counter of the rank step st reads from now (its relay, or a relay upstream of it).
   void Poll(size_t st);
   void OnPoll(size_t st, uint32_t level, const Status& s);
+
+  // receive_replica.cc: a lost source's steps read from its replicas.
+  // Moves root step st to its next alternate that is not lost, checked against the hashes mirrored
+  // from its source (every chunk was released at once). False when none is left.
+  bool ToReplica(size_t st);
+  // The root steps read from `peer`, lost: to a replica, else the receive fails naming the step.
+  void RootSourceLost(Endpoint peer);
+  // Where chunk c's runs lie at the rank it is read from, relative to where its step's runs say.
+  int64_t Shift(size_t c) const;
 
   // receive_delta.cc: chunks kept from the live copy.
   // Delta: the chunks whose hash is the one they had in the live copy's version are copied from
@@ -138,7 +151,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   std::vector<int> sender_copy_;
   std::vector<std::chrono::milliseconds> poll_backoff_;
   std::vector<int> mirror_attempts_;
-  std::vector<uint32_t> level_;              // per step: 0 its sender, l its detour level l (1-based)
+  std::vector<uint32_t> level_;              // per step: 0 its sender, l its detour level (or alternate) l
   std::vector<uint8_t> level_ready_;         // per step: the copy of the rank read from now is known
   std::vector<std::vector<size_t>> parked_;  // per step: released chunks waiting for level_ready_
   std::vector<uint32_t> via_;                // per chunk: the level it was last fetched from

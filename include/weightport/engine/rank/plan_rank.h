@@ -23,7 +23,9 @@
 //                verifying a chunk of a step others relay from, it advances that step's counter.
 //                A relay that fails (its counter says so, or its connection is lost) or that the
 //                coordinator declares lost (PeerLost) is routed around: the steps it fed are fetched
-//                from their root source instead, the same chunks against the same hashes.
+//                from their root source instead, the same chunks against the same hashes. A source
+//                lost the same way after its hashes were mirrored is replaced by another source
+//                holding the same slice (source_replicas.h) for the plain steps read from its shards.
 //                Commit(v) then flips staging to live; Abort(v) (or no commit) keeps the old live.
 //
 // Thread-safety: Create, Connect, Publish, Receive, Commit and Abort from one thread at a time (not
@@ -100,6 +102,12 @@ struct PlanRankOptions {
   // Either side: the transport must take the device's memory (Transport::TakesMemory: a
   // CUDA-aware UCX for a GPU), else Create fails.
   bool device_direct = false;
+  // Rollback, at a destination: how many committed versions it keeps beside the live one, each a
+  // copy of the rank's arena copy (shards and packed areas: PlanRank::kept_bytes() each), made by
+  // Commit from the staging copy before the flip (so a reader's writes to the live copy are not
+  // kept) with a hash per 4 MiB block. Restore(v) makes one the staging copy again. Not with
+  // `device` yet (Create refuses it). Ignored at a source.
+  size_t keep_versions = 0;
 };
 
 // What a peer needs to reach a rank: its transport address and its arena's key, and a source's
@@ -115,6 +123,7 @@ struct ReceiveStats {
   uint64_t version = 0;
   uint64_t chunks = 0;             // fetched and verified
   uint64_t bytes = 0;              // of those chunks
+  uint64_t peer_bytes = 0;         // of those, read from other destinations (relays), not from sources
   uint64_t corrupt_refetched = 0;  // chunks whose hash did not match, fetched again
   uint64_t errors_retried = 0;     // Gets that failed and were tried again
   uint64_t polls = 0;              // relay counters and hash headers read
@@ -126,7 +135,9 @@ struct ReceiveStats {
   uint64_t frame_bytes = 0;             // their compressed size: what crossed the link for them
   uint64_t rerouted_steps = 0;          // relayed steps fetched from upstream of their relay: it was lost
   uint64_t rerouted_via_relay = 0;      // times such a step went to a relay upstream, not the source
-  std::chrono::nanoseconds elapsed{0};  // the whole receive, the copies to the device included
+  uint64_t refetched_from_replica = 0;  // steps from a source that was lost, read from a replica of it
+  uint64_t refetched_replica_bytes = 0;  // bytes of their chunks verified from the replica
+  std::chrono::nanoseconds elapsed{0};   // the whole receive, the copies to the device included
   // PlanRankOptions::device: bytes copied to the device, the time its copier spent on them (most of
   // it while chunks were still arriving), and how long the receive waited for the device after the
   // host had every chunk (and its quantised shards): what the copies added to `elapsed`.
@@ -139,6 +150,20 @@ struct ReceiveStats {
   uint64_t source_device_bytes = 0;
   std::chrono::nanoseconds device_copy{0};
   std::chrono::nanoseconds to_device{0};
+  // Restore: bytes copied from the kept version into the staging copy and checked there.
+  uint64_t restored_bytes = 0;
+};
+
+// What a source's Refill did.
+struct RefillStats {
+  uint64_t bytes = 0;                       // read from the other holders
+  size_t shards = 0;                        // refilled
+  size_t not_refilled = 0;                  // shards no other source holds: left as they were
+  std::map<Endpoint, uint64_t> bytes_from;  // per holder read from
+  // (shard, digest) of each refilled shard, as replica_digests() gives them: equal to the holders'
+  // digests of the version they hold.
+  std::vector<std::pair<uint32_t, uint64_t>> digests;
+  std::chrono::nanoseconds elapsed{0};
 };
 
 class PlanRank {
@@ -163,10 +188,11 @@ class PlanRank {
   PlanPeer peer_info() const;
   // The ranks this one reads from (the senders of its steps and their roots' sources).
   std::vector<Endpoint> peers_needed() const;
-  // Connects to every rank in peers_needed(); each must be in `peers`. Again after Rekey (the
-  // connections made before are closed first). With `unreachable`, a destination (a relay) that
-  // cannot be dialled (Unavailable, IoError) is no error: it is listed there and routed around from
-  // now on, as if the coordinator had lost it (PeerLost). A source that cannot be is an error.
+  // Connects to every rank in peers_needed(); each must be in `peers`. Again after Rekey, or with a
+  // table in which some entries changed (a rank came back): a connection to a peer whose address
+  // and key are as before is kept, the others are closed and dialled again. With `unreachable`, a destination
+  // (a relay) that cannot be dialled (Unavailable, IoError) is no error: it is listed there and routed around
+  // from now on, as if the coordinator had lost it (PeerLost). A source that cannot be is an error.
   Status Connect(const std::map<Endpoint, PlanPeer>& peers, std::vector<Endpoint>* unreachable = nullptr);
   // Moves the rank to `fresh`'s transport (created with rotate_keys): registers the same arena
   // (and with device_direct its device copies, which `fresh` must take) there and releases its connections
@@ -198,6 +224,20 @@ class PlanRank {
   Status Publish(uint64_t version);
   // Bytes the last Publish copied from the device to the host (the arena).
   uint64_t published_from_device() const;
+  // Source: (shard, digest) of each shard another source holds with the same slice
+  // (source_replicas.h), as the last Publish read it; the coordinator compares them across the
+  // replicas. Empty when no shard is replicated, and with device_direct (the shards are not on the
+  // host).
+  std::vector<std::pair<uint32_t, uint64_t>> replica_digests() const;
+  // Source, created from the whole plan (not a part): fills every shard another source holds with
+  // the same slice (source_replicas.h) from those holders in `peers` (the session's peer table),
+  // with one-sided Gets of 4 MiB blocks dealt round-robin over the holders, 8 in flight. For a
+  // source started in place of a lost one (node replacement), before its trainer resumes from the
+  // state its data-parallel peers hold: they must not write their shards meanwhile, as a
+  // data-parallel job waits while a rank is replaced (a torn read shows as replicas that differ at
+  // the next Publish, which the coordinator aborts naming the ranks). Shards no other source holds
+  // are left as they are. Not with PlanRankOptions::device. Errors name the holder and the shard.
+  Result<RefillStats> Refill(const std::map<Endpoint, PlanPeer>& peers);
   // Bytes the last Publish copied on the device into the published copy (device_direct).
   uint64_t published_on_device() const;
   // Destination: fetches and verifies every incoming chunk into the staging copy.
@@ -206,12 +246,25 @@ class PlanRank {
   // Cancelled soon, marking this rank's relay counters failed. Any thread.
   void Cancel(uint64_t version, const std::string& reason);
   // Destination: `peer` is gone (the coordinator lost it). The steps relayed through it are fetched
-  // from their root source, in the receive in progress and in every later one. Any thread.
+  // from their root source, in the receive in progress and in every later one; a source's plain
+  // steps are fetched from a replica of its shard (another source holding the same slice), checked
+  // against the hashes mirrored from it, or the receive fails naming the step. Any thread.
   void PeerLost(Endpoint peer);
   // Destination: makes the received version live (it must be the last one received in full).
   Status Commit(uint64_t version);
   // Destination: forgets a received or failed version; the live one stays.
   void Abort(uint64_t version);
+  // Destination with PlanRankOptions::keep_versions: makes the kept `version` the staging copy again,
+  // each block checked against the hash taken when it was kept, as if Receive(version) had just
+  // verified it; Commit(version) then makes it live (rollback), Abort forgets it. Delta after it
+  // works from that version's chunk hashes. NotFound naming the versions kept when `version` is not
+  // one of them; DataLoss naming the block when a kept copy no longer hashes as it did. Not while
+  // a Receive runs; the caller makes sure no reader holds the staging copy, as before a Receive.
+  Result<ReceiveStats> Restore(uint64_t version);
+  // The versions a destination keeps for Restore, oldest first (PlanRankOptions::keep_versions).
+  std::vector<uint64_t> kept_versions() const;
+  // The bytes one kept version takes: the rank's copy with its packed areas (0 at a source).
+  uint64_t kept_bytes() const;
 
   struct Impl;
 

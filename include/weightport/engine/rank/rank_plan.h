@@ -38,6 +38,9 @@ struct RankPlan {
   uint64_t whole_steps = 0;  // the whole plan's step count, for logs
   std::shared_ptr<const Plan> plan;
   std::vector<uint32_t> step_ids;  // part step i is the whole plan's step step_ids[i]
+  // A source's shards that another source holds with the same slice (source_replicas.h): digested
+  // at each Publish for the coordinator to compare.
+  std::vector<uint32_t> replicated_shards;
   std::shared_ptr<const plan_rank_internal::PartTables> tables;
 
   // The ranks of the part other than `me`: the only peers this rank may need.
