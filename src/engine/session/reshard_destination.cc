@@ -97,11 +97,21 @@ Status FollowAsDestination(PlanRank& rank, ReshardMember& first, std::chrono::mi
         });
         break;
       }
+      case ReshardMember::Event::kRollback: {
+        // A local copy from what this rank kept: done here, no transfer to cancel.
+        join();
+        Status ready = hooks.before_receive ? hooks.before_receive(v) : Status::Ok();
+        Result<ReceiveStats> restored = ready.ok() ? rank.Restore(v) : Result<ReceiveStats>(ready);
+        if (hooks.received) hooks.received(v, restored);
+        report(v, restored);
+        break;
+      }
       case ReshardMember::Event::kCommit: {
         join();
         decided(v);
         // A coordinator that took over sends the verdict on record again: a rank that flipped
         // already only says so.
+        // A rollback to the live version restored it into staging: nothing to flip either.
         Status s = rank.live_version() == v ? Status::Ok() : rank.Commit(v);
         if (s.ok() && hooks.committed && rank.live_version() == v) s = hooks.committed(v);
         if (!s.ok() && problem.ok()) problem = s;

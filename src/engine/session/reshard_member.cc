@@ -48,6 +48,12 @@ Result<std::unique_ptr<ReshardMember>> ReshardMember::Join(const std::string& co
                       ControlChannel::Connect(coordinator, ReshardName(me), role, secret, timeout));
   WP_RETURN_IF_ERROR(channel->Send(JoinOf(rank)));
   WP_ASSIGN_OR_RETURN(ControlMessage reply, channel->Receive(timeout));
+  // A rank joining a running session hears first the ranks it must go around (PeerLost).
+  while (reply.type == MessageType::kPeerLost) {
+    WP_ASSIGN_OR_RETURN(auto l, PeerLostMsg::Decode(reply.payload));
+    rank.PeerLost({l.side == 0 ? PlanSide::kSource : PlanSide::kDestination, static_cast<int>(l.rank)});
+    WP_ASSIGN_OR_RETURN(reply, channel->Receive(timeout));
+  }
   if (reply.type == MessageType::kRefused) {
     auto r = RefusedMsg::Decode(reply.payload);
     return PermissionDenied(me.ToString() + " refused by the coordinator: " + (r.ok() ? r->reason : "?"));
@@ -57,7 +63,7 @@ Result<std::unique_ptr<ReshardMember>> ReshardMember::Join(const std::string& co
                            ", not PlanPeers");
   WP_ASSIGN_OR_RETURN(auto table, DecodePeerTable(reply.payload));
   WP_RETURN_IF_ERROR(rank.Connect(table));
-  return std::unique_ptr<ReshardMember>(new ReshardMember(std::move(channel)));
+  return std::unique_ptr<ReshardMember>(new ReshardMember(std::move(channel), std::move(table)));
 }
 
 ReshardMember::~ReshardMember() {
@@ -101,6 +107,10 @@ Result<ReshardMember::Event> ReshardMember::Next(std::chrono::milliseconds timeo
         WP_ASSIGN_OR_RETURN(auto r, RekeyMsg::Decode(m.payload));
         return Event{Event::kRekey, r.version, ""};
       }
+      case MessageType::kRollback: {
+        WP_ASSIGN_OR_RETURN(auto r, RollbackMsg::Decode(m.payload));
+        return Event{Event::kRollback, r.version, ""};
+      }
       case MessageType::kPlanPeers: {
         Event e{Event::kPeers, 0, ""};
         WP_ASSIGN_OR_RETURN(e.peers, DecodePeerTable(m.payload));
@@ -112,7 +122,10 @@ Result<ReshardMember::Event> ReshardMember::Next(std::chrono::milliseconds timeo
   }
 }
 
-Status ReshardMember::Ready(uint64_t version) { return channel_->Send(PlanReadyMsg{version}); }
+Status ReshardMember::Ready(uint64_t version, std::vector<std::pair<uint32_t, uint64_t>> replica_digests) {
+  return channel_->Send(PlanReadyMsg{version, std::move(replica_digests)});
+}
+Status ReshardMember::RequestRollback(uint64_t version) { return channel_->Send(RollbackMsg{version}); }
 Status ReshardMember::Verified(const ReceiveStats& s) {
   return channel_->Send(ChunksVerifiedMsg{s.version, s.chunks, s.bytes,
                                           static_cast<uint64_t>(s.elapsed.count()),

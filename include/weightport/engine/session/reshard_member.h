@@ -34,8 +34,9 @@ class ReshardMember {
 
   struct Event {
     // kRekey: move to a fresh transport (PlanRank::Rekey), then SendKeys; kPeers: the new peer
-    // table that follows, to Connect to.
-    enum Kind { kBegin, kCommit, kAbort, kBye, kPeerLost, kRekey, kPeers } kind = kBye;
+    // table that follows, to Connect to; kRollback: restore the kept `version` (PlanRank::Restore)
+    // and report it like a received one.
+    enum Kind { kBegin, kCommit, kAbort, kBye, kPeerLost, kRekey, kPeers, kRollback } kind = kBye;
     uint64_t version = 0;
     std::string reason;                  // for kAbort
     Endpoint peer;                       // for kPeerLost
@@ -44,16 +45,24 @@ class ReshardMember {
   // The next instruction from the coordinator; Timeout when none came within `timeout`.
   Result<Event> Next(std::chrono::milliseconds timeout);
 
-  Status Ready(uint64_t version);  // a source published `version`
+  // A source published `version`; with the digests of its replicated shards (PlanRank::replica_digests).
+  Status Ready(uint64_t version, std::vector<std::pair<uint32_t, uint64_t>> replica_digests = {});
+  // A source asks the coordinator to roll every destination back to `version` (RollbackMsg).
+  Status RequestRollback(uint64_t version);
   Status Verified(const ReceiveStats& stats);
   Status Failed(uint64_t version, const std::string& why);
   Status Committed(uint64_t version);
   // After a Rekey: the rank's new transport address and key (peer_info).
   Status SendKeys(const PlanRank& rank);
+  // The peer table the rank joined with (a source's holds every rank's entry: what PlanRank::Refill
+  // reads from).
+  const std::map<Endpoint, PlanPeer>& joined_peers() const { return joined_peers_; }
 
  private:
-  explicit ReshardMember(std::unique_ptr<ControlChannel> channel) : channel_(std::move(channel)) {}
+  ReshardMember(std::unique_ptr<ControlChannel> channel, std::map<Endpoint, PlanPeer> peers)
+      : channel_(std::move(channel)), joined_peers_(std::move(peers)) {}
   std::unique_ptr<ControlChannel> channel_;
+  std::map<Endpoint, PlanPeer> joined_peers_;
 };
 
 // The coordinator's Rekey, on the rank's side: moves `rank` (created with rotate_keys) to a fresh
