@@ -25,7 +25,8 @@ struct PlanPublisher::Impl {
   std::map<uint64_t, Status> verdicts GUARDED_BY(mu);
   uint64_t in_flight GUARDED_BY(mu) = 0;  // 0: none
   uint64_t last_published GUARDED_BY(mu) = 0;
-  bool ended GUARDED_BY(mu) = false;  // Bye or a lost connection
+  std::vector<std::pair<uint32_t, uint64_t>> replica_digests GUARDED_BY(mu);  // of last_published
+  bool ended GUARDED_BY(mu) = false;                                          // Bye or a lost connection
   Status end_status GUARDED_BY(mu);
 
   // With rotate_keys the coordinator follows every decided version with a Rekey. The verdict is
@@ -63,7 +64,7 @@ struct PlanPublisher::Impl {
           joined->member = std::move(*fresh);
           follower.Rebind(*joined->member);
           // The new coordinator hears of the version this rank announced and has no verdict for.
-          if (in_flight != 0) joined->member->Ready(in_flight).IgnoreError();
+          if (in_flight != 0) joined->member->Ready(in_flight, replica_digests).IgnoreError();
           continue;
         }
         e = fresh.status().WithContext("lost the coordinator: " + e.status().message());
@@ -138,7 +139,8 @@ Status PlanPublisher::Publish(uint64_t version) {
   MutexLock lock(m.mu);
   m.in_flight = version;
   m.last_published = version;
-  Status sent = m.joined->member->Ready(version);
+  m.replica_digests = m.joined->rank->replica_digests();
+  Status sent = m.joined->member->Ready(version, m.replica_digests);
   // With a coordinator that can fail, the announcement goes again to the one that takes over.
   return m.options.find_coordinator ? Status::Ok() : sent;
 }
@@ -165,6 +167,25 @@ Status PlanPublisher::Wait(uint64_t version, std::chrono::milliseconds timeout) 
              ? Cancelled(m.me.ToString() + ": the coordinator ended the session before version " +
                          std::to_string(version) + "'s verdict")
              : m.end_status;
+}
+
+Status PlanPublisher::Rollback(uint64_t version, std::chrono::milliseconds timeout) {
+  Impl& m = *impl_;
+  WP_RETURN_IF_ERROR(WaitIdle(timeout));
+  {
+    MutexLock lock(m.mu);
+    if (m.ended) return FailedPrecondition(m.me.ToString() + ": the session has ended");
+    if (version == 0 || version > m.last_published)
+      return InvalidArgument(m.me.ToString() + ": cannot roll back to version " + std::to_string(version) +
+                             ": the last published is " + std::to_string(m.last_published));
+    // The verdict on the rollback replaces the version's own; in flight until it comes.
+    m.verdicts.erase(version);
+    m.held.erase(version);
+    Status sent = m.joined->member->RequestRollback(version);
+    if (!sent.ok()) return sent.WithContext(m.me.ToString() + ": asking for a rollback");
+    m.in_flight = version;
+  }
+  return Wait(version, timeout);
 }
 
 void PlanPublisher::Close() {

@@ -229,6 +229,27 @@ Result<PlannedSession> CollectLayoutsAndPlan(ControlListener& listener, const Re
   return out;
 }
 
+Result<Bytes> AssignForRejoin(const Plan& plan, const RankPlanCutter& cutter, const ControlMessage& offer,
+                              const std::string& peer) {
+  WP_ASSIGN_OR_RETURN(LayoutOffer o, DecodeOffer(offer, peer));
+  const RankBuffer* buffer = plan.Buffer(o.endpoint);
+  if (buffer == nullptr) return InvalidArgument(RankName(o) + " is not a rank of the plan");
+  using Held = std::vector<std::pair<std::string, std::string>>;
+  Held planned, offered;
+  for (const PlannedShard& s : buffer->shards)
+    planned.emplace_back(plan.tensors.at(s.tensor).name, s.slice.ToString());
+  for (const Shard& s : o.placement.shards(o.endpoint.rank))
+    offered.emplace_back(s.tensor, s.slice.ToString());
+  std::sort(planned.begin(), planned.end());
+  std::sort(offered.begin(), offered.end());
+  if (planned != offered)
+    return FailedPrecondition(RankName(o) + " offered other shards than the plan gives it (" +
+                              std::to_string(offered.size()) + " offered, " + std::to_string(planned.size()) +
+                              " planned): a rank joins again with the layout it had");
+  WP_ASSIGN_OR_RETURN(RankPlan part, cutter.Cut(o.endpoint));
+  return PlanAssignMsg{EncodeRankPlan(part)}.Encode();
+}
+
 Result<RankPlan> OfferLayout(const std::string& coordinator, const Secret& secret, const LayoutOffer& offer,
                              std::chrono::milliseconds timeout) {
   const Endpoint me = offer.endpoint;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "weightport/core/thread_annotations.h"
+#include "weightport/engine/rank/source_replicas.h"
 #include "weightport/engine/session/reshard_coordinator.h"
 #include "weightport/store/coordinator_election.h"
 #include "weightport/store/fleet_record.h"
@@ -166,6 +167,16 @@ struct PlanService::Impl {
     co.update_timeout = options.update_timeout;
     co.quorum = options.quorum;
     co.rotate_keys = options.rotate_keys;
+    co.rejoin = options.rejoin;
+    if (options.rejoin) {
+      // A rank that comes back asks for its part again: cut from the same plan.
+      auto cutter = std::make_shared<RankPlanCutter>(planned->plan);
+      co.rejoin_offer = [cutter, plan = planned->plan](const ControlMessage& offer, const std::string& peer) {
+        return AssignForRejoin(*plan, *cutter, offer, peer);
+      };
+    }
+    co.replicas = SourceReplicaGroups(*planned->plan);
+    for (const RankBuffer& b : planned->plan->sources) co.source_shards[b.endpoint] = b.shards.size();
     co.log = options.log;
     co.should_stop = [this] { return Stopping(); };
     if (record) {
@@ -191,16 +202,17 @@ struct PlanService::Impl {
     uint64_t last = 0;
     Status end;
     while (!Stopping()) {
-      auto next = coordinator.NextReadyVersion(last, std::chrono::milliseconds(100));
+      auto next = coordinator.NextRequest(last, std::chrono::milliseconds(100));
       if (!next.ok()) continue;  // Timeout: nothing announced yet
-      auto report = coordinator.RunVersion(*next);
+      auto report =
+          next->rollback ? coordinator.RunRollback(next->version) : coordinator.RunVersion(next->version);
       if (!report.ok()) {
         // With a store the ranks wait for the coordinator that takes over: no Bye.
         if (record) term_over = true;
         end = report.status();
         break;
       }
-      last = *next;
+      if (!next->rollback) last = next->version;
       // Every rank moved to fresh keys after the version: the record counts the epochs.
       if (record && options.rotate_keys) {
         if (auto epoch = record->BumpKeyEpoch(); !epoch.ok())
@@ -208,7 +220,8 @@ struct PlanService::Impl {
       }
       MutexLock lock(mu);
       outcomes.push_back({report->version, report->committed, report->reason, report->bytes, report->seconds,
-                          report->rekey_seconds, report->dropped});
+                          report->rekey_seconds, report->dropped, report->rollback});
+      for (const Endpoint& ep : report->rejoined) outcomes.back().rejoined.push_back(ep.ToString());
       cv.notify_all();
     }
     if (!abandoned.load() && !term_over.load()) coordinator.Finish();
@@ -254,13 +267,13 @@ std::vector<PlanVersionOutcome> PlanService::outcomes() const {
   return impl_->outcomes;
 }
 
-Result<PlanVersionOutcome> PlanService::WaitForOutcome(uint64_t version,
-                                                       std::chrono::milliseconds timeout) const {
+Result<PlanVersionOutcome> PlanService::WaitForOutcome(uint64_t version, std::chrono::milliseconds timeout,
+                                                       bool rollback, size_t from) const {
   Impl& m = *impl_;
   MutexLock lock(m.mu);
   auto find = [&]() REQUIRES(m.mu) -> const PlanVersionOutcome* {
-    for (const auto& o : m.outcomes)
-      if (o.version == version) return &o;
+    for (size_t i = from; i < m.outcomes.size(); ++i)
+      if (m.outcomes[i].version == version && m.outcomes[i].rollback == rollback) return &m.outcomes[i];
     return nullptr;
   };
   m.cv.wait_for(lock.native(), timeout, [&]() REQUIRES(m.mu) { return find() != nullptr || m.ended; });

@@ -24,6 +24,7 @@ struct PlanSubscriber::Impl {
   mutable Mutex mu;
   std::condition_variable cv;
   uint64_t live GUARDED_BY(mu) = 0;
+  std::vector<uint64_t> kept GUARDED_BY(mu);  // the rank's kept_versions(), read after each commit
   std::vector<std::span<const std::byte>> live_shards GUARDED_BY(mu);
   std::map<uint64_t, int> pins GUARDED_BY(mu);  // version -> pins
   bool ended GUARDED_BY(mu) = false;
@@ -56,7 +57,9 @@ struct PlanSubscriber::Impl {
     hooks.committed = [this](uint64_t v) {
       std::vector<std::span<const std::byte>> shards;
       for (size_t i = 0; i < joined->rank->num_shards(); ++i) shards.push_back(joined->rank->shard_bytes(i));
+      std::vector<uint64_t> kept_now = joined->rank->kept_versions();
       MutexLock lock(mu);
+      kept = std::move(kept_now);
       live = v;
       live_shards = std::move(shards);
       cv.notify_all();
@@ -135,6 +138,13 @@ uint64_t PlanSubscriber::live_version() const {
   MutexLock lock(impl_->mu);
   return impl_->live;
 }
+
+std::vector<uint64_t> PlanSubscriber::kept_versions() const {
+  MutexLock lock(impl_->mu);
+  return impl_->kept;
+}
+
+uint64_t PlanSubscriber::kept_bytes() const { return impl_->joined->rank->kept_bytes(); }
 
 Status PlanSubscriber::WaitForVersion(uint64_t version, std::chrono::milliseconds timeout) {
   Impl& m = *impl_;

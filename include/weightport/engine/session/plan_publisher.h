@@ -31,6 +31,12 @@ class PlanPublisher {
   Status Publish(uint64_t version);
   // The verdict on `version`: OK when committed, Aborted with the coordinator's reason otherwise.
   Status Wait(uint64_t version, std::chrono::milliseconds timeout);
+  // Asks the coordinator to roll every destination back to `version` (committed before and kept by
+  // them: PlanRankOptions::keep_versions) and waits for the verdict: OK once it is live everywhere,
+  // Unavailable with the reason when any destination could not restore it (then the version live
+  // before stays live everywhere). Not while a version is in flight; the next Publish must still be
+  // newer than every version published.
+  Status Rollback(uint64_t version, std::chrono::milliseconds timeout);
   void Close();
 
   struct Impl;

@@ -77,6 +77,13 @@ struct PlannedSession {
 // connections.
 Result<PlannedSession> CollectLayoutsAndPlan(ControlListener& listener, const RendezvousOptions& options);
 
+// For a rank that starts again once the session runs (ReshardCoordinatorOptions::rejoin_offer):
+// its part of `plan` (cut by `cutter`, made from it), as PlanAssign's payload, when `offer` (a
+// LayoutOffer from `peer`) names a rank of the plan and the shards the plan gives it; else the
+// error, naming the rank.
+Result<Bytes> AssignForRejoin(const Plan& plan, const RankPlanCutter& cutter, const ControlMessage& offer,
+                              const std::string& peer);
+
 // A rank's side: connects to "host:port" (retrying while the coordinator is not listening yet, up to
 // `timeout`), offers, and waits for its part of the plan. PermissionDenied with the coordinator's
 // reason when it refuses.

@@ -38,6 +38,10 @@ struct PlanServiceOptions {
   // Keys per version (ReshardCoordinatorOptions::rotate_keys); the ranks join with
   // PlanRankOptions::rotate_keys.
   bool rotate_keys = false;
+  // ReshardCoordinatorOptions::rejoin: a rank whose connection was lost (a subscriber closed or
+  // restarted, a publisher replaced) may offer the same layout again once the session runs; it is
+  // given its part of the plan again and takes part from the next version.
+  bool rejoin = false;
   std::function<void(std::string)> log;
   // A coordinator that can fail: "etcd://host:port" (store/etcd_client.h). The service campaigns
   // to be `session`'s coordinator (store/coordinator_election.h) and serves only while it leads:
@@ -63,8 +67,10 @@ struct PlanVersionOutcome {
   std::string reason;  // why it was aborted
   uint64_t bytes = 0;
   double seconds = 0;
-  double rekey_seconds = 0;          // rotate_keys: the move of every rank to fresh transports after it
-  std::vector<std::string> dropped;  // quorum: the destinations left out, with why
+  double rekey_seconds = 0;           // rotate_keys: the move of every rank to fresh transports after it
+  std::vector<std::string> dropped;   // quorum: the destinations left out, with why
+  bool rollback = false;              // a rollback to `version` a source asked for, not a new version
+  std::vector<std::string> rejoined;  // rejoin: the ranks let back in before this version
 };
 
 // What the rendezvous and the joins cost, once the ranks joined.
@@ -92,8 +98,10 @@ class PlanService {
   // Every version run so far, oldest first (a version is listed once every destination reported
   // its commit, a little after the sources heard the verdict).
   std::vector<PlanVersionOutcome> outcomes() const;
-  // Waits until `version` is listed; Timeout otherwise, or the service's error if it ended.
-  Result<PlanVersionOutcome> WaitForOutcome(uint64_t version, std::chrono::milliseconds timeout) const;
+  // Waits until `version` is listed at or after index `from` of outcomes() (a rollback to it when
+  // `rollback`); Timeout otherwise, or the service's error if it ended.
+  Result<PlanVersionOutcome> WaitForOutcome(uint64_t version, std::chrono::milliseconds timeout,
+                                            bool rollback = false, size_t from = 0) const;
   // The error that ended the service early (rendezvous or joins failed), OK while it runs.
   Status error() const;
   // Says Bye to every rank and stops. Idempotent.

@@ -48,6 +48,10 @@ class PlanSubscriber {
   size_t num_shards() const;
   PlanShardView shard_info(size_t i) const;  // bytes empty: read through a Pin
   uint64_t live_version() const;
+  // The committed versions kept for a rollback (PlanMemberOptions::rank.keep_versions), oldest
+  // first, as of the last commit; and the memory each takes.
+  std::vector<uint64_t> kept_versions() const;
+  uint64_t kept_bytes() const;
   // Waits until `version` or a newer one is live; fails at once when the session ended.
   Status WaitForVersion(uint64_t version, std::chrono::milliseconds timeout);
   // Pins the live version. FailedPrecondition before the first commit.
