@@ -76,6 +76,7 @@ struct MemberArgs {
   double pin_timeout_s = 30;
   bool delta = true;
   bool rotate_keys = false;  // PlanRankOptions::rotate_keys: the session's coordinator rotates keys
+  size_t keep_versions = 0;  // a subscriber's PlanRankOptions::keep_versions: rollback targets kept
   // A coordinator that can fail: the ranks find it in this store ("etcd://host:port") under
   // `session`, and join the one that takes over when it is lost (PlanMemberOptions::find_coordinator).
   std::string store;
@@ -94,6 +95,7 @@ std::unique_ptr<Member> JoinAs(nb::bytes secret, const MemberArgs& a, bool sourc
   o.pin_timeout = Millis(a.pin_timeout_s);
   o.rank.delta = a.delta;
   o.rank.rotate_keys = a.rotate_keys;
+  if (!source) o.rank.keep_versions = a.keep_versions;
   if (!a.store.empty()) o.find_coordinator = CoordinatorFinder(a.store, a.session);
   Secret s = MakeSecret(secret);
   nb::gil_scoped_release release;
@@ -109,8 +111,9 @@ class PyService {
  public:
   PyService(nb::bytes secret, const std::string& host, int port, uint64_t chunk_bytes, int relay_fanout,
             double timeout_s, size_t quorum, bool rotate_keys, const std::string& store,
-            const std::string& session) {
+            const std::string& session, bool rejoin) {
     PlanServiceOptions o;
+    o.rejoin = rejoin;
     o.store = store;
     o.session = session;
     o.quorum = quorum;
@@ -125,11 +128,13 @@ class PyService {
     service_ = Take(PlanService::Start(s, o));
   }
   std::string address() const { return service_->address(); }
-  nb::dict WaitOutcome(uint64_t version, double timeout_s) {
+  // Outcomes listed so far: a later WaitOutcome(..., from = this) sees only newer ones.
+  size_t OutcomeCount() const { return service_->outcomes().size(); }
+  nb::dict WaitOutcome(uint64_t version, double timeout_s, bool rollback, size_t from) {
     PlanVersionOutcome o;
     {
       nb::gil_scoped_release release;
-      o = Take(service_->WaitForOutcome(version, Millis(timeout_s)));
+      o = Take(service_->WaitForOutcome(version, Millis(timeout_s), rollback, from));
     }
     nb::dict d;
     d["version"] = o.version;
@@ -138,9 +143,13 @@ class PyService {
     d["bytes"] = o.bytes;
     d["seconds"] = o.seconds;
     d["rekey_seconds"] = o.rekey_seconds;
+    d["rollback"] = o.rollback;
     nb::list dropped;
     for (const std::string& why : o.dropped) dropped.append(why);
     d["dropped"] = dropped;
+    nb::list rejoined;
+    for (const std::string& rank : o.rejoined) rejoined.append(rank);
+    d["rejoined"] = rejoined;
     return d;
   }
   std::string PlanJson() const {
@@ -175,6 +184,10 @@ class PyPublisher {
   void Wait(uint64_t version, double timeout_s) {
     nb::gil_scoped_release release;
     ThrowIfError(pub_->Wait(version, Millis(timeout_s)));
+  }
+  void Rollback(uint64_t version, double timeout_s) {
+    nb::gil_scoped_release release;
+    ThrowIfError(pub_->Rollback(version, Millis(timeout_s)));
   }
   std::string PlanJson() const { return pub_->plan().ToJson().dump(); }
   void Close() {
@@ -214,6 +227,8 @@ class PySubscriber {
     return std::make_pair(v.scale_offset, v.scale_blocks.box().length);
   }
   uint64_t live_version() const { return sub_->live_version(); }
+  std::vector<uint64_t> kept_versions() const { return sub_->kept_versions(); }
+  uint64_t kept_bytes() const { return sub_->kept_bytes(); }
   void WaitForVersion(uint64_t version, double timeout_s) {
     nb::gil_scoped_release release;
     ThrowIfError(sub_->WaitForVersion(version, Millis(timeout_s)));
@@ -292,15 +307,18 @@ NB_MODULE(_core, m) {
       .def_rw("timeout_s", &MemberArgs::timeout_s)
       .def_rw("pin_timeout_s", &MemberArgs::pin_timeout_s)
       .def_rw("delta", &MemberArgs::delta)
-      .def_rw("rotate_keys", &MemberArgs::rotate_keys);
+      .def_rw("rotate_keys", &MemberArgs::rotate_keys)
+      .def_rw("keep_versions", &MemberArgs::keep_versions);
 
   nb::class_<PyService>(m, "Service")
       .def(nb::init<nb::bytes, const std::string&, int, uint64_t, int, double, size_t, bool,
-                    const std::string&, const std::string&>(),
+                    const std::string&, const std::string&, bool>(),
            "secret"_a, "host"_a, "port"_a, "chunk_bytes"_a, "relay_fanout"_a, "timeout_s"_a, "quorum"_a,
-           "rotate_keys"_a, "store"_a = "", "session"_a = "default")
+           "rotate_keys"_a, "store"_a = "", "session"_a = "default", "rejoin"_a = false)
       .def_prop_ro("address", &PyService::address)
-      .def("wait_outcome", &PyService::WaitOutcome, "version"_a, "timeout_s"_a)
+      .def("wait_outcome", &PyService::WaitOutcome, "version"_a, "timeout_s"_a, "rollback"_a = false,
+           "from_index"_a = 0)
+      .def("outcome_count", &PyService::OutcomeCount)
       .def("plan_json", &PyService::PlanJson)
       .def("stop", &PyService::Stop);
 
@@ -314,6 +332,7 @@ NB_MODULE(_core, m) {
       .def("wait_idle", &PyPublisher::WaitIdle, "timeout_s"_a)
       .def("publish", &PyPublisher::Publish, "version"_a)
       .def("wait", &PyPublisher::Wait, "version"_a, "timeout_s"_a)
+      .def("rollback", &PyPublisher::Rollback, "version"_a, "timeout_s"_a)
       .def("plan_json", &PyPublisher::PlanJson)
       .def("close", &PyPublisher::Close);
 
@@ -330,6 +349,8 @@ NB_MODULE(_core, m) {
       .def("shard_info", &PySubscriber::shard_info, "i"_a)
       .def("shard_scales", &PySubscriber::shard_scales, "i"_a)
       .def_prop_ro("live_version", &PySubscriber::live_version)
+      .def_prop_ro("kept_versions", &PySubscriber::kept_versions)
+      .def_prop_ro("kept_bytes", &PySubscriber::kept_bytes)
       .def("wait_for_version", &PySubscriber::WaitForVersion, "version"_a, "timeout_s"_a)
       .def("acquire", &PySubscriber::Acquire, nb::rv_policy::take_ownership)
       .def_prop_ro("ended", &PySubscriber::ended)

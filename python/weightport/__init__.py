@@ -7,12 +7,13 @@ every version with one-sided transfers; every chunk is checked and a version is 
 every subscriber has all of it.
 """
 
-from . import _core
+from . import _core, naming
 from .errors import (AlreadyExists, Cancelled, DataLoss, Error, FailedPrecondition, Internal, InvalidArgument,
                      IoError, NotFound, OutOfRange, PermissionDenied, ResourceExhausted, Timeout, Unavailable,
                      Unimplemented)
 from .federated import FedClient, FedServer
 from .layouts import Layout, Sharded, TensorParallel, Whole
+from .naming import Rename
 from .publisher import Publisher
 from .subscriber import PinnedVersion, Subscriber
 
@@ -20,7 +21,7 @@ _core._set_exception_types({name: value for name, value in dict(globals()).items
                             if isinstance(value, type) and issubclass(value, Error)})
 
 __version__ = "0.1.0"
-__all__ = ["Publisher", "Subscriber", "PinnedVersion", "FedServer", "FedClient", "Layout", "Whole", "Sharded", "TensorParallel", "Error",
+__all__ = ["Publisher", "Subscriber", "PinnedVersion", "FedServer", "FedClient", "Layout", "Whole", "Sharded", "TensorParallel", "Rename", "naming", "Error",
            "InvalidArgument", "NotFound", "AlreadyExists", "OutOfRange", "FailedPrecondition", "DataLoss",
            "IoError", "Timeout", "Unavailable", "PermissionDenied", "ResourceExhausted", "Cancelled",
            "Unimplemented", "Internal"]

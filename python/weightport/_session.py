@@ -10,6 +10,7 @@ from . import _core
 from ._tensors import dtype_name, local_of, named_tensors, placement_json
 from .errors import FailedPrecondition
 from .layouts import Layout, Whole, dtensor_slice
+from .naming import Rename, Rule, as_rename
 
 
 def load_secret(secret: bytes | str | os.PathLike) -> bytes:
@@ -40,21 +41,27 @@ def member_args(coordinator: str, rank: int, world_size: int, host: str | None, 
 
 
 class Bound:
-    """One local tensor and the shard that holds it."""
+    """One local tensor and the shard that holds it: `name` is the user's, `plan_name` the one the
+    plan knows it by (the same unless a rename rule maps it)."""
 
-    __slots__ = ("name", "tensor", "dtype", "local_shape", "shard", "scales")
+    __slots__ = ("name", "plan_name", "tensor", "dtype", "local_shape", "shard", "scales")
 
-    def __init__(self, name: str, tensor: Any, dtype: str, local_shape: list[int]):
+    def __init__(self, name: str, tensor: Any, dtype: str, local_shape: list[int], plan_name: str | None = None):
         self.name, self.tensor, self.dtype, self.local_shape = name, tensor, dtype, local_shape
+        self.plan_name = name if plan_name is None else plan_name
         self.shard = -1
         self.scales = None  # a subscriber's shard quantised in flight: (offset, scale grid lengths)
 
 
-def describe(tensors: Any, layout: Layout | None, rank: int) -> tuple[list[Bound], str]:
-    """The tensors to bind and this rank's layout offer (Placement JSON)."""
+def describe(tensors: Any, layout: Layout | None, rank: int,
+             rename: Rename | None = None) -> tuple[list[Bound], str]:
+    """The tensors to bind and this rank's layout offer (Placement JSON). The layout sees the
+    tensors' own names; the offer has the names `rename` maps them to."""
     layout = layout or Whole()
+    named = named_tensors(tensors)
+    plan_names = rename.map_names(n for n, _ in named) if rename is not None else {n: n for n, _ in named}
     bound, entries = [], []
-    for name, t in named_tensors(tensors):
+    for name, t in named:
         local = local_of(t)
         dtype = dtype_name(local, name)
         sl = dtensor_slice(t) or layout.slice_of(name, list(local.shape))
@@ -62,14 +69,14 @@ def describe(tensors: Any, layout: Layout | None, rank: int) -> tuple[list[Bound
         if list(length) != list(local.shape):
             raise ValueError(f"tensor '{name}': the layout says rank {rank} holds {list(length)}, "
                              f"the tensor is {list(local.shape)}")
-        entries.append((name, dtype, shape, start, length))
-        bound.append(Bound(name, t, dtype, list(local.shape)))
+        entries.append((plan_names[name], dtype, shape, start, length))
+        bound.append(Bound(name, t, dtype, list(local.shape), plan_names[name]))
     return bound, placement_json(rank, entries)
 
 
 def match_shards(core: Any, bound: list[Bound]) -> None:
-    """Pairs each local tensor with the shard the plan gave it (by name)."""
-    by_name = {b.name: b for b in bound}
+    """Pairs each local tensor with the shard the plan gave it (by the name the plan knows)."""
+    by_name = {b.plan_name: b for b in bound}
     for i in range(core.num_shards()):
         tensor, _dtype, _shape, _start, _length = core.shard_info(i)
         by_name[tensor].shard = i
@@ -82,8 +89,10 @@ class Member:
     _JOIN = "join()"
 
     def __init__(self, coordinator: str, secret: bytes | str | os.PathLike, rank: int, world_size: int,
-                 host: str | None, transport: str, timeout: float, session: str = "default"):
+                 host: str | None, transport: str, timeout: float, session: str = "default",
+                 rename: Rename | Rule | None = None):
         self._secret = load_secret(secret)
+        self._rename = as_rename(rename)
         self._timeout = float(timeout)
         store = coordinator if coordinator.startswith("etcd://") else ""
         # With a store the coordinator is wherever the session's leader is now (it may change).
@@ -97,7 +106,7 @@ class Member:
         """Offers this rank's tensors and joins the group as `core_class` (waits for every rank)."""
         if self._core is not None:
             raise FailedPrecondition(f"{self._JOIN} was already called")
-        self._bound, self._args.placement_json = describe(tensors, layout, self._args.rank)
+        self._bound, self._args.placement_json = describe(tensors, layout, self._args.rank, self._rename)
         self._core = core_class(self._secret, self._args)
         match_shards(self._core, self._bound)
 

@@ -9,6 +9,7 @@ from . import _core
 from ._session import Member, load_secret
 from ._tensors import copy_into
 from .layouts import Layout
+from .naming import Rename, Rule
 
 
 class Publisher(Member):
@@ -22,13 +23,22 @@ class Publisher(Member):
     subscriber still there has it and at least N do (a lost one is dropped; 0: every subscriber or
     none), and ``rotate_keys=True`` gives every rank new transport keys after each version, so a
     subscriber that dropped out cannot read or write later versions: then every publisher and
-    subscriber rank is created with ``rotate_keys=True``.
+    subscriber rank is created with ``rotate_keys=True``. ``rejoin=True`` lets a rank that left (a
+    subscriber closed or restarted) come back once versions flow: a new ``Subscriber`` with the same
+    rank and layout registers again and receives in full from the next version on, through the
+    relays the plan gives it (its peers) where it has them; with a quorum the others go on meanwhile.
 
     A coordinator that survives being killed: run two or more ``weightport coordinator
     --rendezvous etcd://HOST:PORT --session NAME`` processes and give every rank
     ``coordinator="etcd://HOST:PORT"`` and ``session=NAME``. The ranks find the leader in etcd and,
     when it dies, join the one that takes over; the version in flight is completed or aborted as
     etcd records it, the same on every rank.
+
+    ``rename`` maps the registered tensors' names to the names the plan matches with the
+    subscribers' (a :class:`weightport.naming.Rename`, a dict of segment replacements or a callable;
+    default: the names as given). ``rename=weightport.naming.UNWRAP`` publishes a DDP, FSDP (v1) or
+    torch.compile-wrapped model (``module.fc.weight``) to replicas of the bare model (``fc.weight``).
+    The layout still sees the tensors' own names; errors from the plan name the mapped ones.
 
     Usage::
 
@@ -46,7 +56,7 @@ class Publisher(Member):
                  rank: int = 0, world_size: int = 1, serve: bool | None = None, host: str | None = None,
                  transport: str = "auto", chunk_bytes: int = 0, relay_fanout: int = 1,
                  timeout: float = 60.0, quorum: int = 0, rotate_keys: bool = False,
-                 session: str = "default"):
+                 session: str = "default", rename: Rename | Rule | None = None, rejoin: bool = False):
         secret = load_secret(secret)
         self._service = None
         store = coordinator if coordinator.startswith("etcd://") else ""
@@ -56,11 +66,11 @@ class Publisher(Member):
             host_part, _, port = ("127.0.0.1:0" if store else coordinator).rpartition(":")
             self._service = _core.Service(secret, host_part or "127.0.0.1", int(port or 0), int(chunk_bytes),
                                           int(relay_fanout), float(timeout), int(quorum), bool(rotate_keys),
-                                          store, str(session))
+                                          store, str(session), bool(rejoin))
             if not store:
                 coordinator = self._service.address
         self._coordinator = coordinator
-        super().__init__(coordinator, secret, rank, world_size, host, transport, timeout, session)
+        super().__init__(coordinator, secret, rank, world_size, host, transport, timeout, session, rename)
         self._args.rotate_keys = bool(rotate_keys)
 
     @property
@@ -72,7 +82,8 @@ class Publisher(Member):
         """Declares the weights this rank holds and joins the group: returns once every publisher and
         subscriber rank has registered and the plan is made (or raises, naming the rank or tensor at
         fault). `tensors`: a state dict, a module or (name, tensor) pairs; DTensors give their own
-        layout, other tensors are placed by `layout` (default: whole)."""
+        layout, other tensors are placed by `layout` (default: whole). Two names that the ``rename``
+        rule maps to one, or a name it maps to "", raise ValueError naming the originals."""
         self._join(_core.Publisher, tensors, layout)
         return self
 
@@ -94,11 +105,26 @@ class Publisher(Member):
         """Waits until `version` is committed by every subscriber (with a quorum: every one still
         there); raises ``weightport.Unavailable`` with the reason when it was aborted. On the rank
         that runs the coordinator, returns its report: bytes moved, seconds, ``rekey_seconds`` (the
-        move to new keys after it, with ``rotate_keys``) and ``dropped`` (the subscribers left out,
-        with why)."""
+        move to new keys after it, with ``rotate_keys``), ``dropped`` (the subscribers left out,
+        with why) and ``rejoined`` (the ranks let back in before it, with ``rejoin``)."""
         self._need_core().wait(int(version), self._seconds(timeout))
         if self._service is not None:
             return self._service.wait_outcome(int(version), self._seconds(timeout))
+        return None
+
+    def rollback(self, version: int, timeout: float | None = None) -> dict | None:
+        """Makes `version`, committed before, live again on every subscriber, or on none: each
+        restores the copy it kept (``Subscriber(keep_versions=K)``), and the version they had stays
+        live everywhere when any of them cannot (it no longer keeps `version`, or a reader still holds
+        the copy it must restore into); then this raises ``weightport.Unavailable`` naming the
+        subscriber and why. For an RL run that finds a bad step: restore the trainer's weights too,
+        then publish on with versions newer than every one published. On the rank that runs the
+        coordinator, returns its report (``rollback`` True, ``bytes`` 0: nothing crosses a link)."""
+        core = self._need_core()
+        start = self._service.outcome_count() if self._service is not None else 0
+        core.rollback(int(version), self._seconds(timeout))
+        if self._service is not None:
+            return self._service.wait_outcome(int(version), self._seconds(timeout), True, start)
         return None
 
     def close(self) -> None:

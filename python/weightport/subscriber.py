@@ -10,12 +10,14 @@ from . import _core
 from ._session import Bound, Member
 from ._tensors import is_torch, shard_views
 from .layouts import Layout
+from .naming import Rename, Rule
 
 
 class PinnedVersion:
     """A version held still for reading: ``version``, ``tensors`` (name -> tensor, this rank's local
     part in the bound layout) and ``scales`` (name -> the block scales of each tensor quantised to
-    f8e4m3 in flight). Valid only inside its ``with`` block."""
+    f8e4m3 in flight), keyed by the bound model's own names (before any ``rename``). Valid only
+    inside its ``with`` block."""
 
     def __init__(self, pin: Any, bound: list[Bound]):
         self.version: int = pin.version
@@ -49,6 +51,17 @@ class Subscriber(Member):
     in flight in 128x128 blocks (DeepSeek-V3's FP8 layout): by the publishers as they publish when
     their shards hold whole blocks (about half the bytes of bf16 travel), else here once it arrived. Its block scales (``weight_scale_inv``: values * scale ~ the weights) are in
     :attr:`scales` after :meth:`swap`, and in ``pinned().scales``.
+
+    ``rename`` maps the bound model's names to the names the plan matches with the publishers' (a
+    :class:`weightport.naming.Rename`, a dict of segment replacements or a callable; default: the
+    names as given), e.g. ``rename=weightport.naming.UNWRAP`` for a replica that is itself wrapped.
+    Only the plan uses the mapped names (and its errors name them): the layout, :attr:`scales` and
+    ``pinned().tensors`` / ``.scales`` keep the model's own names.
+
+    ``keep_versions`` K > 0 keeps the last K committed versions beside the live one, so that a
+    publisher's :meth:`Publisher.rollback` can make one of them live again on every subscriber at
+    once (or on none). Each costs one more copy of this rank's weights in host memory
+    (:attr:`kept_bytes`), and the copy at each commit.
     """
 
     _JOIN = "bind()"
@@ -56,11 +69,15 @@ class Subscriber(Member):
     def __init__(self, coordinator: str, *, secret: bytes | str | os.PathLike, rank: int = 0,
                  world_size: int = 1, host: str | None = None, transport: str = "auto",
                  timeout: float = 60.0, pin_timeout: float = 30.0, delta: bool = True,
-                 rotate_keys: bool = False, session: str = "default"):
-        super().__init__(coordinator, secret, rank, world_size, host, transport, timeout, session)
+                 rotate_keys: bool = False, session: str = "default", rename: Rename | Rule | None = None,
+                 keep_versions: int = 0):
+        super().__init__(coordinator, secret, rank, world_size, host, transport, timeout, session, rename)
         self._args.pin_timeout_s = float(pin_timeout)
         self._args.delta = bool(delta)
         self._args.rotate_keys = bool(rotate_keys)
+        if keep_versions < 0:
+            raise ValueError(f"keep_versions must be 0 or more, got {keep_versions}")
+        self._args.keep_versions = int(keep_versions)
         self._mode = "zero-copy"
         self._model_pin = None
         self._model_version = 0
@@ -69,7 +86,8 @@ class Subscriber(Member):
     def bind(self, model: Any, layout: Layout | None = None, mode: str = "zero-copy") -> "Subscriber":
         """Declares what this rank receives -- the tensors of `model` (a module, a state dict or
         (name, tensor) pairs), in their own names, shapes, dtypes and `layout` -- and joins the group;
-        returns once every rank has joined and the plan is made.
+        returns once every rank has joined and the plan is made. With ``rename``, two names mapped to
+        one, or a name mapped to "", raise ValueError naming the originals.
 
         ``mode="zero-copy"``: :meth:`swap` points the model's CPU tensors at the received version
         (no copy; the version stays pinned while the model uses it). ``mode="copy"``: :meth:`swap`
@@ -87,6 +105,16 @@ class Subscriber(Member):
     def live_version(self) -> int:
         """The newest committed version (0 before the first)."""
         return self._need_core().live_version
+
+    @property
+    def kept_versions(self) -> list[int]:
+        """The committed versions kept for a rollback (``keep_versions``), oldest first."""
+        return list(self._need_core().kept_versions)
+
+    @property
+    def kept_bytes(self) -> int:
+        """The host memory each kept version takes on this rank."""
+        return int(self._need_core().kept_bytes)
 
     @property
     def model_version(self) -> int:
@@ -131,7 +159,8 @@ class Subscriber(Member):
     def scales(self) -> dict[str, Any]:
         """The block scales of the model version's tensors quantised to f8e4m3 in flight: name ->
         f32 [ceil(rows/128), ceil(cols/128)] (``[ceil(n/128)]`` for a vector), this rank's blocks;
-        values * scale ~ the publisher's weights. Empty before the first :meth:`swap`."""
+        values * scale ~ the publisher's weights; keyed by the model's own names (not the ``rename``
+        rule's). Empty before the first :meth:`swap`."""
         return dict(self._scales)
 
     @contextlib.contextmanager
