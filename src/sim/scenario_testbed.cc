@@ -15,22 +15,23 @@ using nlohmann::json;
 using topology::internal::PresetParams;
 
 json TestbedDefaults() {
-  return {{"case", "fanout"},  {"receivers", 7},   {"payload", "1gib"},
+  return {{"case", "fanout"},  {"receivers", 7},   {"payload", "1gib"}, {"holders", 2},
           {"relay_fanout", 1}, {"rate_gbps", 1.0}, {"chunk_kib", 1024}};
 }
 
 namespace {
 
-// "1gib": 16 bf16 tensors of 64 MiB (the layout `--model-bytes 1GiB` makes); "small": the small
-// dense preset (485 MiB, 147 tensors).
+// "1gib": 16 bf16 tensors of 64 MiB (the layout `--model-bytes 1GiB` makes), "128mib" 2 of them;
+// "small": the small dense preset (485 MiB, 147 tensors).
 Result<std::vector<TensorMeta>> Payload(const PresetParams& p) {
   WP_ASSIGN_OR_RETURN(std::string payload, p.String("payload"));
   if (payload == "1gib") return BucketTensors(uint64_t{1} << 30, 16);
+  if (payload == "128mib") return BucketTensors(uint64_t{128} << 20, 2);
   if (payload == "small") {
     WP_ASSIGN_OR_RETURN(ModelSpec spec, PresetSpec("small", ModelArch::kDense));
     return ModelTensors(spec);
   }
-  return p.Error("payload", "must be \"1gib\" or \"small\" (got \"" + payload + "\")");
+  return p.Error("payload", "must be \"1gib\", \"128mib\" or \"small\" (got \"" + payload + "\")");
 }
 
 }  // namespace
@@ -38,6 +39,7 @@ Result<std::vector<TensorMeta>> Payload(const PresetParams& p) {
 Status BuildTestbed(Scenario& s, const PresetParams& p) {
   WP_ASSIGN_OR_RETURN(std::string which, p.String("case"));
   WP_ASSIGN_OR_RETURN(int receivers, p.Int("receivers", 1, 7));
+  WP_ASSIGN_OR_RETURN(int holders, p.Int("holders", 1, 7));
   WP_ASSIGN_OR_RETURN(int fanout, p.Int("relay_fanout", 0, 64));
   WP_ASSIGN_OR_RETURN(double rate_gbps, p.Number("rate_gbps"));
   WP_ASSIGN_OR_RETURN(int chunk_kib, p.Int("chunk_kib", 4, 1 << 20));
@@ -65,8 +67,16 @@ Status BuildTestbed(Scenario& s, const PresetParams& p) {
         dst, BuildMesh(tensors, std::vector<MeshAxis>{ReplicaAxis("dp", 2), TensorParallelAxis("tp", 2)}));
     s.endpoints = {Range(hosts, 0, 4), Range(hosts, 4, 4)};
     s.description = "testbed reshard: 4 FSDP ranks (h0-h3) -> 2 replicas x TP 2 (h4-h7)";
+  } else if (which == "replacement") {
+    // A source started again on h<holders> refills the whole payload from the data-parallel
+    // replicas on h0.. (PlanRank::Refill: blocks dealt over the holders in turn).
+    WP_ASSIGN_OR_RETURN(src, BuildMesh(tensors, std::vector<MeshAxis>{ReplicaAxis("dp", holders)}));
+    WP_ASSIGN_OR_RETURN(dst, BuildMesh(tensors, std::vector<MeshAxis>{ReplicaAxis("dp", 1)}));
+    s.endpoints = {Range(hosts, 0, holders), Range(hosts, holders, 1)};
+    s.description =
+        "testbed node replacement: h0..h" + std::to_string(holders - 1) + " -> h" + std::to_string(holders);
   } else {
-    return p.Error("case", "must be \"fanout\" or \"reshard\" (got \"" + which + "\")");
+    return p.Error("case", "must be \"fanout\", \"reshard\" or \"replacement\" (got \"" + which + "\")");
   }
   s.description += ", " + p.merged().at("payload").get<std::string>() + ", links at " +
                    std::to_string(rate_gbps) + " Gb/s, relay fan-out " + std::to_string(fanout);

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "weightport/plan/planner.h"
 
 namespace weightport::sim {
@@ -33,6 +35,24 @@ TEST(Scenarios, TheTestbedFanOutCostsOneCopyAndTheNaiveWayNCopies) {
   const double one_copy_s = static_cast<double>(chain->plan.DestinationBytes()) / 4 / (1e9 / 8);
   EXPECT_NEAR(a->makespan_s, one_copy_s, 0.02 * one_copy_s);
   EXPECT_NEAR(b->makespan_s, 4 * one_copy_s, 0.01 * 4 * one_copy_s);
+}
+
+// The testbed's node replacement: the replacement's own link is the bound however many holders
+// share the load, and each holder sends its share.
+TEST(Scenarios, TheTestbedReplacementIsBoundByTheReplacementsLink) {
+  for (int holders : {1, 2, 3}) {
+    auto s = BuildScenario("testbed", {{"case", "replacement"}, {"holders", holders}, {"payload", "128mib"}});
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ(s->plan.sources.size(), static_cast<size_t>(holders));
+    ASSERT_EQ(s->plan.destinations.size(), 1u);
+    auto r = Simulated(*s);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    const double link_s = (128ull << 20) / (1e9 / 8);
+    EXPECT_NEAR(r->makespan_s, link_s, 0.02 * link_s) << holders << " holders";
+    std::set<int> senders;
+    for (const PlanStep& step : s->plan.steps) senders.insert(step.from.rank);
+    EXPECT_EQ(senders.size(), static_cast<size_t>(holders));
+  }
 }
 
 TEST(Scenarios, EveryHbdPresetRunsTheDenseSync) {
