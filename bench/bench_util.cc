@@ -11,6 +11,8 @@
 #include <cstring>
 #include <utility>
 
+#include "weightport/transport/ucx_transport.h"
+
 namespace weightport::bench {
 
 Result<uint64_t> ParseSize(std::string_view text, std::string_view what) {
@@ -150,5 +152,15 @@ Buffer::~Buffer() {
 }
 
 void Buffer::Touch(unsigned seed) { std::memset(data_, static_cast<int>(0x11 * (seed % 15 + 1)), size_); }
+
+Result<std::unique_ptr<Transport>> RankTransport(const std::string& kind,
+                                                 const std::shared_ptr<FakeFabric>& fabric,
+                                                 const std::string& name) {
+  if (kind == "fake") return MakeFakeTransport(fabric, name);
+  UcxOptions o;
+  o.name = name;
+  o.transports = {"posix", "sysv", "cma", "self"};
+  return MakeUcxTransport(o);
+}
 
 }  // namespace weightport::bench

@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "weightport/core/status.h"
+#include "weightport/transport/fake_transport.h"
 
 namespace weightport::bench {
 
@@ -54,6 +55,12 @@ class Buffer {
   std::byte* data_ = nullptr;
   size_t size_ = 0;
 };
+
+// A rank's transport in a benchmark that runs every rank in one process: "fake" (the in-process
+// memcpy fabric `fabric`) or "shm" (UCX shared memory, CMA and self), named `name`.
+Result<std::unique_ptr<Transport>> RankTransport(const std::string& kind,
+                                                 const std::shared_ptr<FakeFabric>& fabric,
+                                                 const std::string& name);
 
 // Parses argv with CLI11; returns -1 to go on, otherwise the exit code (0 for --help, 2 for a usage
 // error, after CLI11 printed the message).

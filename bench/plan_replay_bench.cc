@@ -139,15 +139,7 @@ int Run(int argc, char** argv) {
   std::map<Endpoint, std::unique_ptr<ProgressLoop>> loops;
   for (const auto* side : {&(*first)->sources, &(*first)->destinations})
     for (const RankBuffer& b : *side) {
-      Result<std::unique_ptr<Transport>> t = Status(Internal("unset"));
-      if (transport == "fake") {
-        t = MakeFakeTransport(fabric, b.endpoint.ToString());
-      } else {
-        UcxOptions o;
-        o.name = b.endpoint.ToString();
-        o.transports = {"posix", "sysv", "cma", "self"};
-        t = MakeUcxTransport(o);
-      }
+      Result<std::unique_ptr<Transport>> t = RankTransport(transport, fabric, b.endpoint.ToString());
       if (!t.ok()) return fail(t.status());
       loops[b.endpoint] = std::make_unique<ProgressLoop>(std::move(*t));
     }
