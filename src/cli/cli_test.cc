@@ -195,6 +195,34 @@ TEST_F(CliTest, ReshardDemoVerifiesEveryVersion) {
   }
 }
 
+// Ranks killed, back, replaced and added while versions flow, then a rollback: every version
+// commits, the replica that came back and the one that joined late read their first version from
+// their peers, and all end on version 3.
+TEST_F(CliTest, MembershipDemoSurvivesKillsRejoinsAndARollback) {
+  CliRun demo = Cli("demo --scenario membership --json --preset tiny");
+  ASSERT_EQ(demo.code, 0) << demo.out;
+  auto j = nlohmann::json::parse(demo.out.substr(demo.out.find("{\n")));
+  EXPECT_TRUE(j["verified"].get<bool>());
+  EXPECT_EQ(j["live_version"].get<int>(), 3);
+  ASSERT_EQ(j["versions"].size(), 5u);  // 1-4 and the rollback
+  for (const auto& v : j["versions"]) EXPECT_TRUE(v["committed"].get<bool>()) << v.dump();
+  EXPECT_EQ(j["versions"][1]["dropped"].size(), 1u) << j["versions"][1].dump();
+  EXPECT_EQ(j["versions"][2]["rejoined"].size(), 1u) << j["versions"][2].dump();
+  EXPECT_EQ(j["versions"][2]["joined"].size(), 1u) << j["versions"][2].dump();
+  EXPECT_EQ(j["versions"][2]["replaced_sources"].size(), 1u) << j["versions"][2].dump();
+  EXPECT_EQ(j["versions"][3]["rejoined"].size(), 1u) << j["versions"][3].dump();
+  EXPECT_TRUE(j["versions"][4]["rollback"].get<bool>());
+  EXPECT_GE(j["newcomer"]["share_from_peers"].get<double>(), 0.9) << j["newcomer"].dump();
+  EXPECT_EQ(j["newcomer"]["version"].get<int>(), 3) << j["newcomer"].dump();
+  EXPECT_GE(j["returned"]["share_from_peers"].get<double>(), 0.9) << j["returned"].dump();
+  // The two replicas that lived, the one started again and the one that joined late.
+  ASSERT_EQ(j["ranks"].size(), 4u);
+  for (const auto& r : j["ranks"]) {
+    EXPECT_EQ(r["live_version"].get<int>(), 3) << r.dump();
+    for (const auto& v : r["versions"]) EXPECT_TRUE(v["verified"].get<bool>()) << r.dump();
+  }
+}
+
 TEST_F(CliTest, InfoReportsTheBuild) {
   CliRun info = Cli("info --json");
   ASSERT_EQ(info.code, 0) << info.out;
@@ -255,8 +283,8 @@ TEST_F(CliTest, SimScenariosAndTheirErrors) {
 TEST_F(CliTest, HbdCompareAndSyntheticTraces) {
   CliRun r = Cli("hbd trace --nodes 300 --fault-ratio 0.05 --days 30 --out " + Path("trace.json"));
   ASSERT_EQ(r.code, 0) << r.out;
-  r = Cli("hbd compare --gpus 1152 --tp 16 --k 3 --fault-ratio 0,0.05 --samples 5 --model none --trace " +
-          Path("trace.json") + " --json");
+  r = Cli("hbd compare --gpus 1152 --tp 16 --k 3 --fault-ratio 0,0.05 --samples 5 --trace " +
+          Path("trace.json") + " --trace-nodes 300 --gpus-per-trace-node 4 --trace-mappings 2 --json");
   ASSERT_EQ(r.code, 0) << r.out;
   auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
   ASSERT_EQ(j["archs"].size(), 4u);
@@ -277,24 +305,36 @@ TEST_F(CliTest, HbdCompareAndSyntheticTraces) {
     EXPECT_EQ(a["at_fault_ratio"][0]["cross_tor_mean"].get<double>(), 0) << a.dump();  // no faults
   }
   EXPECT_EQ(j["archs"][0]["at_fault_ratio"][0]["waste_mean"].get<double>(), 0);  // no faults
-  EXPECT_GT(j["archs"][2]["trace"]["reconfigurations"].get<int64_t>(), 0);       // tpuv4 cubes lost
-  EXPECT_EQ(j["archs"][1]["trace"]["reconfigurations"].get<int64_t>(), 0);       // nvl-72: none
+  EXPECT_GT(j["archs"][2]["trace"]["reconfigurations"].get<double>(), 0);        // tpuv4 cubes lost
+  EXPECT_EQ(j["archs"][1]["trace"]["reconfigurations"].get<double>(), 0);        // nvl-72: none
+  // 1,152 GPUs hold 288 of the trace's 300 servers of 4 GPUs.
+  EXPECT_EQ(j["trace"]["servers"].get<int>(), 300);
+  EXPECT_DOUBLE_EQ(j["archs"][0]["trace"]["trace_copies"].get<double>(), 0.96);
+  const auto& waste = j["archs"][0]["trace"]["waste"];
+  EXPECT_EQ(j["archs"][0]["trace"]["per_mapping"].size(), 2u);
+  EXPECT_LE(waste["spread"]["min"].get<double>(), waste["mean"].get<double>());
+  EXPECT_GE(waste["spread"]["max"].get<double>(), waste["mean"].get<double>());
+  // Without --trace-nodes the trace's coverage is unknown: a usage error.
+  r = Cli("hbd compare --trace " + Path("trace.json"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("--trace-nodes"), std::string::npos) << r.out;
   // The sync and recovery simulations, on a small model.
   r =
       Cli("hbd compare --gpus 144 --tp 16 --arch infinitehbd,nvl-72,nvl-36 --fault-ratio 0 --samples 1 "
-          "--layers 2 "
-          "--json");
+          "--model 50b --layers 2 --json");
   ASSERT_EQ(r.code, 0) << r.out;
   j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
   for (int i : {0, 1}) {
     const auto& sim = j["archs"][i]["sim"];
     ASSERT_TRUE(sim.contains("sync_s")) << sim.dump();
+    EXPECT_EQ(sim["tp"].get<int>(), 8);  // --sim-tp, whatever --tp is
+    EXPECT_EQ(sim["layers"].get<int>(), 2);
     EXPECT_GE(sim["sync_s"].get<double>(), sim["sync_bound_s"].get<double>() * 0.999);
     EXPECT_GT(sim["recovery_with_optimizer_s"].get<double>(), sim["recovery_s"].get<double>());
   }
   EXPECT_TRUE(j["archs"][2]["sim"].contains("skipped"));  // no NVL-36 preset
-  r = Cli("hbd compare --gpus 1152 --tp 16 --samples 2 --model none --plot " + Path("w.svg") + " --trace " +
-          Path("trace.json") + " --trace-plot " + Path("wt.svg"));
+  r = Cli("hbd compare --gpus 1152 --tp 16 --samples 2 --plot " + Path("w.svg") + " --trace " +
+          Path("trace.json") + " --trace-nodes 300 --trace-plot " + Path("wt.svg"));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_GT(fs::file_size(Path("w.svg")), 500u);
   EXPECT_GT(fs::file_size(Path("wt.svg")), 500u);

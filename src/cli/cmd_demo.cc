@@ -16,6 +16,7 @@
 
 #include "cli_common.h"
 #include "demo_children.h"
+#include "demo_membership.h"
 #include "demo_reshard.h"
 #include "publish_loop.h"
 #include "pubsub_common.h"
@@ -56,6 +57,8 @@ Result<uint64_t> PrivatePeakFromSummary(const std::string& log) {
 }
 
 Result<nlohmann::ordered_json> Demo(const DemoOptions& o, const fs::path& dir, std::vector<Child>& children) {
+  if (o.scenario == "membership")
+    return MembershipDemo({.source = o.source, .transport = o.transport, .json = o.json}, dir, children);
   if (o.scenario == "reshard")
     return ReshardDemo({.source = o.source,
                         .versions = o.versions,
@@ -225,8 +228,10 @@ Command AddDemoCommand(CLI::App& app) {
                 "Subscribers skip the hash check of each chunk (measures the transport alone)");
   sub->add_option("--scenario", o->scenario,
                   "publish: one publisher, --subscribers subscribers; reshard: 4 FSDP source ranks feed 2\n"
-                  "replicas x TP 2 destination ranks, each its own process, through a plan")
-      ->check(CLI::IsMember({"publish", "reshard"}))
+                  "replicas x TP 2 destination ranks, each its own process, through a plan; membership: 2\n"
+                  "trainer replicas x TP 2 feed 3 replicas down a relay chain while a replica is killed and\n"
+                  "joins again, a source is killed and replaced, then all roll back from version 4 to 3")
+      ->check(CLI::IsMember({"publish", "reshard", "membership"}))
       ->capture_default_str();
   sub->add_option("--fanout", o->fanout,
                   "reshard: 0 every destination from the sources, 1 relay chain, k tree")

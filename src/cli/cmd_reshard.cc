@@ -103,6 +103,35 @@ Command AddReshardCommand(CLI::App& app) {
       "in the host arena. A source: publishes into a second device copy (copied on the device; it\n"
       "costs that much device memory) that destinations read from, so their transports must read\n"
       "the device's memory too; only what it converts, quantises or compresses crosses to the host");
+  sub->add_flag("--rejoin", o->rejoin,
+                "Coordinator: a rank whose connection was lost (a crashed process started again) may join "
+                "the running session; it takes part from the next version");
+  sub->add_option(
+         "--late", o->late,
+         "Coordinator, with --rejoin and --quorum: destination ranks that join later (replicas added "
+         "as the service scales out); versions run without them until they come, and each takes "
+         "part from the version after it joined")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option(
+         "--rollback-to", o->rollback_to,
+         "Coordinator: after the last version, roll every destination back to version V (each restores "
+         "the copy it kept, --keep-versions; all or nothing)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--first-version", o->first_version,
+                  "A source started again to replace a lost one: the first version it writes and publishes")
+      ->check(CLI::PositiveNumber);
+  sub->add_flag("--refill", o->refill,
+                "A source started in place of a lost one (--first-version V): first read its shards from the "
+                "sources that hold the same slices, which hold version V then, and check them against it");
+  sub->add_option("--keep-versions", o->keep_versions,
+                  "A destination: committed versions kept for a rollback, each a copy of its shards")
+      ->check(CLI::Range(0, 16));
+  sub->add_option(
+         "--crash-at-version", o->crash_at_version,
+         "Fault drill: the rank kills itself (SIGKILL) in version V: a source once it announced V, a "
+         "destination once V began")
+      ->check(CLI::PositiveNumber);
   sub->add_flag("--json", o->json, "Print a machine-readable summary");
   return {sub, [o] { return RunReshard(*o); }};
 }

@@ -19,14 +19,53 @@ constexpr int kSources = 4;
 constexpr int kReplicas = 2;
 constexpr int kTp = 2;
 
-std::vector<std::string> ModelArgs(const ModelSource& s) {
-  if (!s.model_dir.empty()) return {"--model", s.model_dir};
-  std::vector<std::string> a = {"--preset", s.preset, "--arch", s.arch, "--seed", std::to_string(s.seed)};
-  if (s.model_bytes > 0) a.insert(a.end(), {"--model-bytes", std::to_string(s.model_bytes)});
-  return a;
+}  // namespace
+
+std::vector<std::string> ReshardRankArgs(const Endpoint& ep, const ReshardPlanInputs& in,
+                                         const std::string& coordinator, const std::string& secret_path,
+                                         uint64_t versions, const std::string& transport,
+                                         const ModelSource& source) {
+  const bool is_src = ep.side == PlanSide::kSource;
+  std::vector<std::string> args = {"weightport",    "reshard",
+                                   "--role",        is_src ? "src" : "dst",
+                                   "--rank",        std::to_string(ep.rank),
+                                   "--src",         in.src_json,
+                                   "--dst",         in.dst_json,
+                                   "--fanout",      std::to_string(in.relay_fanout),
+                                   "--coordinator", coordinator,
+                                   "--secret-file", secret_path,
+                                   "--versions",    std::to_string(versions),
+                                   "--transport",   transport,
+                                   "--timeout-s",   "300",
+                                   "--json"};
+  if (!source.model_dir.empty()) {
+    args.insert(args.end(), {"--model", source.model_dir});
+  } else {
+    args.insert(args.end(),
+                {"--preset", source.preset, "--arch", source.arch, "--seed", std::to_string(source.seed)});
+    if (source.model_bytes > 0)
+      args.insert(args.end(), {"--model-bytes", std::to_string(source.model_bytes)});
+  }
+  if (!is_src) args.push_back("--verify");
+  return args;
 }
 
-}  // namespace
+Result<ReshardDemoSetup> SetUpReshardDemo(const Placement& src, const Placement& dst, int fanout,
+                                          const ModelSource& source, const fs::path& dir) {
+  WP_RETURN_IF_ERROR(json_util::WriteTextFile((dir / "src.json").string(), src.ToJson().dump()));
+  WP_RETURN_IF_ERROR(json_util::WriteTextFile((dir / "dst.json").string(), dst.ToJson().dump()));
+  ReshardDemoSetup setup;
+  setup.in = {(dir / "src.json").string(), (dir / "dst.json").string(), "", 4ull << 20, fanout};
+  WP_ASSIGN_OR_RETURN(setup.plan, BuildReshardPlan(setup.in, source));
+  setup.secret_path = (dir / "secret").string();
+  WP_ASSIGN_OR_RETURN(Secret secret, LoadSecret(setup.secret_path, /*create_if_missing=*/true));
+  WP_ASSIGN_OR_RETURN(setup.listener, ControlListener::Listen("127.0.0.1", 0, "reshard-coordinator", secret));
+  setup.options.plan_digest = setup.plan->Digest();
+  setup.options.ranks = PlanRanks(*setup.plan);
+  setup.options.join_timeout = milliseconds(120'000);
+  setup.options.update_timeout = milliseconds(300'000);
+  return setup;
+}
 
 Result<nlohmann::ordered_json> ReshardDemo(const ReshardDemoOptions& o, const fs::path& dir,
                                            std::vector<Child>& children) {
@@ -37,23 +76,16 @@ Result<nlohmann::ordered_json> ReshardDemo(const ReshardDemoOptions& o, const fs
   WP_ASSIGN_OR_RETURN(Placement src, FsdpFlat(layout, kSources));
   std::vector<MeshAxis> axes = {ReplicaAxis("dp", kReplicas), TensorParallelAxis("tp", kTp)};
   WP_ASSIGN_OR_RETURN(Placement dst, BuildMesh(layout, axes));
-  WP_RETURN_IF_ERROR(json_util::WriteTextFile((dir / "src.json").string(), src.ToJson().dump()));
-  WP_RETURN_IF_ERROR(json_util::WriteTextFile((dir / "dst.json").string(), dst.ToJson().dump()));
-  ReshardPlanInputs in{(dir / "src.json").string(), (dir / "dst.json").string(), "", 4ull << 20, o.fanout};
-  WP_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, BuildReshardPlan(in, o.source));
-  const std::string secret_path = (dir / "secret").string();
-  WP_ASSIGN_OR_RETURN(Secret secret, LoadSecret(secret_path, /*create_if_missing=*/true));
-  WP_ASSIGN_OR_RETURN(auto listener, ControlListener::Listen("127.0.0.1", 0, "reshard-coordinator", secret));
-  ReshardCoordinatorOptions co;
-  co.plan_digest = plan->Digest();
-  co.ranks = PlanRanks(*plan);
-  co.join_timeout = milliseconds(120'000);
-  co.update_timeout = milliseconds(300'000);
+  WP_ASSIGN_OR_RETURN(ReshardDemoSetup setup, SetUpReshardDemo(src, dst, o.fanout, o.source, dir));
+  const ReshardPlanInputs& in = setup.in;
+  const std::shared_ptr<const Plan> plan = setup.plan;
+  const std::string& secret_path = setup.secret_path;
+  ReshardCoordinatorOptions co = setup.options;
   co.log = [&](std::string line) {
     if (!o.json && line.find("joined") == std::string::npos)
       std::cerr << "  coordinator: " << line << std::endl;
   };
-  ReshardCoordinator coordinator(std::move(listener), co);
+  ReshardCoordinator coordinator(std::move(setup.listener), co);
   say("[1/3] " + o.source.Describe() + ": " + std::to_string(layout.size()) + " tensors, " +
       HumanBytes(plan->DestinationBytes()) + " to deliver per version; FSDP flat over " +
       std::to_string(kSources) + " source ranks -> " + std::to_string(kReplicas) + " replicas x TP " +
@@ -63,23 +95,9 @@ Result<nlohmann::ordered_json> ReshardDemo(const ReshardDemoOptions& o, const fs
   say("[2/3] starting " + std::to_string(co.ranks.size()) + " rank processes (" + o.transport +
       "); coordinator at " + coordinator.address());
   for (const Endpoint& ep : co.ranks) {
-    const bool is_src = ep.side == PlanSide::kSource;
     Child c{.name = ReshardName(ep), .log = (dir / (ReshardName(ep) + ".log")).string()};
-    std::vector<std::string> args = {"weightport",    "reshard",
-                                     "--role",        is_src ? "src" : "dst",
-                                     "--rank",        std::to_string(ep.rank),
-                                     "--src",         in.src_json,
-                                     "--dst",         in.dst_json,
-                                     "--fanout",      std::to_string(o.fanout),
-                                     "--coordinator", coordinator.address(),
-                                     "--secret-file", secret_path,
-                                     "--versions",    std::to_string(o.versions),
-                                     "--transport",   o.transport,
-                                     "--timeout-s",   "300",
-                                     "--json"};
-    auto model = ModelArgs(o.source);
-    args.insert(args.end(), model.begin(), model.end());
-    if (!is_src) args.push_back("--verify");
+    const std::vector<std::string> args =
+        ReshardRankArgs(ep, in, coordinator.address(), secret_path, o.versions, o.transport, o.source);
     WP_ASSIGN_OR_RETURN(c.pid, Spawn(args, c.log));
     children.push_back(std::move(c));
   }

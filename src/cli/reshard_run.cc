@@ -7,9 +7,12 @@
 #include <mutex>
 #include <optional>
 
+#include <signal.h>
+
 #include "cli_common.h"
 #include "weightport/control/channel.h"
 #include "weightport/cuda/device_memory.h"
+#include "weightport/engine/rank/source_replicas.h"
 #include "weightport/engine/session/reshard_coordinator.h"
 #include "weightport/engine/session/reshard_destination.h"
 #include "weightport/engine/session/reshard_member.h"
@@ -47,11 +50,38 @@ Status NoRekeyAfter(const ReshardMember::Event& verdict) {
                             ": with --rotate-keys, give --rotate-keys to the coordinator too");
 }
 
+// --refill: a source started in place of a lost one takes its shards from its data-parallel peers
+// (they hold the version before --first-version still: the coordinator lets it in only then), and
+// checks them against that version of the model.
+Status RefillFromPeers(const ReshardOptions& o, const Plan& plan, PlanRank& rank, ReshardMember& member,
+                       nlohmann::ordered_json& report) {
+  WP_ASSIGN_OR_RETURN(RefillStats r, rank.Refill(member.joined_peers()));
+  WP_ASSIGN_OR_RETURN(ModelBytes model, LoadModelFor(o.source, plan));
+  const RankBuffer& buffer = *plan.Buffer(rank.endpoint());
+  Status check;
+  for (size_t i = 0; i < buffer.shards.size() && check.ok(); ++i)
+    check = CheckShardVersion(plan, buffer.shards[i], model, o.first_version, {o.versions, o.perturb},
+                              rank.shard_bytes(i));
+  nlohmann::ordered_json from = nlohmann::json::object();
+  for (const auto& [ep, bytes] : r.bytes_from) from[ep.ToString()] = bytes;
+  const double s = std::chrono::duration<double>(r.elapsed).count();
+  report["refill"] = {{"bytes", r.bytes},
+                      {"shards", r.shards},
+                      {"not_refilled", r.not_refilled},
+                      {"seconds", s},
+                      {"gbps", Gbps(r.bytes, s)},
+                      {"bytes_from", from},
+                      {"version", o.first_version},
+                      {"verified", check.ok()}};
+  return check.WithContext(rank.endpoint().ToString() + ": the shards refilled from its peers");
+}
+
 // A source: writes and publishes each version, then waits for the coordinator's verdict.
 Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, ReshardMember& member,
                  const MoveRank& move, DeviceMemory* device, nlohmann::ordered_json& report) {
   std::vector<std::byte> staged;  // a shard on its way to the device
   const RankBuffer& buffer = *plan.Buffer(rank.endpoint());
+  if (o.refill) WP_RETURN_IF_ERROR(RefillFromPeers(o, plan, rank, member, report));
   WP_ASSIGN_OR_RETURN(ModelBytes model, LoadModelFor(o.source, plan));
   // The coordinator's verdicts (SourceFollower). With --rotate-keys each is held for the Rekey after
   // it: a second verdict, or a Bye, before that Rekey means the coordinator does not rotate keys.
@@ -73,7 +103,7 @@ Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, Resh
     return e;
   };
   uint64_t committed = 0;
-  for (uint64_t v = 1; v <= o.versions; ++v) {
+  for (uint64_t v = o.first_version; v <= o.versions; ++v) {
     for (size_t i = 0; i < buffer.shards.size(); ++i) {
       std::span<std::byte> into = rank.shard_bytes(i);
       if (device != nullptr) {  // the trainer writes the device; Publish reads it from there
@@ -87,7 +117,8 @@ Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, Resh
     WP_RETURN_IF_ERROR(rank.Publish(v));
     // Publish converts, hashes and compresses what the plan asks of this source.
     const double publish_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    WP_RETURN_IF_ERROR(member.Ready(v));
+    WP_RETURN_IF_ERROR(member.Ready(v, rank.replica_digests()));
+    if (v == o.crash_at_version) raise(SIGKILL);  // announced, then gone: its replicas stand in
     WP_ASSIGN_OR_RETURN(ReshardMember::Event e, next());
     if (e.kind == ReshardMember::Event::kBye) return Cancelled("the coordinator ended the run early");
     const bool ok = e.kind == ReshardMember::Event::kCommit;
@@ -99,10 +130,13 @@ Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, Resh
                                   {"committed", ok},
                                   {"reason", e.reason}});
   }
-  WP_ASSIGN_OR_RETURN(ReshardMember::Event bye, next());
-  (void)bye;
-  if (committed != o.versions)
-    return Unavailable(std::to_string(o.versions - committed) + " version(s) aborted");
+  // Until Bye: a rollback the coordinator runs after the last version ends with a verdict here too.
+  for (int verdicts = 0; verdicts < 64; ++verdicts) {
+    WP_ASSIGN_OR_RETURN(ReshardMember::Event e, next());
+    if (e.kind == ReshardMember::Event::kBye) break;
+  }
+  const uint64_t ran = o.versions + 1 - std::min(o.first_version, o.versions + 1);
+  if (committed != ran) return Unavailable(std::to_string(ran - committed) + " version(s) aborted");
   return Status::Ok();
 }
 
@@ -129,6 +163,8 @@ Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank,
     const double s = std::chrono::duration<double>(r->elapsed).count();
     report["versions"].push_back({{"version", v},
                                   {"bytes", r->bytes},
+                                  {"peer_bytes", r->peer_bytes},
+                                  {"restored_bytes", r->restored_bytes},
                                   {"chunks", r->chunks},
                                   {"kept_bytes", r->kept_bytes},
                                   {"frame_bytes", r->frame_bytes},
@@ -136,6 +172,8 @@ Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank,
                                   {"bands_reused", r->bands_reused},
                                   {"rerouted_steps", r->rerouted_steps},
                                   {"rerouted_via_relay", r->rerouted_via_relay},
+                                  {"refetched_from_replica", r->refetched_from_replica},
+                                  {"refetched_replica_bytes", r->refetched_replica_bytes},
                                   {"seconds", s},
                                   {"device_bytes", r->device_bytes},
                                   {"device_kept_bytes", r->device_kept_bytes},
@@ -172,8 +210,14 @@ Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank,
     if (aborted.ok()) aborted = Unavailable("version " + std::to_string(v) + " aborted: " + why);
   };
   if (o.rotate_keys) hooks.rekey = [&](uint64_t) { return move(); };
+  if (o.crash_at_version > 0)
+    hooks.before_receive = [&](uint64_t v) {
+      if (v == o.crash_at_version) raise(SIGKILL);  // the version began and this rank is gone
+      return Status::Ok();
+    };
   Status s = FollowAsDestination(rank, member, milliseconds(o.timeout_s * 1000LL), hooks);
   report["committed"] = committed;
+  report["live_version"] = rank.live_version();
   if (!o.out.empty()) {
     // With --device-direct the shards are on the device only: each read back as the file asks for
     // it (its scales come right after it, from the same read). A failed read leaves no file.
@@ -212,6 +256,7 @@ Status RunReshardRank(const ReshardOptions& o) {
   ro.rotate_keys = o.rotate_keys;
   WP_ASSIGN_OR_RETURN(ro.device, DeviceOf(o.device));
   ro.device_direct = o.device_direct;
+  ro.keep_versions = o.keep_versions;
   if (o.device_direct && !ro.device)
     return InvalidArgument("--device-direct needs --device cuda or stand-in");
   WP_ASSIGN_OR_RETURN(std::unique_ptr<PlanRank> rank, PlanRank::Create(plan, me, *loop, ro));
@@ -243,20 +288,28 @@ Status RunReshardRank(const ReshardOptions& o) {
 
 Result<nlohmann::ordered_json> CoordinateVersions(ReshardCoordinator& coordinator, uint64_t versions,
                                                   const std::function<void(const std::string&)>& say,
-                                                  bool& all_committed) {
+                                                  bool& all_committed, uint64_t rollback_to) {
   nlohmann::ordered_json out = nlohmann::json::array();
   all_committed = true;
-  for (uint64_t v = 1; v <= versions; ++v) {
-    WP_ASSIGN_OR_RETURN(ReshardVersionReport r, coordinator.RunVersion(v));
+  for (uint64_t step = 1; step <= versions + (rollback_to > 0); ++step) {
+    const bool rollback = step > versions;
+    const uint64_t v = rollback ? rollback_to : step;
+    WP_ASSIGN_OR_RETURN(ReshardVersionReport r,
+                        rollback ? coordinator.RunRollback(v) : coordinator.RunVersion(v));
     all_committed = all_committed && r.committed;
-    nlohmann::ordered_json j = {{"version", v},
-                                {"committed", r.committed},
-                                {"bytes", r.bytes},
-                                {"seconds", r.seconds},
-                                {"gbps", Gbps(r.bytes, r.seconds)}};
+    std::vector<std::string> rejoined, joined, replaced;
+    for (const Endpoint& ep : r.rejoined) rejoined.push_back(ep.ToString());
+    for (const Endpoint& ep : r.joined) joined.push_back(ep.ToString());
+    for (const Endpoint& ep : r.replaced_sources) replaced.push_back(ep.ToString());
+    nlohmann::ordered_json j = {
+        {"version", v},     {"rollback", rollback}, {"committed", r.committed},
+        {"bytes", r.bytes}, {"seconds", r.seconds}, {"gbps", Gbps(r.bytes, r.seconds)}};
     if (!r.committed) j["reason"] = r.reason;
     j["rekey_s"] = r.rekey_seconds;
     j["dropped"] = r.dropped;
+    j["rejoined"] = rejoined;
+    j["joined"] = joined;
+    j["replaced_sources"] = replaced;
     uint64_t retries = 0;
     nlohmann::ordered_json dsts = nlohmann::json::array();
     for (const auto& d : r.destinations) {
@@ -272,16 +325,19 @@ Result<nlohmann::ordered_json> CoordinateVersions(ReshardCoordinator& coordinato
     j["destinations"] = dsts;
     char line[256];
     std::snprintf(line, sizeof line,
-                  "version %llu: %s, %s in %.3f s, %.2f GB/s over %zu destinations, %llu retries",
-                  static_cast<unsigned long long>(v), r.committed ? "committed" : "ABORTED",
-                  HumanBytes(r.bytes).c_str(), r.seconds, Gbps(r.bytes, r.seconds), r.destinations.size(),
-                  static_cast<unsigned long long>(retries));
+                  "%sversion %llu: %s, %s in %.3f s, %.2f GB/s over %zu destinations, %llu retries",
+                  rollback ? "rollback to " : "", static_cast<unsigned long long>(v),
+                  r.committed ? "committed" : "ABORTED", HumanBytes(r.bytes).c_str(), r.seconds,
+                  Gbps(r.bytes, r.seconds), r.destinations.size(), static_cast<unsigned long long>(retries));
     std::string text = std::string(line) + (r.committed ? "" : ": " + r.reason);
     if (r.rekey_seconds > 0) {
       std::snprintf(line, sizeof line, "; keys rotated in %.1f ms", r.rekey_seconds * 1e3);
       text += line;
     }
     for (const std::string& d : r.dropped) text += "; dropped " + d;
+    for (const std::string& ep : rejoined) text += "; " + ep + " back in";
+    for (const std::string& ep : joined) text += "; " + ep + " joined";
+    for (const std::string& ep : replaced) text += "; " + ep + " lost, read from its replicas";
     say(text);
     out.push_back(std::move(j));
   }
@@ -301,6 +357,10 @@ Status RunReshardCoordinator(const ReshardOptions& o) {
   co.join_timeout = co.update_timeout = milliseconds(o.timeout_s * 1000LL);
   co.quorum = o.quorum;
   co.rotate_keys = o.rotate_keys;
+  co.rejoin = o.rejoin;
+  for (int rank : o.late) co.late.push_back({PlanSide::kDestination, rank});
+  co.replicas = SourceReplicaGroups(*plan);
+  for (const RankBuffer& b : plan->sources) co.source_shards[b.endpoint] = b.shards.size();
   co.log = [&](std::string line) {
     if (!o.json) std::cerr << line << std::endl;
   };
@@ -316,7 +376,7 @@ Status RunReshardCoordinator(const ReshardOptions& o) {
                                          [&](const std::string& l) {
                                            if (!o.json) std::cout << l << std::endl;
                                          },
-                                         all));
+                                         all, o.rollback_to));
   if (o.json)
     std::cout << nlohmann::ordered_json{{"plan_digest", plan->Digest()},
                                         {"steps", plan->steps.size()},

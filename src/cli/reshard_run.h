@@ -31,7 +31,14 @@ struct ReshardOptions {
   // PlanRankOptions::device: "none", "cuda" (the GPU) or "stand-in" (host memory playing one). A
   // source writes each version there, a destination's --verify checks the device copy too.
   std::string device = "none";
-  bool device_direct = false;  // PlanRankOptions::device_direct: --verify and --out read the device copy
+  bool device_direct = false;     // PlanRankOptions::device_direct: --verify and --out read the device copy
+  bool rejoin = false;            // ReshardCoordinatorOptions::rejoin
+  std::vector<int> late;          // ReshardCoordinatorOptions::late: destination ranks
+  uint64_t first_version = 1;     // a replacement source starts here
+  bool refill = false;            // ... after refilling its shards from its peers (PlanRank::Refill)
+  size_t keep_versions = 0;       // PlanRankOptions::keep_versions
+  uint64_t crash_at_version = 0;  // fault drill: SIGKILL itself in this version (0: never)
+  uint64_t rollback_to = 0;       // the coordinator rolls every destination back to it at the end
   bool json = false;
 };
 
@@ -40,10 +47,11 @@ Status RunReshardRank(const ReshardOptions& o);
 // The coordinator on its own.
 Status RunReshardCoordinator(const ReshardOptions& o);
 
-// Runs the coordinator's part on an already built plan and listener (shared with the demo).
-// `say` gets one line per version; the JSON array holds one object per version.
+// Runs the coordinator's part on an already built plan and listener (shared with the demo), then,
+// with `rollback_to`, a rollback of every destination to that version. `say` gets one line per
+// version; the JSON array holds one object per version (and one for the rollback).
 Result<nlohmann::ordered_json> CoordinateVersions(ReshardCoordinator& coordinator, uint64_t versions,
                                                   const std::function<void(const std::string&)>& say,
-                                                  bool& all_committed);
+                                                  bool& all_committed, uint64_t rollback_to = 0);
 
 }  // namespace weightport::cli
