@@ -23,6 +23,7 @@ struct SimCliOptions {
   int src_offset = 0, dst_offset = -1;
   std::string granularity = "pair", routing = "rail";
   double quantum_us = -1;
+  double per_message_us = -1;  // < 0: the scenario's (Scenario::per_message_s)
   std::string timeline, plot;
   bool list = false, json = false;
 };
@@ -94,6 +95,7 @@ int Run(const SimCliOptions& o) {
   auto scenario = Load(o);
   if (!scenario.ok()) return Fail("sim", scenario.status());
   const sim::Scenario& s = *scenario;
+  options.per_message_s = o.per_message_us < 0 ? s.per_message_s : o.per_message_us * 1e-6;
   std::fprintf(stderr, "weightport sim: simulating %zu steps on %zu nodes...\n", s.plan.steps.size(),
                s.graph.nodes().size());
   auto result = sim::Simulate(s.plan, s.graph, s.endpoints, options);
@@ -114,6 +116,7 @@ int Run(const SimCliOptions& o) {
       {"params", s.params},
       {"granularity", o.granularity},
       {"routing", o.routing},
+      {"per_message_s", options.per_message_s},
       {"steps", s.plan.steps.size()},
       {"bytes", s.plan.TotalBytes()},
       {"plan_s", s.plan_s},
@@ -143,6 +146,8 @@ int Run(const SimCliOptions& o) {
               s.plan.estimate.lower_bound_s, s.plan.estimate.predicted_s);
   std::printf("  copies      %llu contiguous runs (one Get each), %llu into the busiest destination rank\n",
               static_cast<unsigned long long>(runs_total), static_cast<unsigned long long>(runs_max));
+  if (options.per_message_s > 0)
+    std::printf("  messages    %.1f us each, charged on their flows' paths\n", options.per_message_s * 1e6);
   if (s.anchor_s > 0) std::printf("  anchor      %.3f s   (%s)\n", s.anchor_s, s.anchor.c_str());
   std::printf("  first / last destination done: %.3f s / %.3f s\n",
               report["first_destination_done_s"].get<double>(), r.makespan_s);
@@ -181,6 +186,10 @@ Command AddSimCommand(CLI::App& app) {
   sub->add_option("--quantum-us", o->quantum_us,
                   "Re-solve link shares at most this often (0: at every event; default: lower bound / 2000)")
       ->check(FiniteRange(0, 1e12));
+  sub->add_option("--per-message-us", o->per_message_us,
+                  "Cost of one message (one contiguous run, one Get) on its path, in us; 0: bytes only\n"
+                  "(default: the scenario's measured figure, 0 for a plan file)")
+      ->check(FiniteRange(0, 1e6));
   sub->add_option("--timeline", o->timeline,
                   "Write the full result (per destination, timeline) as JSON here");
   sub->add_option("--plot", o->plot, "Write the timeline as an SVG chart here");

@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "sim/max_min.h"
 #include "weightport/topology/routing.h"
 
 namespace weightport::sim {
@@ -105,9 +106,11 @@ std::vector<char> OnCycle(const std::vector<Flow>& flows) {
 }
 
 // Groups steps into flows: per pair, except steps whose pair is in `split` (or every step at step
-// granularity), which become flows of their own; fills bytes, dependencies and followers.
+// granularity), which become flows of their own; fills bytes, dependencies and followers, and with
+// `count_messages` each flow's contiguous runs.
 Result<std::vector<Flow>> Group(const Plan& plan, const Graph& graph, const EndpointMap& endpoints,
-                                bool per_pair, const std::unordered_set<uint64_t>& split) {
+                                bool per_pair, const std::unordered_set<uint64_t>& split,
+                                bool count_messages) {
   std::vector<Flow> flows;
   std::vector<int> step_flow(plan.steps.size(), -1);
   std::unordered_map<uint64_t, int> pair_flow;  // (from side, from rank, to rank) -> flow
@@ -128,6 +131,12 @@ Result<std::vector<Flow>> Group(const Plan& plan, const Graph& graph, const Endp
     }
     const double bytes = static_cast<double>(step.bytes);
     flow.bytes += bytes;
+    if (count_messages) {
+      uint64_t runs = 0;
+      Status counted = ForEachStepRun(plan, step, [&](const StepRun&) { ++runs; });
+      if (!counted.ok()) return counted.WithContext("plan step " + std::to_string(step.id));
+      flow.messages += static_cast<double>(runs);
+    }
     if (step.after < 0 || step.bytes == 0) {
       flow.own_bytes += bytes;
       continue;
@@ -150,7 +159,8 @@ Result<FlowSet> BuildFlows(const Plan& plan, const Graph& graph, const EndpointM
                            const SimOptions& options) {
   FlowSet set;
   const bool per_pair = options.granularity == Granularity::kPair;
-  WP_ASSIGN_OR_RETURN(set.flows, Group(plan, graph, endpoints, per_pair, {}));
+  const bool count_messages = options.per_message_s > 0;
+  WP_ASSIGN_OR_RETURN(set.flows, Group(plan, graph, endpoints, per_pair, {}, count_messages));
   if (per_pair) {
     // Pairs can depend on each other in a cycle (a -> b relays what c -> a carried while c -> a
     // relays what b -> c carried, when chains of different pieces start at different replicas); a
@@ -161,7 +171,7 @@ Result<FlowSet> BuildFlows(const Plan& plan, const Graph& graph, const EndpointM
     for (size_t f = 0; f < set.flows.size(); ++f)
       if (cyclic[f]) split.insert(set.flows[f].pair_key);
     if (!split.empty()) {
-      WP_ASSIGN_OR_RETURN(set.flows, Group(plan, graph, endpoints, true, split));
+      WP_ASSIGN_OR_RETURN(set.flows, Group(plan, graph, endpoints, true, split, count_messages));
       set.split_pairs = split.size();
     }
   }
@@ -169,11 +179,6 @@ Result<FlowSet> BuildFlows(const Plan& plan, const Graph& graph, const EndpointM
   for (const RankBuffer& b : plan.destinations) dst_ranks = std::max(dst_ranks, b.endpoint.rank + 1);
   for (const Flow& f : set.flows) dst_ranks = std::max(dst_ranks, f.dst_rank + 1);
   set.dst_ranks = dst_ranks;
-  // A relay forwards chunk k once it has chunk k: its leader is one chunk ahead.
-  const double chunk = static_cast<double>(std::max<uint64_t>(plan.options.chunk_bytes, 1));
-  for (Flow& flow : set.flows)
-    for (Dependency& dep : flow.deps) dep.lag_bytes = std::min(chunk, dep.bytes);
-
   // Routes: one per distinct (from, to) node pair; a copy within one node uses its copy engine.
   std::vector<std::pair<int, int>> pairs;
   std::map<std::pair<int, int>, size_t> pair_route;
@@ -202,6 +207,25 @@ Result<FlowSet> BuildFlows(const Plan& plan, const Graph& graph, const EndpointM
     set.paths[f] = route.links;
     flow.latency_s = route.latency_us * 1e-6;
   }
+  for (size_t f = 0; f < set.flows.size(); ++f) {
+    Flow& flow = set.flows[f];
+    flow.payload = flow.bytes;
+    if (options.per_message_s <= 0 || flow.messages <= 0 || flow.bytes <= 0) continue;
+    // The messages' time as the bytes the path's slowest link carries meanwhile; every part of the
+    // flow grows in proportion, so its dependencies keep their meaning.
+    double slowest = MaxMinSolver::kNoCap;
+    for (int l : set.paths[f]) slowest = std::min(slowest, set.capacity[l]);
+    if (!(slowest < MaxMinSolver::kNoCap)) continue;
+    const double scale = 1 + flow.messages * options.per_message_s * slowest / flow.bytes;
+    flow.bytes *= scale;
+    flow.own_bytes *= scale;
+    for (Dependency& dep : flow.deps) dep.bytes *= scale;
+  }
+  // A relay forwards chunk k once it has chunk k: its leader is one chunk (of payload) ahead.
+  const double chunk = static_cast<double>(std::max<uint64_t>(plan.options.chunk_bytes, 1));
+  for (Flow& flow : set.flows)
+    for (Dependency& dep : flow.deps)
+      dep.lag_bytes = std::min(flow.payload > 0 ? chunk * flow.bytes / flow.payload : chunk, dep.bytes);
   set.order = LeadersFirst(set.flows);
   return set;
 }

@@ -23,7 +23,11 @@ struct Dependency {
 };
 
 struct Flow {
+  // What the flow carries: its payload plus its messages' cost as bytes (SimOptions::per_message_s),
+  // the unit of its rate, progress and dependencies.
   double bytes = 0;
+  double payload = 0;    // the plan's bytes: what is reported delivered and bounds the links
+  double messages = 0;   // contiguous runs, counted when per_message_s > 0
   double own_bytes = 0;  // available from the start (sent by a source)
   std::vector<Dependency> deps;
   std::vector<std::pair<int, int>> followers;  // (flow, index in its deps)

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "weightport/plan/planner.h"
@@ -53,6 +54,62 @@ TEST(Scenarios, TheTestbedReplacementIsBoundByTheReplacementsLink) {
     for (const PlanStep& step : s->plan.steps) senders.insert(step.from.rank);
     EXPECT_EQ(senders.size(), static_cast<size_t>(holders));
   }
+}
+
+// Contiguous runs per destination rank, counted apart from the simulator.
+std::vector<uint64_t> RunsPerDestination(const Plan& plan) {
+  std::vector<uint64_t> runs(plan.destinations.size(), 0);
+  for (const PlanStep& step : plan.steps) {
+    EXPECT_TRUE(ForEachStepRun(plan, step, [&](const StepRun&) { ++runs.at(step.to_rank); }).ok());
+  }
+  return runs;
+}
+
+Result<SimResult> WithMessageCost(const Scenario& s, double per_message_s) {
+  SimOptions options;
+  options.per_message_s = per_message_s;
+  return Simulate(s.plan, s.graph, s.endpoints, options);
+}
+
+// One flow alone on its path: each message adds exactly its cost; the bytes reported and the bound
+// stay the plan's.
+TEST(Scenarios, EachMessageOfALoneFlowAddsItsCost) {
+  auto s = BuildScenario("testbed", {{"receivers", 1}, {"payload", "small"}, {"chunk_kib", 64}});
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto bytes_only = WithMessageCost(*s, 0), charged = WithMessageCost(*s, 50e-6);
+  ASSERT_TRUE(bytes_only.ok() && charged.ok());
+  const uint64_t runs = RunsPerDestination(s->plan).at(0);
+  EXPECT_GT(runs, s->plan.steps.size());  // 64 KiB chunks cut the steps' runs
+  EXPECT_EQ(charged->stats.messages, runs);
+  EXPECT_EQ(bytes_only->stats.messages, 0u);
+  EXPECT_NEAR(charged->makespan_s - bytes_only->makespan_s, static_cast<double>(runs) * 50e-6,
+              1e-3 * charged->makespan_s);
+  EXPECT_DOUBLE_EQ(charged->lower_bound_s, bytes_only->lower_bound_s);
+  EXPECT_EQ(charged->destinations.at(0).bytes, bytes_only->destinations.at(0).bytes);
+  EXPECT_NEAR(charged->timeline.back().delivered_bytes, static_cast<double>(s->plan.TotalBytes()), 1.0);
+}
+
+// The testbed reshard cuts matrices along their last dimension: tens of thousands of small Gets into
+// each destination, which the scenario's measured per-message cost charges; the fan-out's few large
+// Gets barely move.
+TEST(Scenarios, TheTestbedReshardPaysForItsSmallGetsAndTheFanOutHardlyDoes) {
+  auto reshard = BuildScenario("testbed", {{"case", "reshard"}, {"payload", "small"}});
+  auto fanout = BuildScenario("testbed", {{"receivers", 4}, {"payload", "small"}});
+  ASSERT_TRUE(reshard.ok() && fanout.ok());
+  ASSERT_GT(reshard->per_message_s, 0);
+  EXPECT_EQ(fanout->per_message_s, reshard->per_message_s);
+  auto r0 = WithMessageCost(*reshard, 0), r1 = WithMessageCost(*reshard, reshard->per_message_s);
+  auto f0 = WithMessageCost(*fanout, 0), f1 = WithMessageCost(*fanout, fanout->per_message_s);
+  ASSERT_TRUE(r0.ok() && r1.ok() && f0.ok() && f1.ok());
+  const std::vector<uint64_t> runs = RunsPerDestination(reshard->plan);
+  const uint64_t busiest = *std::max_element(runs.begin(), runs.end());
+  EXPECT_GT(busiest, 10'000u);
+  // The busiest destination's link carries its messages' cost on top of its bytes.
+  const double added = r1->makespan_s - r0->makespan_s;
+  EXPECT_GT(added, 0.8 * static_cast<double>(busiest) * reshard->per_message_s);
+  EXPECT_LT(added, 1.2 * static_cast<double>(busiest) * reshard->per_message_s);
+  EXPECT_DOUBLE_EQ(r1->lower_bound_s, r0->lower_bound_s);
+  EXPECT_LT(f1->makespan_s, 1.02 * f0->makespan_s);
 }
 
 TEST(Scenarios, EveryHbdPresetRunsTheDenseSync) {

@@ -112,6 +112,7 @@ nlohmann::json SimResult::ToJson(const Graph& graph, size_t max_links) const {
            {{"steps", stats.steps},
             {"flows", stats.flows},
             {"split_pairs", stats.split_pairs},
+            {"messages", stats.messages},
             {"events", stats.events},
             {"solves", stats.solves},
             {"quantum_s", stats.quantum_s},

@@ -215,7 +215,7 @@ void Engine::Complete(int f, double t) {
   SetRate(f, 0);
   state_[f] = State::kDone;
   done_s_[f] = t + flows_[f].latency_s;
-  done_bytes_ += flows_[f].bytes;
+  done_bytes_ += flows_[f].payload;
   ++motion_version_[f];
   if (--flows_into_[flows_[f].dst_rank] == 0) dst_done_times_.push_back(done_s_[f]);
   for (auto [g, k] : flows_[f].followers) Enqueue(g);
@@ -300,7 +300,7 @@ void Engine::Sample(double t, SimResult& out) {
     s.delivered_bytes = done_bytes_;
     for (size_t f = 0; f < flows_.size(); ++f) {
       if (state_[f] == State::kDone) continue;
-      s.delivered_bytes += X(static_cast<int>(f), next_sample_);
+      s.delivered_bytes += X(static_cast<int>(f), next_sample_) * flows_[f].payload / flows_[f].bytes;
       s.running_flows += rate_[f] > 0;
     }
     s.destinations_done = static_cast<int>(std::count_if(dst_done_times_.begin(), dst_done_times_.end(),
@@ -383,7 +383,7 @@ Status Engine::Run(double lower_bound, SimResult& out) {
   for (size_t f = 0; f < n; ++f) {
     DestinationTime& d = out.destinations[flows_[f].dst_rank];
     d.node = flows_[f].to_node;
-    d.bytes += static_cast<uint64_t>(flows_[f].bytes);
+    d.bytes += static_cast<uint64_t>(flows_[f].payload);
     d.done_s = std::max(d.done_s, done_s_[f]);
     out.makespan_s = std::max(out.makespan_s, done_s_[f]);
   }
@@ -393,12 +393,13 @@ Status Engine::Run(double lower_bound, SimResult& out) {
   if (out.timeline.empty() || out.timeline.back().t_s < out.makespan_s) {
     TimelineSample end;
     end.t_s = out.makespan_s;
-    for (const Flow& f : flows_) end.delivered_bytes += f.bytes;
+    for (const Flow& f : flows_) end.delivered_bytes += f.payload;
     end.destinations_done = static_cast<int>(dst_done_times_.size());
     out.timeline.push_back(end);
   }
   out.stats.flows = n;
   out.stats.split_pairs = set_.split_pairs;
+  for (const Flow& f : flows_) out.stats.messages += static_cast<uint64_t>(f.messages);
   out.stats.events = events_handled_;
   out.stats.solves = solves_;
   return Status::Ok();
@@ -414,7 +415,7 @@ Result<SimResult> Simulate(const Plan& plan, const topology::Graph& graph, const
   // Bytes per link, and the bound they set.
   std::vector<double> link_bytes(set.capacity.size(), 0);
   for (size_t f = 0; f < set.flows.size(); ++f)
-    for (int l : set.paths[f]) link_bytes[l] += set.flows[f].bytes;
+    for (int l : set.paths[f]) link_bytes[l] += set.flows[f].payload;
   for (size_t l = 0; l < link_bytes.size(); ++l) {
     if (link_bytes[l] <= 0) continue;
     LinkUse use;

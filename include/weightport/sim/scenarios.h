@@ -42,8 +42,11 @@ struct Scenario {
   EndpointMap endpoints;
   nlohmann::json params;  // the defaults with the overrides applied
   double plan_s = 0;      // wall time of MakePlan
-  double anchor_s = 0;    // a published figure for the same job; 0: none
-  std::string anchor;     // what the figure is and where it is from
+  // The per-message cost measured where the scenario runs (SimOptions::per_message_s); 0: none
+  // measured, bytes only.
+  double per_message_s = 0;
+  double anchor_s = 0;  // a published figure for the same job; 0: none
+  std::string anchor;   // what the figure is and where it is from
 };
 
 std::vector<ScenarioInfo> Scenarios();

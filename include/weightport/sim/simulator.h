@@ -12,6 +12,11 @@
 //     no faster than the leader feeds it. At pair granularity a leader's bytes are assumed to
 //     progress in proportion across the steps it carries (the engine fetches ready chunks by
 //     index across steps).
+//   - Messages. With SimOptions::per_message_s > 0, every contiguous run of a step (one Get in
+//     the engine: ForEachStepRun) costs that long on its flow's path, charged as the bytes the
+//     path's slowest link would carry in that time; bytes reported and the lower bound stay the
+//     plan's own. A reshard that cuts matrices along their last dimension is thousands of small Gets,
+//     which cost more than their bytes (docs/SIMULATOR.md has the calibration).
 //   - Latency. Each hop adds its link latency once: to the start of every dependent flow and to
 //     the completion of every flow.
 //   - Time. Event driven: completions, catch-ups and dependencies opening are exact; rates are
@@ -47,6 +52,9 @@ struct SimOptions {
   double quantum_s = -1;
   // Bandwidth of a copy between two ranks on the same node (no link crossed), bytes/s.
   double local_copy_bytes_per_s = 1e12;
+  // The cost of one message (one contiguous run, one Get), in seconds on the flow's path; 0: bytes
+  // only (and the runs are not counted).
+  double per_message_s = 0;
   int timeline_points = 200;
 };
 
@@ -85,6 +93,7 @@ struct SimStats {
   size_t steps = 0;
   size_t flows = 0;
   size_t split_pairs = 0;  // pairs on a dependency cycle, simulated step by step
+  uint64_t messages = 0;   // contiguous runs charged (SimOptions::per_message_s > 0)
   size_t events = 0;
   size_t solves = 0;
   double quantum_s = 0;
