@@ -19,7 +19,8 @@ FetchExecutor::FetchExecutor(ProgressLoop& loop, std::shared_ptr<Connection> con
       attempts_(chunks_.size(), 0),
       window_(std::max<size_t>(1, options.window)),
       issued_at_(chunks_.size()),
-      start_(std::chrono::steady_clock::now()) {
+      start_(std::chrono::steady_clock::now()),
+      cap_(options.max_bytes_per_s, start_) {
   stats_.min_window = window_;
 }
 
@@ -52,25 +53,16 @@ void FetchExecutor::Issue() {
     const size_t index = queue_.front();
     const ChunkFetch& c = chunks_[index];
     const auto now = std::chrono::steady_clock::now();
-    if (options_.max_bytes_per_s > 0) {
-      // The bucket: the rate since the start, plus one chunk of burst.
-      const double allowed =
-          options_.max_bytes_per_s * std::chrono::duration<double>(now - start_).count() + c.length;
-      if (static_cast<double>(issued_bytes_ + c.length) > allowed) {
-        if (cap_timer_) return;
-        cap_timer_ = true;
-        ++stats_.capped_waits;
-        const double wait_s =
-            (static_cast<double>(issued_bytes_ + c.length) - allowed) / options_.max_bytes_per_s;
-        const auto wait = std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1e3) + 1);
-        loop_.PostAfter(wait, [self = shared_from_this()](Transport&) {
-          self->cap_timer_ = false;
-          self->Issue();
-          self->MaybeFinish();
-        });
-        return;
-      }
-      issued_bytes_ += c.length;
+    if (const auto wait = cap_.Admit(c.length, now)) {
+      if (cap_timer_) return;
+      cap_timer_ = true;
+      ++stats_.capped_waits;
+      loop_.PostAfter(*wait, [self = shared_from_this()](Transport&) {
+        self->cap_timer_ = false;
+        self->Issue();
+        self->MaybeFinish();
+      });
+      return;
     }
     queue_.pop_front();
     issued_at_[index] = now;

@@ -414,6 +414,35 @@ TEST(PlanRank, DeltaOffFetchesEverything) {
   q.ExpectLive(2);
 }
 
+// A destination with a rate cap fetches no faster than it: each receive takes at least its bytes,
+// less one chunk of burst, over the cap, and the chunks held back wait on the loop (a rank that
+// reads from a capped relay is paced by it and may never wait itself); the version lands intact.
+// Without the cap nothing waits.
+TEST(PlanRank, ACappedDestinationFetchesNoFasterThanItsCap) {
+  PlanRankOptions capped;
+  capped.delta = false;
+  capped.max_bytes_per_s = 200e3;  // about 35 KB per destination rank: at least 0.17 s each
+  Group g(MustPlan(TensorParallel(Model(), 2), ReplicasOfTp(2, 2), 1), capped);
+  g.Publish(1);
+  uint64_t waits = 0;  // a rank fed by a capped relay may never get ahead of its own cap
+  for (auto& [rank, result] : g.Receive(1)) {
+    ASSERT_TRUE(result.ok()) << "dst rank " << rank << ": " << result.status().ToString();
+    waits += result->capped_waits;
+    const double floor_s = (static_cast<double>(result->bytes) - 1024) / capped.max_bytes_per_s;
+    EXPECT_GE(std::chrono::duration<double>(result->elapsed).count(), floor_s) << "dst rank " << rank;
+  }
+  EXPECT_GT(waits, 0u);
+  for (const RankBuffer& b : g.plan->destinations) ASSERT_TRUE(g.ranks.at(b.endpoint)->Commit(1).ok());
+  g.ExpectLive(1);
+
+  Group free(MustPlan(TensorParallel(Model(), 2), ReplicasOfTp(2, 2), 1));
+  free.Publish(1);
+  for (auto& [rank, result] : free.Receive(1)) {
+    ASSERT_TRUE(result.ok()) << "dst rank " << rank << ": " << result.status().ToString();
+    EXPECT_EQ(result->capped_waits, 0u);
+  }
+}
+
 // A corrupted chunk in a landing area is fetched again before it is converted. Flat sources to
 // column splits: a chunk is up to 6 Gets, and a chunk fails after 4 corrupt attempts, so the
 // rate per Get stays low enough that no chunk fails (about 1e-6 per chunk).

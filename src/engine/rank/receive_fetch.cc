@@ -71,15 +71,34 @@ void ReceiveRun::OnMirror(size_t i, const Status& s) {
 void ReceiveRun::Issue() {
   while (!failed_ && chunks_in_flight_ < r_.options.window && !ready_.empty()) {
     const size_t c = std::get<3>(ready_.top());
-    ready_.pop();
-    if (keeping_[c] || verified_[c]) continue;  // kept from the live copy, or being kept
+    if (keeping_[c] || verified_[c]) {  // kept from the live copy, or being kept
+      ready_.pop();
+      continue;
+    }
     const size_t st = r_.c->in_chunks[c].in_step;
     if (!level_ready_[st]) {  // its step waits for the first poll of the rank it now reads from
+      ready_.pop();
       parked_[st].push_back(c);
       continue;
     }
+    if (!WithinCap(c)) return;  // it stays first in line
+    ready_.pop();
     FetchChunk(c);
   }
+}
+
+bool ReceiveRun::WithinCap(size_t c) {
+  const uint64_t frame = FrameBytes(c);
+  const auto wait = cap_.Admit(frame > 0 ? frame : r_.c->in_chunks[c].bytes, Clock::now());
+  if (!wait) return true;
+  if (cap_wait_posted_) return false;
+  cap_wait_posted_ = true;
+  ++stats_.capped_waits;
+  r_.loop->PostAfter(*wait, [self = shared_from_this()](Transport&) {
+    self->cap_wait_posted_ = false;
+    if (!self->failed_) self->Issue();
+  });
+  return false;
 }
 
 void ReceiveRun::FetchChunk(size_t c) {

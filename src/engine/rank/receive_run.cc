@@ -32,7 +32,12 @@ void ConvertChunk(PlanRank::Impl& r, size_t c, int copy) {
 }
 
 ReceiveRun::ReceiveRun(PlanRank::Impl& r, uint64_t version, std::function<void(Result<ReceiveStats>)> done)
-    : r_(r), v_(version), staging_(r.live ^ 1), done_(std::move(done)), start_(Clock::now()) {
+    : r_(r),
+      v_(version),
+      staging_(r.live ^ 1),
+      done_(std::move(done)),
+      start_(Clock::now()),
+      cap_(r.options.max_bytes_per_s, start_) {
   stats_.version = version;
   attempts_.assign(r.c->in_chunks.size(), 0);
   pending_runs_.assign(r.c->in_chunks.size(), 0);

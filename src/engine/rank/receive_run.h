@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "plan_rank_impl.h"
+#include "weightport/core/rate_cap.h"
 
 namespace weightport {
 namespace plan_rank_internal {
@@ -72,6 +73,9 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   void FetchMirror(size_t i);
   void OnMirror(size_t i, const Status& s);
   void Issue();
+  // PlanRankOptions::max_bytes_per_s: whether chunk c may go now; if not, Issue runs again once it
+  // may (one wait posted at a time).
+  bool WithinCap(size_t c);
   void FetchChunk(size_t c);
   void OnRun(size_t c, const Status& s);
   // A chunk the transport wrote into the device's staging copy: hashed there, on the rank's
@@ -163,7 +167,9 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   std::priority_queue<ReadyChunk, std::vector<ReadyChunk>, std::greater<>> ready_;
   size_t mirrors_left_ = 0;
   size_t chunks_in_flight_ = 0;
-  size_t in_flight_ = 0;  // Gets issued and not completed
+  size_t in_flight_ = 0;          // Gets issued and not completed
+  RateCap cap_;                   // PlanRankOptions::max_bytes_per_s, from the start
+  bool cap_wait_posted_ = false;  // an Issue waits for the cap on the loop
   size_t verified_count_ = 0;
   bool failed_ = false;
   bool quantized_ = false;              // the shards quantised here are (in_quantize)

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "weightport/core/rate_cap.h"
 #include "weightport/core/status.h"
 #include "weightport/engine/common/worker_pool.h"
 #include "weightport/transport/progress_loop.h"
@@ -120,13 +121,13 @@ class FetchExecutor : public std::enable_shared_from_this<FetchExecutor> {
   bool cut_ = false;      // the window was cut at least once
   std::vector<std::chrono::steady_clock::time_point> issued_at_;
   std::chrono::steady_clock::duration fastest_ = std::chrono::steady_clock::duration::max();
-  uint64_t issued_bytes_ = 0;  // for max_bytes_per_s
-  bool cap_timer_ = false;     // an Issue is scheduled for when the cap allows the next Get
+  bool cap_timer_ = false;  // an Issue is scheduled for when the cap allows the next Get
   size_t verified_ = 0;
   Status failure_;  // first failure; once set nothing new is issued
   bool failed_ = false;
   bool reported_ = false;
   std::chrono::steady_clock::time_point start_;
+  RateCap cap_;  // options.max_bytes_per_s
   FetchStats stats_;
   std::shared_ptr<FetchExecutor> keep_alive_;  // set from Start until the report: callers may drop theirs
 };

@@ -108,6 +108,11 @@ struct PlanRankOptions {
   // kept) with a hash per 4 MiB block. Restore(v) makes one the staging copy again. Not with
   // `device` yet (Create refuses it). Ignored at a source.
   size_t keep_versions = 0;
+  // A destination's cap on the bytes it fetches per second (0: none), so that a weight sync leaves
+  // a shared link to the training job's own traffic: a token bucket over each Receive (the rate
+  // since it began, plus one chunk of burst); a chunk over it waits on the loop, not in a Get.
+  // Retries count again; chunks delta keeps do not cross the link and do not count.
+  double max_bytes_per_s = 0;
 };
 
 // What a peer needs to reach a rank: its transport address and its arena's key, and a source's
@@ -137,6 +142,7 @@ struct ReceiveStats {
   uint64_t rerouted_via_relay = 0;      // times such a step went to a relay upstream, not the source
   uint64_t refetched_from_replica = 0;  // steps from a source that was lost, read from a replica of it
   uint64_t refetched_replica_bytes = 0;  // bytes of their chunks verified from the replica
+  uint64_t capped_waits = 0;             // times the rate cap (max_bytes_per_s) held the next chunk back
   std::chrono::nanoseconds elapsed{0};   // the whole receive, the copies to the device included
   // PlanRankOptions::device: bytes copied to the device, the time its copier spent on them (most of
   // it while chunks were still arriving), and how long the receive waited for the device after the
