@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from typing import Any, Iterator
 
@@ -62,6 +63,10 @@ class Subscriber(Member):
     publisher's :meth:`Publisher.rollback` can make one of them live again on every subscriber at
     once (or on none). Each costs one more copy of this rank's weights in host memory
     (:attr:`kept_bytes`), and the copy at each commit.
+
+    ``max_gbps`` > 0 caps the rate this rank fetches at (Gbit/s), so that a weight sync leaves a
+    shared link to the training job's own traffic; a version then takes at least its bytes over the
+    cap. Default 0: no cap.
     """
 
     _JOIN = "bind()"
@@ -70,7 +75,7 @@ class Subscriber(Member):
                  world_size: int = 1, host: str | None = None, transport: str = "auto",
                  timeout: float = 60.0, pin_timeout: float = 30.0, delta: bool = True,
                  rotate_keys: bool = False, session: str = "default", rename: Rename | Rule | None = None,
-                 keep_versions: int = 0):
+                 keep_versions: int = 0, max_gbps: float = 0.0):
         super().__init__(coordinator, secret, rank, world_size, host, transport, timeout, session, rename)
         self._args.pin_timeout_s = float(pin_timeout)
         self._args.delta = bool(delta)
@@ -78,6 +83,9 @@ class Subscriber(Member):
         if keep_versions < 0:
             raise ValueError(f"keep_versions must be 0 or more, got {keep_versions}")
         self._args.keep_versions = int(keep_versions)
+        if not (max_gbps >= 0 and math.isfinite(max_gbps)):
+            raise ValueError(f"max_gbps must be a finite number, 0 or more, got {max_gbps}")
+        self._args.max_gbps = float(max_gbps)
         self._mode = "zero-copy"
         self._model_pin = None
         self._model_version = 0

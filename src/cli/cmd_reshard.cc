@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
+#include "option_checks.h"
 #include "plan_inputs.h"
 #include "reshard_common.h"
 #include "reshard_run.h"
@@ -127,6 +128,12 @@ Command AddReshardCommand(CLI::App& app) {
   sub->add_option("--keep-versions", o->keep_versions,
                   "A destination: committed versions kept for a rollback, each a copy of its shards")
       ->check(CLI::Range(0, 16));
+  sub->add_option(
+         "--max-gbps", o->max_gbps,
+         "A destination: cap the rate it fetches at (Gbit/s), so that a sync leaves a shared link to "
+         "the training job's own traffic; 0: no cap")
+      ->check(FiniteRange(0, 1e6))
+      ->capture_default_str();
   sub->add_option(
          "--crash-at-version", o->crash_at_version,
          "Fault drill: the rank kills itself (SIGKILL) in version V: a source once it announced V, a "

@@ -174,6 +174,7 @@ Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank,
                                   {"rerouted_via_relay", r->rerouted_via_relay},
                                   {"refetched_from_replica", r->refetched_from_replica},
                                   {"refetched_replica_bytes", r->refetched_replica_bytes},
+                                  {"capped_waits", r->capped_waits},
                                   {"seconds", s},
                                   {"device_bytes", r->device_bytes},
                                   {"device_kept_bytes", r->device_kept_bytes},
@@ -257,6 +258,7 @@ Status RunReshardRank(const ReshardOptions& o) {
   WP_ASSIGN_OR_RETURN(ro.device, DeviceOf(o.device));
   ro.device_direct = o.device_direct;
   ro.keep_versions = o.keep_versions;
+  ro.max_bytes_per_s = o.max_gbps * 1e9 / 8;
   if (o.device_direct && !ro.device)
     return InvalidArgument("--device-direct needs --device cuda or stand-in");
   WP_ASSIGN_OR_RETURN(std::unique_ptr<PlanRank> rank, PlanRank::Create(plan, me, *loop, ro));
