@@ -17,11 +17,12 @@ FetchExecutor::FetchExecutor(ProgressLoop& loop, std::shared_ptr<Connection> con
       options_(options),
       done_(std::move(done)),
       attempts_(chunks_.size(), 0),
-      window_(std::max<size_t>(1, options.window)),
+      window_(
+          {.max = options.window, .delay_factor = options.delay_factor, .delay_floor = options.delay_floor}),
       issued_at_(chunks_.size()),
       start_(std::chrono::steady_clock::now()),
       cap_(options.max_bytes_per_s, start_) {
-  stats_.min_window = window_;
+  stats_.min_window = window_.size();
 }
 
 std::shared_ptr<FetchExecutor> FetchExecutor::Start(ProgressLoop& loop,
@@ -49,7 +50,7 @@ std::shared_ptr<FetchExecutor> FetchExecutor::Start(ProgressLoop& loop,
 void FetchExecutor::Cancel(const std::string& reason) { Fail(Cancelled("fetch cancelled: " + reason)); }
 
 void FetchExecutor::Issue() {
-  while (!failed_ && in_flight_ < window_ && !queue_.empty()) {
+  while (!failed_ && in_flight_ < window_.size() && !queue_.empty()) {
     const size_t index = queue_.front();
     const ChunkFetch& c = chunks_[index];
     const auto now = std::chrono::steady_clock::now();
@@ -85,18 +86,11 @@ void FetchExecutor::OnComplete(size_t index, const Status& status) {
         status.code() == StatusCode::kOutOfRange || !connection_->healthy())
       return Fail(status.WithContext(c.what + " from " + connection_->peer()));
     ++stats_.errors_retried;
-    Backoff(stats_.congestion_events);  // a lost or refused Get: the path is full
+    window_.OnLost();  // a lost or refused Get: the path is full
     return Retry(index, status);
   }
   const auto took = std::chrono::steady_clock::now() - issued_at_[index];
-  fastest_ = std::min(fastest_, took);
-  if (options_.delay_factor > 0 && took > options_.delay_factor * fastest_ &&
-      took - fastest_ > options_.delay_floor) {
-    Backoff(stats_.delay_backoffs);
-  } else if (++since_cut_ >= window_ && window_ < options_.window) {
-    ++window_;  // a window of Gets without congestion: one more in flight
-    since_cut_ = 0;
-  }
+  window_.OnCompleted(took);
   if (options_.verify && options_.verifier) {
     ++hashing_;
     // The task hands its reference on to the loop, which normally drops the last one.
@@ -124,19 +118,6 @@ void FetchExecutor::OnVerified(size_t index, bool match) {
   stats_.bytes += c.length;
   if (verified_ == chunks_.size()) return MaybeFinish();
   Issue();
-}
-
-void FetchExecutor::Backoff(uint64_t& counter) {
-  // One cut per window of completions: the Gets in flight together saw the same queue.
-  if (cut_ && since_cut_ < window_) {
-    ++since_cut_;
-    return;
-  }
-  cut_ = true;
-  ++counter;
-  window_ = std::max<size_t>(1, window_ / 2);
-  since_cut_ = 0;
-  stats_.min_window = std::min(stats_.min_window, window_);
 }
 
 void FetchExecutor::Retry(size_t index, const Status& why) {
@@ -168,6 +149,9 @@ void FetchExecutor::MaybeFinish() {
   if (!failed_ && verified_ < chunks_.size()) return;
   reported_ = true;
   stats_.elapsed = std::chrono::steady_clock::now() - start_;
+  stats_.congestion_events = window_.loss_cuts();
+  stats_.delay_backoffs = window_.delay_cuts();
+  stats_.min_window = window_.min_size();
   DoneFn done = std::move(done_);
   auto keep = std::move(keep_alive_);  // released when this returns
   done(failed_ ? failure_ : Status::Ok(), stats_);

@@ -443,6 +443,71 @@ TEST(PlanRank, ACappedDestinationFetchesNoFasterThanItsCap) {
   }
 }
 
+// The receive's window halves on Gets that fail and are retried (an outage: every operation after
+// the 40th fails for 30 ms), and with delay_factor on chunks slow against the fastest; each version
+// still lands bit-exact. Delay unwatched, slow chunks leave the window as it was.
+TEST(PlanRank, TheWindowHalvesOnLostGetsAndOnDelay) {
+  PlanRankOptions o;
+  o.delta = false;
+  o.window = 16;
+  o.max_attempts = 50;
+  o.backoff_max = std::chrono::milliseconds(5);
+  auto totals = [](std::map<int, Result<ReceiveStats>>& results) {
+    ReceiveStats t;
+    t.min_window = SIZE_MAX;
+    for (auto& [rank, r] : results) {
+      EXPECT_TRUE(r.ok()) << "dst rank " << rank << ": " << r.status().ToString();
+      if (!r.ok()) continue;
+      t.errors_retried += r->errors_retried;
+      t.congestion_events += r->congestion_events;
+      t.delay_backoffs += r->delay_backoffs;
+      t.min_window = std::min(t.min_window, r->min_window);
+    }
+    return t;
+  };
+  auto commit = [](Group& g, uint64_t v) {
+    for (const RankBuffer& b : g.plan->destinations) ASSERT_TRUE(g.ranks.at(b.endpoint)->Commit(v).ok());
+    g.ExpectLive(v);
+  };
+  {
+    Group g(MustPlan(FsdpFlat(Model(), 4), ReplicasOfTp(2, 2), 0), o);
+    g.Publish(1);
+    g.faults->set_fail_after(40);
+    std::thread clear([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      g.faults->Clear();
+    });
+    auto results = g.Receive(1);
+    clear.join();
+    const ReceiveStats t = totals(results);
+    EXPECT_GT(t.errors_retried, 0u);
+    EXPECT_GT(t.congestion_events, 0u);
+    EXPECT_LT(t.min_window, 16u);
+    EXPECT_EQ(t.delay_backoffs, 0u);
+    commit(g, 1);
+  }
+  for (double factor : {4.0, 0.0}) {
+    SCOPED_TRACE("delay_factor " + std::to_string(factor));
+    PlanRankOptions d = o;
+    d.delay_factor = factor;
+    Group g(MustPlan(FsdpFlat(Model(), 4), ReplicasOfTp(2, 2), 0), d);
+    g.Publish(1);
+    g.faults->set_delay({.probability = 0.3, .ops = kFaultGet}, std::chrono::milliseconds(20));
+    auto results = g.Receive(1);
+    g.faults->Clear();
+    const ReceiveStats t = totals(results);
+    EXPECT_GT(g.faults->stats().delayed, 0u);
+    if (factor > 0) {
+      EXPECT_GT(t.delay_backoffs, 0u);
+      EXPECT_LT(t.min_window, 16u);
+    } else {
+      EXPECT_EQ(t.delay_backoffs, 0u);
+      EXPECT_EQ(t.min_window, 16u);
+    }
+    commit(g, 1);
+  }
+}
+
 // A corrupted chunk in a landing area is fetched again before it is converted. Flat sources to
 // column splits: a chunk is up to 6 Gets, and a chunk fails after 4 corrupt attempts, so the
 // rate per Get stays low enough that no chunk fails (about 1e-6 per chunk).

@@ -69,7 +69,7 @@ void ReceiveRun::OnMirror(size_t i, const Status& s) {
 }
 
 void ReceiveRun::Issue() {
-  while (!failed_ && chunks_in_flight_ < r_.options.window && !ready_.empty()) {
+  while (!failed_ && chunks_in_flight_ < window_.size() && !ready_.empty()) {
     const size_t c = std::get<3>(ready_.top());
     if (keeping_[c] || verified_[c]) {  // kept from the live copy, or being kept
       ready_.pop();
@@ -114,6 +114,7 @@ void ReceiveRun::FetchChunk(size_t c) {
   const int64_t shift = Shift(c);
   ++chunks_in_flight_;
   ++attempts_[c];
+  issued_at_[c] = Clock::now();
   run_error_[c] = Status::Ok();
   Connection& conn = Conn(from);
   const RemoteKey& key = r_.keys.at(from);
@@ -174,8 +175,10 @@ void ReceiveRun::OnRun(size_t c, const Status& s) {
       return Fail(run_error_[c].WithContext(what));
     }
     ++stats_.errors_retried;
+    window_.OnLost();  // a lost or refused Get: the path is full
     return Retry(c, run_error_[c], what);
   }
+  window_.OnCompleted(Clock::now() - issued_at_[c]);
   std::byte* copy = r_.at(r_.c->mine->CopyOffset(staging_));
   const uint64_t frame = FrameBytes(c);
   if (frame > 0) {  // into the chunk's runs, in piece order

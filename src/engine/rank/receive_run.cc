@@ -37,9 +37,13 @@ ReceiveRun::ReceiveRun(PlanRank::Impl& r, uint64_t version, std::function<void(R
       staging_(r.live ^ 1),
       done_(std::move(done)),
       start_(Clock::now()),
-      cap_(r.options.max_bytes_per_s, start_) {
+      cap_(r.options.max_bytes_per_s, start_),
+      window_({.max = r.options.window,
+               .delay_factor = r.options.delay_factor,
+               .delay_floor = r.options.delay_floor}) {
   stats_.version = version;
   attempts_.assign(r.c->in_chunks.size(), 0);
+  issued_at_.assign(r.c->in_chunks.size(), Clock::time_point{});
   pending_runs_.assign(r.c->in_chunks.size(), 0);
   from_source_device_.assign(r.c->in_chunks.size(), 0);
   run_error_.resize(r.c->in_chunks.size());
@@ -182,6 +186,9 @@ void ReceiveRun::MaybeFinish() {
   r_.peer_lost_receive = nullptr;
   const auto now = Clock::now();
   stats_.elapsed = now - start_;
+  stats_.congestion_events = window_.loss_cuts();
+  stats_.delay_backoffs = window_.delay_cuts();
+  stats_.min_window = window_.min_size();
   if (device_tail_) stats_.to_device = now - host_done_;
   auto done = std::move(done_);
   auto keep = std::move(keep_);  // pending timers keep their own references

@@ -2,8 +2,8 @@
 // thread. Order of events: mirror the root sources' hash areas (retried until they show this
 // version); then every chunk of a direct step is ready at once, and a relayed step's chunks become
 // ready as polls of the relay's counter show them verified there; ready chunks are fetched, at most
-// `window` at a time (retries first, then the lowest chunk index over all steps, so every step
-// advances together), verified and, where others relay from them, counted.
+// a congestion window at a time (PlanRankOptions::window; retries first, then the lowest chunk index over all
+// steps, so every step advances together), verified and, where others relay from them, counted.
 //
 // Its parts, one file each: receive_run.cc (start, finish, failure, shared helpers),
 // receive_fetch.cc (mirrors, fetch and verify), receive_relay.cc (polls of relays, detours around
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "plan_rank_impl.h"
+#include "weightport/core/congestion_window.h"
 #include "weightport/core/rate_cap.h"
 
 namespace weightport {
@@ -167,9 +168,11 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   std::priority_queue<ReadyChunk, std::vector<ReadyChunk>, std::greater<>> ready_;
   size_t mirrors_left_ = 0;
   size_t chunks_in_flight_ = 0;
-  size_t in_flight_ = 0;          // Gets issued and not completed
-  RateCap cap_;                   // PlanRankOptions::max_bytes_per_s, from the start
-  bool cap_wait_posted_ = false;  // an Issue waits for the cap on the loop
+  size_t in_flight_ = 0;                      // Gets issued and not completed
+  RateCap cap_;                               // PlanRankOptions::max_bytes_per_s, from the start
+  CongestionWindow window_;                   // chunks in flight at most (PlanRankOptions::window)
+  std::vector<Clock::time_point> issued_at_;  // per chunk: when its last fetch was issued
+  bool cap_wait_posted_ = false;              // an Issue waits for the cap on the loop
   size_t verified_count_ = 0;
   bool failed_ = false;
   bool quantized_ = false;              // the shards quantised here are (in_quantize)

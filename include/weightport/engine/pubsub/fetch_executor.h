@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "weightport/core/congestion_window.h"
 #include "weightport/core/rate_cap.h"
 #include "weightport/core/status.h"
 #include "weightport/engine/common/worker_pool.h"
@@ -96,8 +97,6 @@ class FetchExecutor : public std::enable_shared_from_this<FetchExecutor> {
   FetchExecutor(ProgressLoop& loop, std::shared_ptr<Connection> connection, const MemoryRegion& local,
                 RemoteKey remote, std::vector<ChunkFetch> chunks, FetchOptions options, DoneFn done);
   void Issue();
-  // A sign of congestion: halves the window, at most once per window of completions.
-  void Backoff(uint64_t& counter);
   void OnComplete(size_t index, const Status& status);
   void OnVerified(size_t index, bool match);
   void Retry(size_t index, const Status& why);
@@ -114,13 +113,10 @@ class FetchExecutor : public std::enable_shared_from_this<FetchExecutor> {
 
   std::deque<size_t> queue_;  // chunks waiting to be issued
   std::vector<int> attempts_;
-  size_t in_flight_ = 0;  // Gets issued and not completed
-  size_t hashing_ = 0;    // chunks landed whose hash the pool is checking
-  size_t window_;
-  size_t since_cut_ = 0;  // completions since the window last changed
-  bool cut_ = false;      // the window was cut at least once
+  size_t in_flight_ = 0;     // Gets issued and not completed
+  size_t hashing_ = 0;       // chunks landed whose hash the pool is checking
+  CongestionWindow window_;  // Gets in flight at most: options.window, cut on loss and delay
   std::vector<std::chrono::steady_clock::time_point> issued_at_;
-  std::chrono::steady_clock::duration fastest_ = std::chrono::steady_clock::duration::max();
   bool cap_timer_ = false;  // an Issue is scheduled for when the cap allows the next Get
   size_t verified_ = 0;
   Status failure_;  // first failure; once set nothing new is issued

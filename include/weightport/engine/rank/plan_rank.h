@@ -55,7 +55,15 @@ struct CompiledRank;
 }
 
 struct PlanRankOptions {
-  size_t window = 32;    // chunks in flight at once
+  // Chunks in flight at once, at most: the receive's congestion window (congestion_window.h) starts
+  // here, halves on a Get that failed and is retried (and, with delay_factor, on a chunk slow
+  // against the fastest), at most once per window of chunks, and grows back by one per window.
+  size_t window = 32;
+  // A chunk whose Gets took more than delay_factor x the fastest chunk of the receive, and at least
+  // delay_floor more, counts as congestion. 0 (the default): delay is not watched (on a fast path
+  // a full window's own Gets queue behind each other); meant for a slow, shared link.
+  double delay_factor = 0;
+  std::chrono::microseconds delay_floor{2000};
   int max_attempts = 4;  // per chunk: the first try and three more
   std::chrono::milliseconds backoff_initial{1};
   std::chrono::milliseconds backoff_max{50};
@@ -143,6 +151,9 @@ struct ReceiveStats {
   uint64_t refetched_from_replica = 0;  // steps from a source that was lost, read from a replica of it
   uint64_t refetched_replica_bytes = 0;  // bytes of their chunks verified from the replica
   uint64_t capped_waits = 0;             // times the rate cap (max_bytes_per_s) held the next chunk back
+  uint64_t congestion_events = 0;        // window cuts: a Get failed and was retried
+  uint64_t delay_backoffs = 0;           // window cuts: a chunk slow against the fastest (delay_factor)
+  size_t min_window = 0;                 // the smallest the window was
   std::chrono::nanoseconds elapsed{0};   // the whole receive, the copies to the device included
   // PlanRankOptions::device: bytes copied to the device, the time its copier spent on them (most of
   // it while chunks were still arriving), and how long the receive waited for the device after the
