@@ -134,6 +134,11 @@ Command AddReshardCommand(CLI::App& app) {
          "the training job's own traffic; 0: no cap")
       ->check(FiniteRange(0, 1e6))
       ->capture_default_str();
+  sub->add_option("--delay-backoff", o->delay_backoff,
+                  "A destination: halve the chunks in flight when one takes this many times the fastest "
+                  "(queueing on a shared link); 0: watch failed Gets only")
+      ->check(FiniteRange(0, 1e6))
+      ->capture_default_str();
   sub->add_option(
          "--crash-at-version", o->crash_at_version,
          "Fault drill: the rank kills itself (SIGKILL) in version V: a source once it announced V, a "

@@ -175,6 +175,9 @@ Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank,
                                   {"refetched_from_replica", r->refetched_from_replica},
                                   {"refetched_replica_bytes", r->refetched_replica_bytes},
                                   {"capped_waits", r->capped_waits},
+                                  {"congestion_events", r->congestion_events},
+                                  {"delay_backoffs", r->delay_backoffs},
+                                  {"min_window", r->min_window},
                                   {"seconds", s},
                                   {"device_bytes", r->device_bytes},
                                   {"device_kept_bytes", r->device_kept_bytes},
@@ -259,6 +262,7 @@ Status RunReshardRank(const ReshardOptions& o) {
   ro.device_direct = o.device_direct;
   ro.keep_versions = o.keep_versions;
   ro.max_bytes_per_s = o.max_gbps * 1e9 / 8;
+  ro.delay_factor = o.delay_backoff;
   if (o.device_direct && !ro.device)
     return InvalidArgument("--device-direct needs --device cuda or stand-in");
   WP_ASSIGN_OR_RETURN(std::unique_ptr<PlanRank> rank, PlanRank::Create(plan, me, *loop, ro));

@@ -38,6 +38,7 @@ struct ReshardOptions {
   bool refill = false;            // ... after refilling its shards from its peers (PlanRank::Refill)
   size_t keep_versions = 0;       // PlanRankOptions::keep_versions
   double max_gbps = 0;            // PlanRankOptions::max_bytes_per_s, in Gbit/s (a destination)
+  double delay_backoff = 0;       // PlanRankOptions::delay_factor (a destination)
   uint64_t crash_at_version = 0;  // fault drill: SIGKILL itself in this version (0: never)
   uint64_t rollback_to = 0;       // the coordinator rolls every destination back to it at the end
   bool json = false;

@@ -421,7 +421,9 @@ TEST(Reshard, ADestinationLostAfterItVerifiedIsNotWaitedForAfterTheCommit) {
   for (auto& [ep, t] : ranks) t->thread.join();
   for (auto& [ep, t] : ranks) {
     EXPECT_TRUE(t->result.ok()) << ep.ToString() << ": " << t->result.ToString();
-    if (ep.side == PlanSide::kDestination && ep != gone) EXPECT_EQ(t->committed, std::vector<uint64_t>{1});
+    if (ep.side == PlanSide::kDestination && ep != gone) {
+      EXPECT_EQ(t->committed, std::vector<uint64_t>{1});
+    }
   }
   std::lock_guard<std::mutex> lock(mu);
   for (const std::string& line : lines) EXPECT_EQ(line.find("no Committed from"), std::string::npos) << line;
@@ -471,8 +473,9 @@ TEST(Reshard, ALateReplicaJoinsAfterTheFirstVersionsAndReadsFromItsRelay) {
   EXPECT_GT(relayed_bytes, 0u);
   for (auto& [ep, r] : ranks) {
     EXPECT_TRUE(r->result.ok()) << ep.ToString() << ": " << r->result.ToString();
-    if (ep.side == PlanSide::kDestination)
+    if (ep.side == PlanSide::kDestination) {
       EXPECT_EQ(r->committed, (std::vector<uint64_t>{1, 2, 3, 4})) << ep.ToString();
+    }
   }
 }
 
