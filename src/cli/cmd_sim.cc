@@ -23,7 +23,7 @@ struct SimCliOptions {
   int src_offset = 0, dst_offset = -1;
   std::string granularity = "pair", routing = "rail";
   double quantum_us = -1;
-  double per_message_us = -1;  // < 0: the scenario's (Scenario::per_message_s)
+  double per_message_us = -1;  // < 0: the scenario's (Scenario::per_message_s, 0 unless given)
   std::string timeline, plot;
   bool list = false, json = false;
 };
@@ -188,7 +188,7 @@ Command AddSimCommand(CLI::App& app) {
       ->check(FiniteRange(0, 1e12));
   sub->add_option("--per-message-us", o->per_message_us,
                   "Cost of one message (one contiguous run, one Get) on its path, in us; 0: bytes only\n"
-                  "(default: the scenario's measured figure, 0 for a plan file)")
+                  "(default: the scenario's per_message_us parameter, itself 0; 0 for a plan file)")
       ->check(FiniteRange(0, 1e6));
   sub->add_option("--timeline", o->timeline,
                   "Write the full result (per destination, timeline) as JSON here");

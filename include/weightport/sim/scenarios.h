@@ -42,8 +42,8 @@ struct Scenario {
   EndpointMap endpoints;
   nlohmann::json params;  // the defaults with the overrides applied
   double plan_s = 0;      // wall time of MakePlan
-  // The per-message cost measured where the scenario runs (SimOptions::per_message_s); 0: none
-  // measured, bytes only.
+  // The per-message cost to charge (SimOptions::per_message_s): the testbed's `per_message_us`
+  // parameter; 0 (bytes only) unless given.
   double per_message_s = 0;
   double anchor_s = 0;  // a published figure for the same job; 0: none
   std::string anchor;   // what the figure is and where it is from
