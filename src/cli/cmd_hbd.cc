@@ -1,6 +1,6 @@
 // weightport hbd: evaluate high-bandwidth-domain architectures under node faults (GPU waste of a
 // tensor-parallel job; compare in hbd_compare.cc), place one fault set's TP rings, and make
-// synthetic fault traces.
+// synthetic fault traces; `hbd cost-sweep` and `hbd mfu` run in hbd_cost_sweep.cc and hbd_mfu.cc.
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -227,8 +227,48 @@ Command AddHbdCommand(CLI::App& app) {
   sweep->add_option("--cost", o->cost, "Prices and watts (JSON, as configs/hbd-cost.json); default: built in")
       ->check(CLI::ExistingFile);
   sweep->add_flag("--json", o->json, "Print machine-readable JSON");
-  return {sub, [o, compare, place, trace, sweep, gpus] {
+  auto* mfu = sub->add_subcommand(
+      "mfu",
+      "Model FLOPs utilisation of a training step per architecture at its best memory-feasible TP x PP x\n"
+      "DP (x EP) layout, and its ratio to DGX's (closed-form model: docs/HBD.md, MFU)");
+  mfu->add_option("--model", o->mfu_model,
+                  "Model preset: dense70b (Llama-3 70B), gpt3-175b (GPT-3), moe671b (DeepSeek-V3)")
+      ->capture_default_str();
+  mfu->add_option("--gpus", o->mfu_gpus,
+                  "Cluster sizes, comma-separated (each architecture uses whole domains)")
+      ->capture_default_str();
+  mfu->add_option("--arch", o->archs, "Architectures (DGX is always evaluated for the ratio)")
+      ->capture_default_str();
+  mfu->add_option("--k", o->k, "InfiniteHBD: hops each node's optical links reach")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  auto* mfu_ratio = mfu->add_option("--fault-ratio", o->mfu_fault_ratio,
+                                    "Fraction of nodes down; the usable GPUs shrink by each architecture's "
+                                    "waste at that ratio and TP")
+                        ->check(FiniteRange(0, 0.99))
+                        ->capture_default_str();
+  auto* mfu_trace_nodes =
+      mfu->add_option("--trace-nodes", o->trace_nodes, "With --trace: the servers the trace covers")
+          ->check(CLI::Range(1, 1 << 24));
+  mfu->add_option(
+         "--trace", o->trace,
+         "A fault trace (JSON event list): its time-weighted mean fault ratio is used as --fault-ratio")
+      ->check(CLI::ExistingFile)
+      ->needs(mfu_trace_nodes)
+      ->excludes(mfu_ratio);
+  mfu->add_option("--samples", o->samples, "Random fault sets drawn per TP size")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  mfu->add_option("--seed", o->seed, "Seed for the fault draws")
+      ->check(NonNegativeInteger())
+      ->capture_default_str();
+  mfu->add_option("--global-batch", o->global_batch, "Global batch in sequences; 0: the preset's")
+      ->check(CLI::Range(0, 1 << 24))
+      ->capture_default_str();
+  mfu->add_flag("--json", o->json, "Print machine-readable JSON");
+  return {sub, [o, compare, place, trace, sweep, mfu, gpus] {
             o->gpus_given = gpus->count() > 0;
+            if (mfu->parsed()) return RunHbdMfu(*o);
             if (sweep->parsed()) return RunHbdCostSweep(*o);
             if (compare->parsed()) return RunHbdCompare(*o);
             if (place->parsed()) return RunPlace(*o);

@@ -1,4 +1,5 @@
-// Options of `weightport hbd` (compare, place, trace) and the compare command's run.
+// Options of `weightport hbd` (compare, place, trace, cost-sweep, mfu) and the runs of those in files
+// of their own.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,10 @@ struct HbdOptions {
   std::string svg;
   uint64_t seed = 1;
   bool json = false;
+  // hbd mfu
+  std::string mfu_model = "dense70b", mfu_gpus = "1024,2048,4096,8192,16384";
+  double mfu_fault_ratio = 0;
+  int global_batch = 0;  // sequences; 0: the model preset's
   // hbd trace
   sim::hbd::SyntheticOptions synthetic;
   std::string out;
@@ -35,5 +40,7 @@ int RunHbdCompare(HbdOptions options);
 // `weightport hbd cost-sweep`: the InfiniteHBD / NVL-72 cost ratio over its two inputs, and the HBD
 // cost per Tb/s of every architecture (hbd_cost_sweep.cc).
 int RunHbdCostSweep(const HbdOptions& options);
+// `weightport hbd mfu`: the best-MFU layout per architecture and GPU count, against DGX (hbd_mfu.cc).
+int RunHbdMfu(const HbdOptions& options);
 
 }  // namespace weightport::cli
