@@ -2,8 +2,7 @@
 // closing of the rank's connections.
 #include "plan_rank_impl.h"
 
-#define XXH_STATIC_LINKING_ONLY
-#include <xxhash.h>
+#include "weightport/core/hash.h"
 
 namespace weightport {
 
@@ -11,10 +10,9 @@ using namespace plan_rank_internal;
 
 uint64_t plan_rank_internal::HashRuns(const std::byte* base, const std::vector<Run>& runs, uint32_t begin,
                                       uint32_t end, uint64_t Run::*offset) {
-  XXH3_state_t state;
-  XXH3_64bits_reset(&state);
-  for (uint32_t i = begin; i < end; ++i) XXH3_64bits_update(&state, base + runs[i].*offset, runs[i].length);
-  return XXH3_64bits_digest(&state);
+  Xxh3Stream stream;
+  for (uint32_t i = begin; i < end; ++i) stream.Update(base + runs[i].*offset, runs[i].length);
+  return stream.Digest();
 }
 
 void PlanRank::Impl::CloseConnections() {
