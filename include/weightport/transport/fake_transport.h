@@ -26,6 +26,9 @@ struct FakeOptions {
   // Added to every Put, Get, Flush and Send before it executes (0: on the next Progress()).
   std::chrono::microseconds latency{0};
   size_t max_message_bytes = 64 * 1024;
+  // Connection::Map hands out peers' regions, as UCX does for a same-host peer: the region stays
+  // registered (its deregistration waits) while a mapping of it lives.
+  bool mappable = false;
 };
 
 // The "network" shared by the fake transports of one test: every live transport and every

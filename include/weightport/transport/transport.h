@@ -64,6 +64,22 @@ class MemoryRegion {
   virtual const RemoteKey& remote_key() const = 0;
 };
 
+// A peer's registered region mapped into this process (a same-host peer's shared memory), read with
+// plain loads: from any thread, while the object lives. The bytes are the peer's live memory, so a
+// reader verifies what it copied, as after a Get. Destroy it on the transport's loop thread.
+class MappedPeerRegion {
+ public:
+  virtual ~MappedPeerRegion() = default;
+  virtual const std::byte* data() const = 0;
+  virtual uint64_t size() const = 0;
+  // Readies [offset, +length) for reads at memory speed: a newly mapped range's pages entered in
+  // one call rather than a fault per page. Any thread; cheap once a range was prepared.
+  virtual void Prepare(uint64_t offset, uint64_t length) const {
+    (void)offset;
+    (void)length;
+  }
+};
+
 // A connection to one peer, created by Transport::Connect.
 class Connection {
  public:
@@ -78,6 +94,13 @@ class Connection {
   // Reads [src_offset, +length) of the peer's region into the local region at dst_offset.
   virtual void Get(const MemoryRegion& dst, uint64_t dst_offset, const RemoteKey& src, uint64_t src_offset,
                    uint64_t length, Completion done) = 0;
+  // The region of `key` mapped into this process when the peer shares this host's memory with it,
+  // so that a reader can copy (and hash) on threads of its own instead of Getting through this
+  // loop; null when it cannot be mapped (another host, or a transport that does not map).
+  virtual std::shared_ptr<const MappedPeerRegion> Map(const RemoteKey& key) {
+    (void)key;
+    return nullptr;
+  }
   // Completes once every Put started earlier on this connection is complete at the peer.
   virtual void Flush(Completion done) = 0;
   // Sends a control message (at most Transport::max_message_bytes()); delivered in order.

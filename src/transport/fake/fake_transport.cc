@@ -76,6 +76,18 @@ struct Core {
   }
 };
 
+// A peer's region handed out by Map: pinned, so that it stays registered while it is read.
+class FakeMapping final : public MappedPeerRegion {
+ public:
+  explicit FakeMapping(std::shared_ptr<Region> region) : region_(std::move(region)) {}
+  ~FakeMapping() override { region_->Unpin(); }
+  const std::byte* data() const override { return region_->data; }
+  uint64_t size() const override { return region_->size; }
+
+ private:
+  std::shared_ptr<Region> region_;
+};
+
 class FakeConnection final : public Connection {
  public:
   FakeConnection(std::shared_ptr<Core> core, std::shared_ptr<ConnState> state)
@@ -91,6 +103,12 @@ class FakeConnection final : public Connection {
   void Get(const MemoryRegion& dst, uint64_t dst_offset, const RemoteKey& src, uint64_t src_offset,
            uint64_t length, Completion done) override {
     Start(Op::Kind::kGet, dst, dst_offset, src, src_offset, length, std::move(done));
+  }
+  std::shared_ptr<const MappedPeerRegion> Map(const RemoteKey& key) override {
+    if (!core_->options.mappable || !Usable().ok()) return nullptr;
+    Result<std::shared_ptr<Region>> region = Resolve(key);
+    if (!region.ok() || !(*region)->Pin()) return nullptr;
+    return std::make_shared<FakeMapping>(std::move(*region));
   }
   void Flush(Completion done) override {
     if (Status s = Usable(); !s.ok()) return done(s);

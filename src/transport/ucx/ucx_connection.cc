@@ -1,4 +1,3 @@
-#include <sys/mman.h>
 #include <algorithm>
 #include <atomic>
 #include <string>
@@ -133,9 +132,7 @@ void UcxConnection::PopulateMapped(uint64_t region_id, ucp_rkey_h rkey, const Re
   for (uint64_t b = first; b <= last; ++b) m.populated[b] = true;
   // The whole blocks the read touches, so that a block marked populated is populated throughout.
   const uint64_t from = first * kPopulateBlock, to = std::min(key.length, (last + 1) * kPopulateBlock);
-  const uintptr_t p = reinterpret_cast<uintptr_t>(m.base + from), begin = p & ~uintptr_t{4095};
-  // Advice only: a kernel without MADV_POPULATE_READ (before 5.14) refuses it and the copy faults.
-  madvise(reinterpret_cast<void*>(begin), p + (to - from) - begin, kMadvPopulateRead);
+  PopulateForRead(m.base + from, to - from);
 }
 
 void UcxConnection::Flush(Completion done) {
@@ -229,6 +226,7 @@ void UcxConnection::ReleaseEndpoint() {
   for (auto& [id, rkey] : rkeys_) ucp_rkey_destroy(rkey);
   rkeys_.clear();
   mappings_.clear();
+  mapped_.clear();  // a reader still holding one keeps its mapping until it lets go
   liveness_ = nullptr;
   if (liveness_rkey_ != nullptr) ucp_rkey_destroy(liveness_rkey_);
   liveness_rkey_ = nullptr;

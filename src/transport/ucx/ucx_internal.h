@@ -15,6 +15,7 @@
 #include <ucp/api/ucp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -112,6 +113,31 @@ struct Op {
   Bytes buffer;
 };
 
+// A same-host peer's region as UCX mapped it into this process (ucp_rkey_ptr over an rkey of its
+// own). The rkey is destroyed with it, on the loop thread, while the transport's worker lives; after
+// the worker is gone it is left (the worker's pool it came from is gone too) and stays mapped.
+class UcxMappedPeerRegion final : public MappedPeerRegion {
+ public:
+  UcxMappedPeerRegion(std::shared_ptr<Context> context, ucp_rkey_h rkey, const std::byte* base,
+                      uint64_t size);
+  ~UcxMappedPeerRegion() override;
+  const std::byte* data() const override { return base_; }
+  uint64_t size() const override { return size_; }
+  void Prepare(uint64_t offset, uint64_t length) const override;
+
+ private:
+  static constexpr uint64_t kBlock = 2 << 20;  // granularity of "already populated"
+  std::shared_ptr<Context> context_;
+  ucp_rkey_h rkey_;
+  const std::byte* base_;
+  uint64_t size_;
+  std::unique_ptr<std::atomic<bool>[]> populated_;  // per kBlock; set by whichever thread got there first
+};
+
+// Enters [p, p + length) of a mapping into this process's page tables in one call (advice: a kernel
+// before 5.14 refuses it and the reads fault page by page).
+void PopulateForRead(const std::byte* p, uint64_t length);
+
 class UcxConnection final : public Connection {
  public:
   UcxConnection(UcxTransport* transport, std::string peer, uint64_t peer_id, uint64_t stream_id, ucp_ep_h ep);
@@ -122,6 +148,7 @@ class UcxConnection final : public Connection {
            uint64_t length, Completion done) override;
   void Get(const MemoryRegion& dst, uint64_t dst_offset, const RemoteKey& src, uint64_t src_offset,
            uint64_t length, Completion done) override;
+  std::shared_ptr<const MappedPeerRegion> Map(const RemoteKey& key) override;
   void Flush(Completion done) override;
   void Send(Bytes message, Completion done) override;
   void Close() override;
@@ -149,7 +176,6 @@ class UcxConnection final : public Connection {
                       uint64_t length);
   static constexpr uint64_t kPopulateMin = 64 << 10;   // smaller reads fault in a few pages at most
   static constexpr uint64_t kPopulateBlock = 2 << 20;  // granularity of "already populated"
-  static constexpr int kMadvPopulateRead = 22;         // MADV_POPULATE_READ (Linux 5.14), not in every libc
   // Hands a started request to UCX's care, or completes the op if UCX finished at once.
   void Launch(Op* op, ucs_status_ptr_t started);
   void ReleaseEndpoint();
@@ -168,6 +194,9 @@ class UcxConnection final : public Connection {
     std::vector<bool> populated;  // per kPopulateBlock: its pages were populated
   };
   std::unordered_map<uint64_t, Mapping> mappings_;  // by the peer's region id, from its first Get
+  // Regions handed out by Map, by the peer's region id: one mapping per region for the connection's
+  // life, so that its pages are entered once, not per fetch.
+  std::unordered_map<uint64_t, std::shared_ptr<UcxMappedPeerRegion>> mapped_;
   std::unordered_set<Op*> pending_;
   bool closed_ = false;
   Status lost_;  // not OK once the peer was found lost
@@ -199,6 +228,7 @@ class UcxTransport final : public Transport {
   // For connections.
   bool closed() const { return closed_; }
   const Context* context() const { return context_.get(); }
+  const std::shared_ptr<Context>& shared_context() const { return context_; }
   ucp_worker_h worker() const { return worker_; }
   void Ready(Completion done, Status status);         // runs `done` in the next Progress()
   void Finished(Op* op) { finished_.push_back(op); }  // reports the op in the next Progress()

@@ -231,6 +231,42 @@ TEST(UcxTransport, PutIntoAllocatedRegionNeedsNoWorkByTheOwner) {
   (*writer)->Destroy();
 }
 
+// A same-host peer's UCX-allocated region is mapped here and read in place, one mapping per region
+// for the connection's life; a peer reached over TCP maps nothing.
+TEST(UcxTransport, MapsASameHostPeersAllocatedRegionAndNothingOverTcp) {
+  for (const auto& transports : {kShm, kTcp}) {
+    const bool shm = transports == kShm;
+    auto owner = MakeUcxTransport(Options("owner", transports));
+    ASSERT_TRUE(IsOk(owner.status()));
+    auto region = UcxAllocate(**owner, 4 << 20);
+    ASSERT_TRUE(IsOk(region.status()));
+    FillPattern((*region)->data(), 4 << 20, 3);
+    auto reader = TestPeer::Create(Param(transports), "reader");
+    ASSERT_TRUE(IsOk(reader.status()));
+    auto conn = (*reader)->Connect((*owner)->address(), "owner");
+    ASSERT_TRUE(IsOk(conn.status()));
+    (*reader)->loop().Call([&, key = (*region)->remote_key()](Transport&) {
+      std::shared_ptr<const MappedPeerRegion> mapped = (*conn)->Map(key);
+      if (!shm) {
+        EXPECT_EQ(mapped, nullptr);
+        return;
+      }
+      ASSERT_NE(mapped, nullptr);
+      EXPECT_EQ(mapped->size(), uint64_t{4} << 20);
+      mapped->Prepare(1 << 20, 2 << 20);
+      EXPECT_TRUE(HasPattern(mapped->data(), 4 << 20, 3));
+      EXPECT_EQ((*conn)->Map(key), mapped);  // the same mapping, not a new one
+      RemoteKey foreign = key;
+      foreign.packed.assign(foreign.packed.size(), std::byte{0});
+      EXPECT_EQ((*conn)->Map(foreign), nullptr);
+      (*conn)->Close();
+      EXPECT_EQ((*conn)->Map(key), nullptr);                // closed: nothing new is mapped
+      EXPECT_TRUE(HasPattern(mapped->data(), 4 << 20, 3));  // the one held stays readable
+    });
+    (*reader)->Destroy();
+  }
+}
+
 TEST(UcxTransport, RefusesForeignKeysRegionsAndAddresses) {
   auto a = TestPeer::Create(Param(kShm), "a");
   auto b = TestPeer::Create(Param(kShm), "b");
