@@ -116,8 +116,11 @@ int RunSubscribe(SubscribeOptions o) {
     std::lock_guard<std::mutex> lock(out_mu);
     using K = SubscriberEvent::Kind;
     if (e.kind == K::kVerified) {
-      versions.push_back(
-          {{"version", e.version}, {"bytes", e.bytes}, {"fetch_s", Secs(e.fetch)}, {"retries", e.retries}});
+      versions.push_back({{"version", e.version},
+                          {"bytes", e.bytes},
+                          {"fetch_s", Secs(e.fetch)},
+                          {"retries", e.retries},
+                          {"direct_chunks", e.direct_chunks}});
     } else if (e.kind == K::kCommitted) {
       // By version, not the last entry: the next version may have begun (and failed) before this
       // event was delivered.

@@ -1,6 +1,7 @@
 #include "weightport/engine/pubsub/fetch_executor.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "weightport/core/hash.h"
 
@@ -33,6 +34,9 @@ std::shared_ptr<FetchExecutor> FetchExecutor::Start(ProgressLoop& loop,
   std::shared_ptr<FetchExecutor> self(new FetchExecutor(loop, std::move(connection), local, std::move(remote),
                                                         std::move(chunks), options, std::move(done)));
   for (size_t i = 0; i < self->chunks_.size(); ++i) self->queue_.push_back(i);
+  if (options.direct_reads && options.verifier && !self->chunks_.empty())
+    self->mapped_ = self->connection_->Map(self->remote_);
+  self->direct_ = self->mapped_ != nullptr;
   self->keep_alive_ = self;
   // Watchdog for the whole fetch: a peer that stops answering must not hang the update.
   std::weak_ptr<FetchExecutor> weak = self;
@@ -49,7 +53,29 @@ std::shared_ptr<FetchExecutor> FetchExecutor::Start(ProgressLoop& loop,
 
 void FetchExecutor::Cancel(const std::string& reason) { Fail(Cancelled("fetch cancelled: " + reason)); }
 
+namespace {
+
+// Copies [src, +length) to dst in pieces, hashing each piece just written while it is in cache:
+// one pass over memory for the copy and its verification. True when the hash matches (or !verify).
+bool CopyAndVerify(std::byte* dst, const std::byte* src, uint64_t length, bool verify, uint64_t expected) {
+  constexpr uint64_t kPiece = 256 << 10;  // well inside a core's L2
+  if (!verify) {
+    std::memcpy(dst, src, length);
+    return true;
+  }
+  Xxh3Stream hash;
+  for (uint64_t at = 0; at < length; at += kPiece) {
+    const uint64_t n = std::min(kPiece, length - at);
+    std::memcpy(dst + at, src + at, n);
+    hash.Update(dst + at, n);
+  }
+  return hash.Digest() == expected;
+}
+
+}  // namespace
+
 void FetchExecutor::Issue() {
+  if (direct_) return IssueDirect();
   while (!failed_ && in_flight_ < window_.size() && !queue_.empty()) {
     const size_t index = queue_.front();
     const ChunkFetch& c = chunks_[index];
@@ -72,6 +98,66 @@ void FetchExecutor::Issue() {
     auto self = shared_from_this();
     connection_->Get(local_, c.local_offset, remote_, c.remote_offset, c.length,
                      [self, index](const Status& s) { self->OnComplete(index, s); });
+  }
+}
+
+// The mapped path: the verifier's threads take the chunks a batch at a time (a few MiB: one task
+// and one report to the loop per batch, not per chunk, which on a busy machine kept the loop thread
+// waking thousands of times a second beside the copies); each copies and hashes its chunks and posts
+// the verdicts back. A chunk that does not match is copied again after a backoff, like a corrupt
+// Get. No transport op is involved, so there is no window to adapt: the threads are the limit.
+void FetchExecutor::IssueDirect() {
+  constexpr size_t kBatchChunks = 64;
+  constexpr uint64_t kBatchBytes = 8 << 20;
+  const size_t depth = 2 * options_.verifier->size();
+  // Under a cap each chunk is admitted on its own, as a Get is: a batch would pass in one go.
+  const size_t most = options_.max_bytes_per_s > 0 ? 1 : kBatchChunks;
+  while (!failed_ && in_flight_ < depth && !queue_.empty()) {
+    if (!connection_->healthy())
+      return Fail(Unavailable("fetch from " + connection_->peer() + ": the peer was lost"));
+    size_t count = 0;
+    uint64_t bytes = 0;
+    while (count < queue_.size() && count < most && bytes < kBatchBytes)
+      bytes += chunks_[queue_[count++]].length;
+    if (const auto wait = cap_.Admit(bytes, std::chrono::steady_clock::now())) {
+      if (cap_timer_) return;
+      cap_timer_ = true;
+      ++stats_.capped_waits;
+      loop_.PostAfter(*wait, [self = shared_from_this()](Transport&) {
+        self->cap_timer_ = false;
+        self->Issue();
+        self->MaybeFinish();
+      });
+      return;
+    }
+    std::vector<size_t> batch(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(count));
+    queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(count));
+    for (size_t index : batch) {
+      const ChunkFetch& c = chunks_[index];
+      if (c.remote_offset > mapped_->size() || c.length > mapped_->size() - c.remote_offset ||
+          c.local_offset > local_.size() || c.length > local_.size() - c.local_offset)
+        return Fail(OutOfRange(c.what + " from " + connection_->peer() + ": [" +
+                               std::to_string(c.remote_offset) + ", +" + std::to_string(c.length) +
+                               ") lies outside the peer's region or ours"));
+      ++attempts_[index];
+    }
+    ++in_flight_;
+    stats_.direct_chunks += batch.size();
+    options_.verifier->Submit([self = shared_from_this(), batch = std::move(batch), mapped = mapped_.get(),
+                               local = local_.data()]() mutable {
+      std::vector<char> match(batch.size());
+      for (size_t k = 0; k < batch.size(); ++k) {
+        const ChunkFetch& c = self->chunks_[batch[k]];
+        mapped->Prepare(c.remote_offset, c.length);
+        match[k] = CopyAndVerify(local + c.local_offset, mapped->data() + c.remote_offset, c.length,
+                                 self->options_.verify, c.xxh3);
+      }
+      ProgressLoop& loop = self->loop_;
+      loop.Post([self = std::move(self), batch = std::move(batch), match = std::move(match)](Transport&) {
+        --self->in_flight_;
+        for (size_t k = 0; k < batch.size(); ++k) self->OnVerified(batch[k], match[k] != 0);
+      });
+    });
   }
 }
 
@@ -106,7 +192,7 @@ void FetchExecutor::OnComplete(size_t index, const Status& status) {
 }
 
 void FetchExecutor::OnVerified(size_t index, bool match) {
-  if (options_.verify && options_.verifier) --hashing_;
+  if (options_.verify && options_.verifier && !direct_) --hashing_;
   const ChunkFetch& c = chunks_[index];
   if (failed_) return MaybeFinish();
   if (!match) {
@@ -152,6 +238,7 @@ void FetchExecutor::MaybeFinish() {
   stats_.congestion_events = window_.loss_cuts();
   stats_.delay_backoffs = window_.delay_cuts();
   stats_.min_window = window_.min_size();
+  mapped_.reset();
   DoneFn done = std::move(done_);
   auto keep = std::move(keep_alive_);  // released when this returns
   done(failed_ ? failure_ : Status::Ok(), stats_);

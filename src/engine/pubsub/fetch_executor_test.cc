@@ -22,12 +22,16 @@ struct Result2 {
 
 class FetchExecutorTest : public ::testing::Test {
  protected:
+  // The subscriber's transport: the fake behind the fault injector (whose connections map nothing).
+  virtual std::unique_ptr<Transport> MakeSubscriberTransport() {
+    auto inner = MakeFakeTransport(fabric_, "sub");
+    return std::move(MakeFaultInjectingTransport(std::move(inner).value(), plan_)).value();
+  }
   void SetUp() override {
     fabric_ = std::make_shared<FakeFabric>();
     plan_ = std::make_shared<FaultPlan>(7);
     pub_ = std::make_unique<ProgressLoop>(*MakeFakeTransport(fabric_, "pub"));
-    auto inner = MakeFakeTransport(fabric_, "sub");
-    sub_ = std::make_unique<ProgressLoop>(*MakeFaultInjectingTransport(std::move(inner).value(), plan_));
+    sub_ = std::make_unique<ProgressLoop>(MakeSubscriberTransport());
     source_.resize(kBytes);
     std::mt19937_64 rng(3);
     for (auto& b : source_) b = std::byte(rng());
@@ -191,6 +195,71 @@ TEST_F(FetchExecutorTest, TheCapHoldsTheRate) {
   EXPECT_GE(took, (kBytes - kChunk) / kRate);
   EXPECT_GT(r.stats.capped_waits, 0u);
   EXPECT_EQ(dest_, source_);
+}
+
+// A peer whose region the connection maps (a same-host peer): the verifier's threads copy and hash.
+class MappedFetchTest : public FetchExecutorTest {
+ protected:
+  std::unique_ptr<Transport> MakeSubscriberTransport() override {
+    return std::move(MakeFakeTransport(fabric_, "sub", {.mappable = true})).value();
+  }
+  FetchOptions Options() { return {.window = 8, .verifier = std::make_shared<WorkerPool>(2)}; }
+};
+
+TEST_F(MappedFetchTest, EveryChunkIsCopiedFromTheMappingBitExact) {
+  auto r = Fetch(Options());
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(dest_, source_);
+  EXPECT_EQ(r.stats.chunks, chunks_.size());
+  EXPECT_EQ(r.stats.direct_chunks, chunks_.size());
+  EXPECT_EQ(r.stats.bytes, kBytes);
+}
+
+TEST_F(MappedFetchTest, WithoutDirectReadsOrAVerifierItGets) {
+  FetchOptions no_direct = Options();
+  no_direct.direct_reads = false;
+  auto r = Fetch(no_direct);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(r.stats.direct_chunks, 0u);
+  EXPECT_EQ(dest_, source_);
+  dest_.assign(kBytes, std::byte{0});
+  r = Fetch({.window = 8});  // no verifier: hashes on the loop thread, after Gets
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(r.stats.direct_chunks, 0u);
+  EXPECT_EQ(dest_, source_);
+}
+
+TEST_F(MappedFetchTest, AChunkThatNeverMatchesFailsNamingItAfterItsAttempts) {
+  std::vector<ChunkFetch> chunks = chunks_;
+  chunks[5].xxh3 ^= 1;  // what the manifest says differs from what the peer holds
+  FetchOptions options = Options();
+  options.backoff_initial = std::chrono::milliseconds(1);
+  auto r = Fetch(options, chunks);
+  EXPECT_EQ(r.status.code(), StatusCode::kDataLoss) << r.status.ToString();
+  EXPECT_NE(r.status.message().find("chunk 5"), std::string::npos) << r.status.ToString();
+  EXPECT_NE(r.status.message().find("after 4 attempts"), std::string::npos) << r.status.ToString();
+  EXPECT_EQ(r.stats.corrupt_refetched, 4u);
+}
+
+TEST_F(MappedFetchTest, TheCapHoldsTheRateOfCopiesToo) {
+  constexpr double kRate = 16 << 20;
+  FetchOptions options = Options();
+  options.max_bytes_per_s = kRate;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = Fetch(options);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_GE(took, (kBytes - kChunk) / kRate);
+  EXPECT_GT(r.stats.capped_waits, 0u);
+  EXPECT_EQ(r.stats.direct_chunks, chunks_.size());
+  EXPECT_EQ(dest_, source_);
+}
+
+TEST_F(MappedFetchTest, APeerGoneBeforeTheFetchFailsItNamingThePeer) {
+  pub_->Call([&](Transport& t) { t.Close(); });
+  auto r = Fetch(Options());
+  EXPECT_EQ(r.status.code(), StatusCode::kUnavailable) << r.status.ToString();
+  EXPECT_NE(r.status.message().find("pub"), std::string::npos) << r.status.ToString();
 }
 
 }  // namespace

@@ -251,6 +251,7 @@ void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
             .version = v,
             .bytes = stats.bytes,
             .retries = stats.corrupt_refetched + stats.errors_retried,
+            .direct_chunks = stats.direct_chunks,
             .fetch = stats.elapsed});
     };
     auto executor =

@@ -13,6 +13,12 @@
 //
 // Verification runs on options.verifier's threads when given, overlapped with the next Gets.
 //
+// A peer whose region the connection maps into this process (a same-host peer: Connection::Map) is
+// not read with Gets: options.verifier's threads copy each chunk from the mapping, hashing each
+// piece of it just written while the piece is still in cache, so that a chunk crosses memory once
+// and verification costs no pass of its own. Chunks go to the threads in batches of a few MiB, at
+// most two batches per thread at once.
+//
 // The executor reports exactly once, through `done`, and only after no Get it started is still in
 // flight and no hash check is pending — so the caller may reuse or free the local memory as soon as `done`
 // runs.
@@ -66,6 +72,9 @@ struct FetchOptions {
   // as delay too; meant for a slow, shared link.
   double delay_factor = 0;
   std::chrono::microseconds delay_floor{2000};
+  // Copy from a mapped peer region on the verifier's threads (above) when the connection maps it and
+  // a verifier is given; false: always Get.
+  bool direct_reads = true;
 };
 
 struct FetchStats {
@@ -77,6 +86,7 @@ struct FetchStats {
   uint64_t delay_backoffs = 0;     // window cuts: a Get slow against the fastest one
   uint64_t capped_waits = 0;       // times max_bytes_per_s held the next Get back
   size_t min_window = 0;
+  uint64_t direct_chunks = 0;  // chunks copied from the peer's mapped region, not Got
   std::chrono::nanoseconds elapsed{0};
 };
 
@@ -97,6 +107,7 @@ class FetchExecutor : public std::enable_shared_from_this<FetchExecutor> {
   FetchExecutor(ProgressLoop& loop, std::shared_ptr<Connection> connection, const MemoryRegion& local,
                 RemoteKey remote, std::vector<ChunkFetch> chunks, FetchOptions options, DoneFn done);
   void Issue();
+  void IssueDirect();
   void OnComplete(size_t index, const Status& status);
   void OnVerified(size_t index, bool match);
   void Retry(size_t index, const Status& why);
@@ -110,6 +121,10 @@ class FetchExecutor : public std::enable_shared_from_this<FetchExecutor> {
   const std::vector<ChunkFetch> chunks_;
   const FetchOptions options_;
   DoneFn done_;
+  // The peer's region mapped here: chunks are copied from it on the verifier's threads. Released
+  // on the loop thread when the fetch reports.
+  std::shared_ptr<const MappedPeerRegion> mapped_;
+  bool direct_ = false;  // mapped_ was given: chunks are copied, not Got
 
   std::deque<size_t> queue_;  // chunks waiting to be issued
   std::vector<int> attempts_;
