@@ -134,6 +134,12 @@ Command AddReshardCommand(CLI::App& app) {
          "the training job's own traffic; 0: no cap")
       ->check(FiniteRange(0, 1e6))
       ->capture_default_str();
+  sub->add_option("--relay-headroom", o->relay_headroom,
+                  "A destination that relays and reads from several hosts: fetch at most (1 - this) of its "
+                  "NIC's rate, so that the requests of the ranks reading from it do not queue behind its "
+                  "own inbound data; with --max-gbps the lower cap holds; 0: never")
+      ->check(FiniteRange(0, 0.9))
+      ->capture_default_str();
   sub->add_option("--delay-backoff", o->delay_backoff,
                   "A destination: halve the chunks in flight when one takes this many times the fastest "
                   "(queueing on a shared link); 0: watch failed Gets only")

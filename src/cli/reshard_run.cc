@@ -263,6 +263,11 @@ Status RunReshardRank(const ReshardOptions& o) {
   ro.device_direct = o.device_direct;
   ro.keep_versions = o.keep_versions;
   ro.max_bytes_per_s = o.max_gbps * 1e9 / 8;
+  if (me.side == PlanSide::kDestination) {
+    WP_ASSIGN_OR_RETURN(const double relay_cap, RelayInboundCap(*plan, me, o.relay_headroom));
+    if (relay_cap > 0 && (ro.max_bytes_per_s == 0 || relay_cap < ro.max_bytes_per_s))
+      ro.max_bytes_per_s = relay_cap;
+  }
   ro.delay_factor = o.delay_backoff;
   if (o.device_direct && !ro.device)
     return InvalidArgument("--device-direct needs --device cuda or stand-in");
