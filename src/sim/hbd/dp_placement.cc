@@ -93,7 +93,10 @@ int AutoDp(const ArchSpec& arch, int tor_gpus, int tp) {
 }
 
 Result<DpPlacement> PlaceDp(const ArchSpec& arch, const std::vector<TpGroup>& groups, int tp, int dp,
-                            int tor_gpus, DpPolicy policy) {
+                            int tor_gpus, DpPolicy policy, double borrow_gpus) {
+  if (!(borrow_gpus >= 0))
+    return InvalidArgument("the borrow threshold must be >= 0 GPUs (got " + std::to_string(borrow_gpus) +
+                           ")");
   if (dp < 1) return InvalidArgument("DP size must be >= 1 (got " + std::to_string(dp) + ")");
   if (tor_gpus < 1)
     return InvalidArgument("GPUs per ToR group must be >= 1 (got " + std::to_string(tor_gpus) + ")");
@@ -112,15 +115,26 @@ Result<DpPlacement> PlaceDp(const ArchSpec& arch, const std::vector<TpGroup>& gr
   if (policy == DpPolicy::kTorAware) order = TorAwareOrder(groups, tor_nodes, dp);
   DpPlacement out;
   out.dp = dp;
-  out.dp_groups = static_cast<int>(order.size()) / dp;
-  out.idle_tp_groups = static_cast<int>(order.size()) - out.dp_groups * dp;
-  if (dp == 1 || out.dp_groups == 0) return out;  // no DP traffic
+  const int candidates = static_cast<int>(order.size()) / dp;
+  out.dp_groups = candidates;
+  out.idle_tp_groups = static_cast<int>(order.size()) - candidates * dp;
+  if (dp == 1 || candidates == 0) return out;  // no DP traffic
   int64_t cross = 0;
   std::vector<const TpGroup*> members(dp);
-  for (int d = 0; d < out.dp_groups; ++d) {
+  const double saved = static_cast<double>(dp) * tp;
+  for (int d = 0; d < candidates; ++d) {
     for (int i = 0; i < dp; ++i) members[i] = &groups[order[d * dp + i]];
-    cross += CrossEdges(members, arch.gpus_per_node, tor_nodes, tp);
+    const int64_t edges = CrossEdges(members, arch.gpus_per_node, tor_nodes, tp);
+    // A group that crosses leaves is formed only when the GPUs it saves outweigh its crossings.
+    if (edges > 0 && !(saved > borrow_gpus * static_cast<double>(edges) / tp)) {
+      ++out.declined_groups;
+      continue;
+    }
+    cross += edges;
   }
+  out.dp_groups = candidates - out.declined_groups;
+  out.idle_tp_groups += out.declined_groups * dp;
+  if (out.dp_groups == 0) return out;
   out.cross_tor_ratio = static_cast<double>(cross) / (static_cast<double>(out.dp_groups) * dp * tp);
   return out;
 }

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 namespace weightport::sim::hbd {
 namespace {
 
@@ -84,6 +87,33 @@ TEST(DpPlacement, NoFaultsNoCrossToRTrafficOnEveryArchitecture) {
       EXPECT_EQ(dp->cross_tor_ratio, 0) << name << " TP " << tp;
     }
   }
+}
+
+TEST(DpPlacement, ABorrowThresholdDeclinesGroupsThatCrossForTooLittle) {
+  // In order, (A, B) and (C, D) each cross on all 8 ranks: 16 edges, 2 crossings per group, saving
+  // 16 GPUs each. Formed while 16 > 2 x B.
+  const ArchSpec ring = Arch("infinitehbd");
+  const std::vector<TpGroup> groups = {Group({0, 1}), Group({4, 5}), Group({2, 3}), Group({6, 7})};
+  auto cheap = PlaceDp(ring, groups, 8, 2, 16, DpPolicy::kInOrder, 7.9);
+  ASSERT_TRUE(cheap.ok());
+  EXPECT_EQ(cheap->dp_groups, 2);
+  EXPECT_EQ(cheap->declined_groups, 0);
+  EXPECT_DOUBLE_EQ(cheap->cross_tor_ratio, 1.0);
+  auto dear = PlaceDp(ring, groups, 8, 2, 16, DpPolicy::kInOrder, 8);
+  ASSERT_TRUE(dear.ok());
+  EXPECT_EQ(dear->dp_groups, 0);
+  EXPECT_EQ(dear->declined_groups, 2);
+  EXPECT_EQ(dear->idle_tp_groups, 4);  // declined members are leftovers like the count mod DP
+  // Groups under one leaf set are formed whatever the threshold; a mixed one is declined.
+  const std::vector<TpGroup> three = {Group({0, 1}), Group({2, 3}), Group({4, 5}), Group({1, 2})};
+  auto never = PlaceDp(ring, three, 8, 2, 16, DpPolicy::kTorAware, std::numeric_limits<double>::infinity());
+  ASSERT_TRUE(never.ok());
+  EXPECT_EQ(never->dp_groups, 1);
+  EXPECT_EQ(never->declined_groups, 1);
+  EXPECT_EQ(never->idle_tp_groups, 2);
+  EXPECT_EQ(never->cross_tor_ratio, 0);
+  EXPECT_FALSE(PlaceDp(ring, groups, 8, 2, 16, DpPolicy::kInOrder, -1).ok());
+  EXPECT_FALSE(PlaceDp(ring, groups, 8, 2, 16, DpPolicy::kInOrder, std::nan("")).ok());
 }
 
 TEST(DpPlacement, BadSizesAreErrors) {

@@ -14,6 +14,13 @@
 // Policies: kTorAware sorts the TP groups by the leaves their ranks sit on, makes whole DP groups
 // of groups on identical leaves first and cuts the rest in that order (InfiniteHBD's HBD-DCN
 // orchestration aligns DP peers under one ToR); kInOrder takes TP groups in placement order.
+//
+// `borrow_gpus` (B) decides whether a DP group whose traffic crosses leaves is formed at all: it
+// saves the dp x tp GPUs it would otherwise leave idle, and costs B GPUs per "crossing", its
+// cross edges / tp (mean leaves each rank's all-reduce crosses, counting >= 2 per crossing rank).
+// It is formed only when dp x tp > B x edges / tp; otherwise its TP groups idle (DP leftovers).
+// B = 0 forms every group (the default); B = infinity forms only groups on one leaf set, so
+// cross_tor_ratio is 0.
 #pragma once
 
 #include "weightport/core/status.h"
@@ -27,7 +34,8 @@ enum class DpPolicy : uint8_t { kTorAware, kInOrder };
 struct DpPlacement {
   int dp = 0;
   int dp_groups = 0;
-  int idle_tp_groups = 0;      // TP groups left over when the count is not a multiple of dp
+  int idle_tp_groups = 0;      // TP groups in no DP group: count mod dp, and declined groups' members
+  int declined_groups = 0;     // DP groups not formed: their crossing cost more than borrow_gpus allows
   double cross_tor_ratio = 0;  // meaningful only with dp_groups > 0 and dp > 1
 };
 
@@ -39,7 +47,8 @@ int AutoDp(const ArchSpec& arch, int tor_gpus, int tp);
 
 // `groups`: every TP group of a placement (PlaceTp with keep_groups). Errors: dp < 1, tor_gpus < 1,
 // a group whose ranks do not fit its nodes (first_gpu outside the node, too few nodes for tp).
+// Errors also: borrow_gpus negative or NaN.
 Result<DpPlacement> PlaceDp(const ArchSpec& arch, const std::vector<TpGroup>& groups, int tp, int dp,
-                            int tor_gpus, DpPolicy policy = DpPolicy::kTorAware);
+                            int tor_gpus, DpPolicy policy = DpPolicy::kTorAware, double borrow_gpus = 0);
 
 }  // namespace weightport::sim::hbd
