@@ -55,11 +55,15 @@ std::string LineChartSvg(const std::vector<Series>& series, std::string_view tit
                 (top + h - bottom) / 2, (top + h - bottom) / 2) +
          Escape(y_label) + "</text>\n";
   for (size_t i = 0; i < series.size(); ++i) {
-    const char* color = kPalette[i % std::size(kPalette)];
+    const Series& line = series[i];
+    const char* color = kPalette[(line.color >= 0 ? line.color : i) % std::size(kPalette)];
     std::string points;
-    for (auto [x, y] : series[i].points) points += Format("%.1f,%.1f ", px(x), py(y));
-    svg += Format("<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", color) + points +
-           "\"/>\n";
+    for (auto [x, y] : line.points) points += Format("%.1f,%.1f ", px(x), py(y));
+    svg += Format("<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", color,
+                  line.dashed ? " stroke-dasharray=\"6 4\"" : "") +
+           points + "\"/>\n";
+    for (auto [x, y] : line.markers ? line.points : std::vector<std::pair<double, double>>{})
+      svg += Format("<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", px(x), py(y), color);
     svg += Format("<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\">", w - right + 12, top + 16 + 18.0 * i, color) +
            Escape(series[i].name) + "</text>\n";
   }

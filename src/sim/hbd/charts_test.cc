@@ -20,6 +20,17 @@ TEST(Charts, ALineChartHasOneLineAndOneLegendEntryPerSeries) {
   EXPECT_EQ(Count(svg, "<svg"), Count(svg, "</svg>"));
 }
 
+TEST(Charts, SeriesCanShareAColourDashAndMarkTheirPoints) {
+  Series solid{"ring 2%", {{0, 1}, {5, 0.5}}, 0};
+  Series dashed{"ring 5%", {{0, 2}, {6, 1}, {8, 0.5}}, 0, /*dashed=*/true, /*markers=*/true};
+  Series dot{"greedy", {{4, 0.4}}, 3, false, true};
+  const std::string svg = LineChartSvg({solid, dashed, dot}, "t", "x", "y");
+  EXPECT_EQ(Count(svg, "<circle"), 4u);  // the markers of the last two series only
+  EXPECT_EQ(Count(svg, "stroke-dasharray"), 1u);
+  EXPECT_EQ(Count(svg, "stroke=\"#1f77b4\""), 2u);  // palette colour 0, twice
+  EXPECT_EQ(Count(svg, "fill=\"#9467bd\""), 2u);    // colour 3: the dot and its legend entry
+}
+
 TEST(Charts, APlacementDrawsEveryNodeWithItsState) {
   auto arch = MakeArch("infinitehbd", 3);
   std::vector<char> faulty(12, 0);

@@ -16,6 +16,9 @@ namespace weightport::sim::hbd {
 struct Series {
   std::string name;
   std::vector<std::pair<double, double>> points;  // (x, y)
+  int color = -1;                                 // palette index; -1: the series' own index
+  bool dashed = false;                            // a dashed line
+  bool markers = false;  // a dot at each point (a series of one point shows as its dot)
 };
 
 // Axes from 0 to the largest x and y; one coloured polyline and legend entry per series.
