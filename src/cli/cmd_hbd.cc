@@ -1,6 +1,7 @@
 // weightport hbd: evaluate high-bandwidth-domain architectures under node faults (GPU waste of a
 // tensor-parallel job; compare in hbd_compare.cc), place one fault set's TP rings, and make
-// synthetic fault traces; `hbd cost-sweep` and `hbd mfu` run in hbd_cost_sweep.cc and hbd_mfu.cc.
+// synthetic fault traces; `hbd cost-sweep`, `hbd mfu` and `hbd tor-curve` run in hbd_cost_sweep.cc,
+// hbd_mfu.cc and hbd_tor_curve.cc.
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -266,8 +267,53 @@ Command AddHbdCommand(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
   mfu->add_flag("--json", o->json, "Print machine-readable JSON");
-  return {sub, [o, compare, place, trace, sweep, mfu, gpus] {
+  auto* curve = sub->add_subcommand(
+      "tor-curve",
+      "GPU waste (DP leftovers included) against the share of DP traffic crossing a ToR, per architecture "
+      "and\n"
+      "fault ratio, over a borrow threshold: InfiniteHBD's ToR-aware ring placement and every "
+      "architecture's\n"
+      "DP grouping cross a ToR only where that saves more GPUs than the threshold (docs/HBD.md)");
+  curve->add_option("--gpus", o->gpus, "GPUs in the cluster: a multiple of --tor-gpus")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  curve->add_option("--tp", o->tp, "Tensor-parallel size")->check(CLI::Range(1, 4096))->capture_default_str();
+  curve->add_option("--dp", o->dp, "DP size (TP groups per DP group); 0: as many as one ToR group holds")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  curve
+      ->add_option("--arch", o->curve_archs,
+                   "Architectures: infinitehbd, nvl-36, nvl-72, nvl-576, tpuv4, dgx")
+      ->capture_default_str();
+  curve->add_option("--k", o->k, "InfiniteHBD: hops each node's optical links reach")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  curve->add_option("--fault-ratio", o->curve_ratios, "Fractions of nodes down, comma-separated")
+      ->capture_default_str();
+  curve
+      ->add_option(
+          "--tor-gpus", o->curve_tor_gpus,
+          "GPUs under one ToR group, the same for every architecture: a multiple of every domain and "
+          "node (576 = 8 NVL-72 racks = 9 TPUv4 cubes = 72 DGX nodes = 144 ring nodes)")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  curve
+      ->add_option(
+          "--borrow", o->borrow,
+          "Borrow thresholds in GPUs, comma-separated (inf: never cross a ToR): one point of each curve "
+          "per threshold")
+      ->capture_default_str();
+  curve->add_option("--samples", o->samples, "Random fault sets drawn per ratio")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  curve->add_option("--seed", o->seed, "Seed for the fault draws")
+      ->check(NonNegativeInteger())
+      ->capture_default_str();
+  curve->add_option("--svg", o->svg, "Write the curves (waste against cross-ToR share) as SVG here");
+  curve->add_flag("--json", o->json, "Print machine-readable JSON");
+  return {sub, [o, compare, place, trace, sweep, mfu, curve, gpus] {
             o->gpus_given = gpus->count() > 0;
+            if (curve->parsed()) return RunHbdTorCurve(*o);
             if (mfu->parsed()) return RunHbdMfu(*o);
             if (sweep->parsed()) return RunHbdCostSweep(*o);
             if (compare->parsed()) return RunHbdCompare(*o);

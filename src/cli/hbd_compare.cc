@@ -16,11 +16,10 @@
 #include "weightport/sim/hbd/sync_time.h"
 
 namespace weightport::cli {
-namespace {
 
 using namespace sim::hbd;
 
-Result<std::vector<double>> ParseRatios(const std::string& text) {
+Result<std::vector<double>> ParseFaultRatios(const std::string& text) {
   std::vector<double> out;
   for (const std::string& item : SplitList(text)) {
     char* end = nullptr;
@@ -32,11 +31,12 @@ Result<std::vector<double>> ParseRatios(const std::string& text) {
   return out;
 }
 
-// Nodes of this architecture for `gpus` GPUs: whole domains where it has them.
 int ClusterNodes(const ArchSpec& a, int gpus) {
   const int unit = a.domain_gpus > 0 ? a.domain_gpus : a.gpus_per_node;
   return gpus / unit * unit / a.gpus_per_node;
 }
+
+namespace {
 
 Result<EvalOptions> MakeEvalOptions(const HbdOptions& o) {
   EvalOptions e;
@@ -208,7 +208,7 @@ int RunHbdCompare(HbdOptions o) {
       o.gpus = static_cast<int>(gpus);
     }
   }
-  auto ratios = ParseRatios(o.ratios);
+  auto ratios = ParseFaultRatios(o.ratios);
   if (!ratios.ok()) return Fail("hbd compare", ratios.status());
   auto eval = MakeEvalOptions(o);
   if (!eval.ok()) return Fail("hbd compare", eval.status());

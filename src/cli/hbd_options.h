@@ -1,10 +1,13 @@
-// Options of `weightport hbd` (compare, place, trace, cost-sweep, mfu) and the runs of those in files
-// of their own.
+// Options of `weightport hbd` (compare, place, trace, cost-sweep, mfu, tor-curve) and the runs of those in
+// files of their own.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "weightport/core/status.h"
+#include "weightport/sim/hbd/architecture.h"
 #include "weightport/sim/hbd/fault_trace.h"
 
 namespace weightport::cli {
@@ -30,10 +33,20 @@ struct HbdOptions {
   std::string mfu_model = "dense70b", mfu_gpus = "1024,2048,4096,8192,16384";
   double mfu_fault_ratio = 0;
   int global_batch = 0;  // sequences; 0: the model preset's
+  // hbd tor-curve: ToR groups of the same size for every architecture (576 = 8 NVL-72 racks = 16
+  // NVL-36 racks = 9 TPUv4 cubes = 72 DGX nodes = 144 ring nodes)
+  std::string curve_archs = "infinitehbd,nvl-72,nvl-36,tpuv4,dgx", curve_ratios = "0.02,0.05";
+  std::string borrow = "0,4,8,16,32,64,128,256,512,1024,2048,4096,inf";
+  int curve_tor_gpus = 576;
   // hbd trace
   sim::hbd::SyntheticOptions synthetic;
   std::string out;
 };
+
+// --fault-ratio's list: each in [0, 1), errors name the option.
+Result<std::vector<double>> ParseFaultRatios(const std::string& text);
+// Nodes of this architecture for `gpus` GPUs: whole domains where it has them.
+int ClusterNodes(const sim::hbd::ArchSpec& a, int gpus);
 
 // `weightport hbd compare`: tables or JSON on stdout, progress on stderr; the exit code.
 int RunHbdCompare(HbdOptions options);
@@ -42,5 +55,8 @@ int RunHbdCompare(HbdOptions options);
 int RunHbdCostSweep(const HbdOptions& options);
 // `weightport hbd mfu`: the best-MFU layout per architecture and GPU count, against DGX (hbd_mfu.cc).
 int RunHbdMfu(const HbdOptions& options);
+// `weightport hbd tor-curve`: GPU waste against the share of DP traffic crossing a ToR, per
+// architecture and fault ratio, over the borrow thresholds (hbd_tor_curve.cc).
+int RunHbdTorCurve(const HbdOptions& options);
 
 }  // namespace weightport::cli
