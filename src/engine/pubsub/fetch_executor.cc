@@ -74,23 +74,27 @@ bool CopyAndVerify(std::byte* dst, const std::byte* src, uint64_t length, bool v
 
 }  // namespace
 
+bool FetchExecutor::HeldByCap(uint64_t bytes, std::chrono::steady_clock::time_point now) {
+  const auto wait = cap_.Admit(bytes, now);
+  if (!wait) return false;
+  if (cap_timer_) return true;
+  cap_timer_ = true;
+  ++stats_.capped_waits;
+  loop_.PostAfter(*wait, [self = shared_from_this()](Transport&) {
+    self->cap_timer_ = false;
+    self->Issue();
+    self->MaybeFinish();
+  });
+  return true;
+}
+
 void FetchExecutor::Issue() {
   if (direct_) return IssueDirect();
   while (!failed_ && in_flight_ < window_.size() && !queue_.empty()) {
     const size_t index = queue_.front();
     const ChunkFetch& c = chunks_[index];
     const auto now = std::chrono::steady_clock::now();
-    if (const auto wait = cap_.Admit(c.length, now)) {
-      if (cap_timer_) return;
-      cap_timer_ = true;
-      ++stats_.capped_waits;
-      loop_.PostAfter(*wait, [self = shared_from_this()](Transport&) {
-        self->cap_timer_ = false;
-        self->Issue();
-        self->MaybeFinish();
-      });
-      return;
-    }
+    if (HeldByCap(c.length, now)) return;
     queue_.pop_front();
     issued_at_[index] = now;
     ++in_flight_;
@@ -119,17 +123,7 @@ void FetchExecutor::IssueDirect() {
     uint64_t bytes = 0;
     while (count < queue_.size() && count < most && bytes < kBatchBytes)
       bytes += chunks_[queue_[count++]].length;
-    if (const auto wait = cap_.Admit(bytes, std::chrono::steady_clock::now())) {
-      if (cap_timer_) return;
-      cap_timer_ = true;
-      ++stats_.capped_waits;
-      loop_.PostAfter(*wait, [self = shared_from_this()](Transport&) {
-        self->cap_timer_ = false;
-        self->Issue();
-        self->MaybeFinish();
-      });
-      return;
-    }
+    if (HeldByCap(bytes, std::chrono::steady_clock::now())) return;
     std::vector<size_t> batch(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(count));
     queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(count));
     for (size_t index : batch) {
