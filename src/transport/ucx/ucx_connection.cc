@@ -108,31 +108,17 @@ Result<ucp_rkey_h> UcxConnection::Rkey(const WireKey& key, const char* verb) {
   return rkey;
 }
 
-// A same-host peer's memory that UCX mapped here (POSIX / SysV shared memory) is read with a plain
-// memcpy. The first read of each 2 MiB block enters its pages into this process's page tables in
-// one call, instead of one fault per 4 KiB page: a first read of a newly mapped region (a new peer,
-// or a publisher's new grant each version) ran at ~1 GB/s, held up by faults. Later reads skip the
-// call (walking present page tables again cost warm reads about a fifth of their speed).
+// A Get from a region UCX mapped here is a memcpy in UCX: its pages are entered first (PagePopulator).
 void UcxConnection::PopulateMapped(uint64_t region_id, ucp_rkey_h rkey, const RemoteKey& key, uint64_t offset,
                                    uint64_t length) {
   if (length < kPopulateMin) return;
   auto [it, fresh] = mappings_.try_emplace(region_id);
-  Mapping& m = it->second;
   if (fresh) {
     void* base = nullptr;
-    if (ucp_rkey_ptr(rkey, key.address, &base) != UCS_OK) base = nullptr;
-    m.base = static_cast<std::byte*>(base);
-    if (m.base != nullptr) m.populated.resize((key.length + kPopulateBlock - 1) / kPopulateBlock);
+    if (ucp_rkey_ptr(rkey, key.address, &base) == UCS_OK && base != nullptr)
+      it->second = std::make_unique<PagePopulator>(static_cast<const std::byte*>(base), key.length);
   }
-  if (m.base == nullptr) return;
-  const uint64_t first = offset / kPopulateBlock, last = (offset + length - 1) / kPopulateBlock;
-  bool done = true;
-  for (uint64_t b = first; b <= last; ++b) done = done && m.populated[b];
-  if (done) return;
-  for (uint64_t b = first; b <= last; ++b) m.populated[b] = true;
-  // The whole blocks the read touches, so that a block marked populated is populated throughout.
-  const uint64_t from = first * kPopulateBlock, to = std::min(key.length, (last + 1) * kPopulateBlock);
-  PopulateForRead(m.base + from, to - from);
+  if (it->second != nullptr) it->second->Prepare(offset, length);
 }
 
 void UcxConnection::Flush(Completion done) {

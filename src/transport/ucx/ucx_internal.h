@@ -113,6 +113,25 @@ struct Op {
   Bytes buffer;
 };
 
+// A same-host peer's memory that UCX mapped here (POSIX / SysV shared memory) is read with plain
+// loads. The first read of each 2 MiB block enters its pages into this process's page tables in
+// one call, instead of one fault per 4 KiB page: a first read of a newly mapped region (a new peer,
+// or a publisher's new grant each version) ran at ~1 GB/s, held up by faults. Later reads skip the
+// call (walking present page tables again cost warm reads about a fifth of their speed). Any
+// thread: two readers of one block may both enter it, which is harmless and rarer than a lock.
+class PagePopulator {
+ public:
+  PagePopulator(const std::byte* base, uint64_t size);
+  // Enters the whole blocks [offset, +length) touches, those not entered yet.
+  void Prepare(uint64_t offset, uint64_t length) const;
+
+ private:
+  static constexpr uint64_t kBlock = 2 << 20;  // granularity of "already populated"
+  const std::byte* base_;
+  uint64_t size_;
+  std::unique_ptr<std::atomic<bool>[]> done_;  // per kBlock
+};
+
 // A same-host peer's region as UCX mapped it into this process (ucp_rkey_ptr over an rkey of its
 // own). The rkey is destroyed with it, on the loop thread, while the transport's worker lives; after
 // the worker is gone it is left (the worker's pool it came from is gone too) and stays mapped.
@@ -123,20 +142,15 @@ class UcxMappedPeerRegion final : public MappedPeerRegion {
   ~UcxMappedPeerRegion() override;
   const std::byte* data() const override { return base_; }
   uint64_t size() const override { return size_; }
-  void Prepare(uint64_t offset, uint64_t length) const override;
+  void Prepare(uint64_t offset, uint64_t length) const override { pages_.Prepare(offset, length); }
 
  private:
-  static constexpr uint64_t kBlock = 2 << 20;  // granularity of "already populated"
   std::shared_ptr<Context> context_;
   ucp_rkey_h rkey_;
   const std::byte* base_;
   uint64_t size_;
-  std::unique_ptr<std::atomic<bool>[]> populated_;  // per kBlock; set by whichever thread got there first
+  PagePopulator pages_;
 };
-
-// Enters [p, p + length) of a mapping into this process's page tables in one call (advice: a kernel
-// before 5.14 refuses it and the reads fault page by page).
-void PopulateForRead(const std::byte* p, uint64_t length);
 
 class UcxConnection final : public Connection {
  public:
@@ -174,8 +188,7 @@ class UcxConnection final : public Connection {
   Result<ucp_rkey_h> Rkey(const WireKey& key, const char* verb);
   void PopulateMapped(uint64_t region_id, ucp_rkey_h rkey, const RemoteKey& key, uint64_t offset,
                       uint64_t length);
-  static constexpr uint64_t kPopulateMin = 64 << 10;   // smaller reads fault in a few pages at most
-  static constexpr uint64_t kPopulateBlock = 2 << 20;  // granularity of "already populated"
+  static constexpr uint64_t kPopulateMin = 64 << 10;  // smaller reads fault in a few pages at most
   // Hands a started request to UCX's care, or completes the op if UCX finished at once.
   void Launch(Op* op, ucs_status_ptr_t started);
   void ReleaseEndpoint();
@@ -189,11 +202,9 @@ class UcxConnection final : public Connection {
   ucp_rkey_h liveness_rkey_ = nullptr;
   uint64_t* liveness_ = nullptr;                    // the peer's liveness word, mapped (same-host shm only)
   std::unordered_map<uint64_t, ucp_rkey_h> rkeys_;  // by the peer's region id
-  struct Mapping {
-    std::byte* base = nullptr;    // where UCX mapped the peer's region here; null: not mapped
-    std::vector<bool> populated;  // per kPopulateBlock: its pages were populated
-  };
-  std::unordered_map<uint64_t, Mapping> mappings_;  // by the peer's region id, from its first Get
+  // The pages of the regions Gets read, by the peer's region id, from its first Get: null where UCX
+  // did not map the region here (it then copies through the transport).
+  std::unordered_map<uint64_t, std::unique_ptr<PagePopulator>> mappings_;
   // Regions handed out by Map, by the peer's region id: one mapping per region for the connection's
   // life, so that its pages are entered once, not per fetch.
   std::unordered_map<uint64_t, std::shared_ptr<UcxMappedPeerRegion>> mapped_;

@@ -1,5 +1,5 @@
 // A same-host peer's region read in place (UcxConnection::Map), and the page population that makes
-// a first read of a new mapping run at memory speed.
+// a first read of a new mapping run at memory speed (for Map's readers and for UCX's own Gets).
 #include <sys/mman.h>
 
 #include "transport/ucx/ucx_internal.h"
@@ -11,36 +11,29 @@ constexpr int kMadvPopulateRead = 22;  // MADV_POPULATE_READ (Linux 5.14), not i
 
 }  // namespace
 
-void PopulateForRead(const std::byte* p, uint64_t length) {
-  if (length == 0) return;
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{4095};
-  madvise(reinterpret_cast<void*>(begin), reinterpret_cast<uintptr_t>(p) + length - begin, kMadvPopulateRead);
+PagePopulator::PagePopulator(const std::byte* base, uint64_t size)
+    : base_(base), size_(size), done_(std::make_unique<std::atomic<bool>[]>((size + kBlock - 1) / kBlock)) {}
+
+void PagePopulator::Prepare(uint64_t offset, uint64_t length) const {
+  if (length == 0 || offset >= size_) return;
+  length = std::min(length, size_ - offset);
+  for (uint64_t b = offset / kBlock; b <= (offset + length - 1) / kBlock; ++b) {
+    if (done_[b].load(std::memory_order_relaxed)) continue;
+    const uint64_t from = b * kBlock;
+    const uintptr_t p = reinterpret_cast<uintptr_t>(base_ + from), begin = p & ~uintptr_t{4095};
+    // Advice only: a kernel without MADV_POPULATE_READ (before 5.14) refuses it and the copy faults.
+    madvise(reinterpret_cast<void*>(begin), p + std::min(kBlock, size_ - from) - begin, kMadvPopulateRead);
+    done_[b].store(true, std::memory_order_relaxed);
+  }
 }
 
 UcxMappedPeerRegion::UcxMappedPeerRegion(std::shared_ptr<Context> context, ucp_rkey_h rkey,
                                          const std::byte* base, uint64_t size)
-    : context_(std::move(context)),
-      rkey_(rkey),
-      base_(base),
-      size_(size),
-      populated_(std::make_unique<std::atomic<bool>[]>((size + kBlock - 1) / kBlock)) {}
+    : context_(std::move(context)), rkey_(rkey), base_(base), size_(size), pages_(base, size) {}
 
 UcxMappedPeerRegion::~UcxMappedPeerRegion() {
   MutexLock lock(context_->mu);
   if (context_->worker_alive) ucp_rkey_destroy(rkey_);
-}
-
-void UcxMappedPeerRegion::Prepare(uint64_t offset, uint64_t length) const {
-  if (length == 0 || offset >= size_) return;
-  length = std::min(length, size_ - offset);
-  const uint64_t first = offset / kBlock, last = (offset + length - 1) / kBlock;
-  for (uint64_t b = first; b <= last; ++b) {
-    // Two readers of one block may both populate it: harmless, and rarer than a lock per read.
-    if (populated_[b].load(std::memory_order_relaxed)) continue;
-    const uint64_t from = b * kBlock;
-    PopulateForRead(base_ + from, std::min(kBlock, size_ - from));
-    populated_[b].store(true, std::memory_order_relaxed);
-  }
 }
 
 std::shared_ptr<const MappedPeerRegion> UcxConnection::Map(const RemoteKey& key) {
