@@ -46,6 +46,18 @@ std::shared_ptr<FetchExecutor> FetchExecutor::Start(ProgressLoop& loop,
                       std::to_string(s->options_.timeout.count()) + " ms (" + std::to_string(s->verified_) +
                       " of " + std::to_string(s->chunks_.size()) + " chunks verified)"));
   });
+  // Copies are bounds-checked here, once: a Get checks its own bounds in the transport.
+  if (self->direct_) {
+    const uint64_t theirs = self->mapped_->size(), ours = local.size();
+    auto outside = std::find_if(self->chunks_.begin(), self->chunks_.end(), [&](const ChunkFetch& c) {
+      return c.remote_offset > theirs || c.length > theirs - c.remote_offset || c.local_offset > ours ||
+             c.length > ours - c.local_offset;
+    });
+    if (outside != self->chunks_.end())
+      self->Fail(OutOfRange(outside->what + " from " + self->connection_->peer() + ": [" +
+                            std::to_string(outside->remote_offset) + ", +" + std::to_string(outside->length) +
+                            ") lies outside the peer's region or ours"));
+  }
   self->Issue();
   self->MaybeFinish();  // an empty list finishes at once
   return self;
@@ -126,15 +138,7 @@ void FetchExecutor::IssueDirect() {
     if (HeldByCap(bytes, std::chrono::steady_clock::now())) return;
     std::vector<size_t> batch(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(count));
     queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(count));
-    for (size_t index : batch) {
-      const ChunkFetch& c = chunks_[index];
-      if (c.remote_offset > mapped_->size() || c.length > mapped_->size() - c.remote_offset ||
-          c.local_offset > local_.size() || c.length > local_.size() - c.local_offset)
-        return Fail(OutOfRange(c.what + " from " + connection_->peer() + ": [" +
-                               std::to_string(c.remote_offset) + ", +" + std::to_string(c.length) +
-                               ") lies outside the peer's region or ours"));
-      ++attempts_[index];
-    }
+    for (size_t index : batch) ++attempts_[index];
     ++in_flight_;
     stats_.direct_chunks += batch.size();
     options_.verifier->Submit([self = shared_from_this(), batch = std::move(batch), mapped = mapped_.get(),

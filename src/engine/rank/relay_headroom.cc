@@ -4,21 +4,11 @@
 #include <string>
 
 namespace weightport {
-namespace {
-
-const RankBuffer* BufferOf(const Plan& plan, Endpoint e) {
-  const std::vector<RankBuffer>& side = e.side == PlanSide::kSource ? plan.sources : plan.destinations;
-  for (const RankBuffer& b : side)
-    if (b.endpoint == e) return &b;
-  return nullptr;
-}
-
-}  // namespace
 
 Result<double> RelayInboundCap(const Plan& plan, Endpoint me, double headroom) {
   if (!(headroom < 1))
     return InvalidArgument("relay headroom " + std::to_string(headroom) + " is not below 1");
-  const RankBuffer* mine = me.side == PlanSide::kDestination ? BufferOf(plan, me) : nullptr;
+  const RankBuffer* mine = me.side == PlanSide::kDestination ? plan.Buffer(me) : nullptr;
   if (mine == nullptr) return InvalidArgument(me.ToString() + " is not a destination rank of the plan");
   if (headroom <= 0) return 0.0;
   bool relays = false;
@@ -26,7 +16,7 @@ Result<double> RelayInboundCap(const Plan& plan, Endpoint me, double headroom) {
   for (const PlanStep& step : plan.steps) {
     if (step.from == me) relays = true;
     if (step.to_rank != me.rank) continue;
-    const RankBuffer* from = BufferOf(plan, step.from);
+    const RankBuffer* from = plan.Buffer(step.from);
     if (from != nullptr && from->host != mine->host)
       remote_peers.insert({static_cast<int>(step.from.side), step.from.rank});
   }
