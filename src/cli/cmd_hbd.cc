@@ -21,6 +21,20 @@ namespace {
 
 using namespace sim::hbd;
 
+// Options several subcommands take, each with its check, the default shown.
+void AddK(CLI::App* app, int& k, const std::string& help) {
+  app->add_option("--k", k, help)->check(CLI::Range(1, 64))->capture_default_str();
+}
+template <typename Seed>
+void AddSeed(CLI::App* app, Seed& seed, const std::string& help) {
+  app->add_option("--seed", seed, help)->check(NonNegativeInteger())->capture_default_str();
+}
+void AddDp(CLI::App* app, int& dp) {
+  app->add_option("--dp", dp, "DP size (TP groups per DP group); 0: as many as one ToR group holds")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+}
+
 Result<std::vector<char>> FaultSet(const HbdOptions& o) {
   if (o.faulty.empty()) return FaultDraws(o.nodes, o.fault_ratio, o.seed).Next();
   std::vector<char> faulty(o.nodes, 0);
@@ -113,9 +127,7 @@ Command AddHbdCommand(CLI::App& app) {
       ->capture_default_str();
   compare->add_option("--arch", o->archs, "Architectures: infinitehbd, nvl-36, nvl-72, nvl-576, tpuv4, dgx")
       ->capture_default_str();
-  compare->add_option("--k", o->k, "InfiniteHBD: hops each node's optical links reach")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
+  AddK(compare, o->k, "InfiniteHBD: hops each node's optical links reach");
   compare->add_option("--fault-ratio", o->ratios, "Fractions of nodes down, comma-separated")
       ->capture_default_str();
   compare->add_option("--samples", o->samples, "Random fault sets drawn per ratio")
@@ -145,12 +157,8 @@ Command AddHbdCommand(CLI::App& app) {
   compare->add_option("--sample-days", o->sample_days, "With --trace: evaluate this often (days)")
       ->check(FiniteRange(1e-6, 1e6))
       ->capture_default_str();
-  compare->add_option("--seed", o->seed, "Seed for fault draws and for placing trace servers")
-      ->check(NonNegativeInteger())
-      ->capture_default_str();
-  compare->add_option("--dp", o->dp, "DP size (TP groups per DP group); 0: as many as one ToR group holds")
-      ->check(CLI::Range(0, 1 << 20))
-      ->capture_default_str();
+  AddSeed(compare, o->seed, "Seed for fault draws and for placing trace servers");
+  AddDp(compare, o->dp);
   compare->add_option("--tor-gpus", o->tor_gpus, "GPUs under one ToR group of the rail-optimised DCN")
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
@@ -186,17 +194,13 @@ Command AddHbdCommand(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   place->add_option("--tp", o->tp, "Tensor-parallel size")->check(CLI::Range(1, 4096))->capture_default_str();
-  place->add_option("--k", o->k, "Hops each node's optical links reach")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
+  AddK(place, o->k, "Hops each node's optical links reach");
   place->add_option("--faulty", o->faulty,
                     "Faulty nodes, comma-separated (default: --fault-ratio at random)");
   place->add_option("--fault-ratio", o->fault_ratio, "Fraction of nodes down when --faulty is not given")
       ->check(FiniteRange(0, 1))
       ->capture_default_str();
-  place->add_option("--seed", o->seed, "Seed for the random fault set")
-      ->check(NonNegativeInteger())
-      ->capture_default_str();
+  AddSeed(place, o->seed, "Seed for the random fault set");
   place->add_option("--svg", o->svg, "Draw the placement as SVG here");
   place->add_flag("--json", o->json, "Print machine-readable JSON");
   auto* trace = sub->add_subcommand("trace", "Write a synthetic fault trace in the public JSON event format");
@@ -214,17 +218,13 @@ Command AddHbdCommand(CLI::App& app) {
   trace->add_option("--days", o->synthetic.days, "Length of the trace (days)")
       ->check(FiniteRange(1e-6, 1e6))
       ->capture_default_str();
-  trace->add_option("--seed", o->synthetic.seed, "Random seed")
-      ->check(NonNegativeInteger())
-      ->capture_default_str();
+  AddSeed(trace, o->synthetic.seed, "Random seed");
   trace->add_option("--out", o->out, "Output JSON file")->required();
   auto* sweep = sub->add_subcommand(
       "cost-sweep",
       "InfiniteHBD's HBD cost against NVL-72's over the OCSTrx count and price per GPU and the NVLink\n"
       "switch tray price (the inputs that set it), and every architecture's HBD cost per Tb/s");
-  sweep->add_option("--k", o->k, "Hops each node's optical links reach (switch paths per OCSTrx)")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
+  AddK(sweep, o->k, "Hops each node's optical links reach (switch paths per OCSTrx)");
   sweep->add_option("--cost", o->cost, "Prices and watts (JSON, as configs/hbd-cost.json); default: built in")
       ->check(CLI::ExistingFile);
   sweep->add_flag("--json", o->json, "Print machine-readable JSON");
@@ -240,9 +240,7 @@ Command AddHbdCommand(CLI::App& app) {
       ->capture_default_str();
   mfu->add_option("--arch", o->archs, "Architectures (DGX is always evaluated for the ratio)")
       ->capture_default_str();
-  mfu->add_option("--k", o->k, "InfiniteHBD: hops each node's optical links reach")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
+  AddK(mfu, o->k, "InfiniteHBD: hops each node's optical links reach");
   auto* mfu_ratio = mfu->add_option("--fault-ratio", o->mfu_fault_ratio,
                                     "Fraction of nodes down; the usable GPUs shrink by each architecture's "
                                     "waste at that ratio and TP")
@@ -260,9 +258,7 @@ Command AddHbdCommand(CLI::App& app) {
   mfu->add_option("--samples", o->samples, "Random fault sets drawn per TP size")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
-  mfu->add_option("--seed", o->seed, "Seed for the fault draws")
-      ->check(NonNegativeInteger())
-      ->capture_default_str();
+  AddSeed(mfu, o->seed, "Seed for the fault draws");
   mfu->add_option("--global-batch", o->global_batch, "Global batch in sequences; 0: the preset's")
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
@@ -278,16 +274,12 @@ Command AddHbdCommand(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
   curve->add_option("--tp", o->tp, "Tensor-parallel size")->check(CLI::Range(1, 4096))->capture_default_str();
-  curve->add_option("--dp", o->dp, "DP size (TP groups per DP group); 0: as many as one ToR group holds")
-      ->check(CLI::Range(0, 1 << 20))
-      ->capture_default_str();
+  AddDp(curve, o->dp);
   curve
       ->add_option("--arch", o->curve_archs,
                    "Architectures: infinitehbd, nvl-36, nvl-72, nvl-576, tpuv4, dgx")
       ->capture_default_str();
-  curve->add_option("--k", o->k, "InfiniteHBD: hops each node's optical links reach")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
+  AddK(curve, o->k, "InfiniteHBD: hops each node's optical links reach");
   curve->add_option("--fault-ratio", o->curve_ratios, "Fractions of nodes down, comma-separated")
       ->capture_default_str();
   curve
@@ -306,9 +298,7 @@ Command AddHbdCommand(CLI::App& app) {
   curve->add_option("--samples", o->samples, "Random fault sets drawn per ratio")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
-  curve->add_option("--seed", o->seed, "Seed for the fault draws")
-      ->check(NonNegativeInteger())
-      ->capture_default_str();
+  AddSeed(curve, o->seed, "Seed for the fault draws");
   curve->add_option("--svg", o->svg, "Write the curves (waste against cross-ToR share) as SVG here");
   curve->add_flag("--json", o->json, "Print machine-readable JSON");
   return {sub, [o, compare, place, trace, sweep, mfu, curve, gpus] {

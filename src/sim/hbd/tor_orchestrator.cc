@@ -94,14 +94,9 @@ void Cut(const std::vector<std::pair<int, bool>>& walk, int m, int n, int g, TpP
     if (drop_before) ring.clear();
     ring.push_back(node);
     if (static_cast<int>(ring.size()) < m) continue;
-    TpGroup group{.nodes = ring};
-    for (size_t j = 1; j < ring.size(); ++j) group.bridged |= (ring[j] - ring[j - 1] + n) % n != 1;
-    p.bridged_groups += group.bridged;
-    p.tp_groups.push_back(std::move(group));
+    AddRing(std::move(ring), n, g, /*keep=*/true, p);
     ring.clear();
   }
-  p.groups = static_cast<int>(p.tp_groups.size());
-  p.usable_gpus = p.groups * m * g;
 }
 
 }  // namespace
@@ -134,13 +129,9 @@ Result<TorRingPlacement> PlaceRingTorAware(const ArchSpec& arch, const std::vect
   p.nodes = n;
   p.healthy_gpus = static_cast<int>(std::count(faulty.begin(), faulty.end(), 0)) * g;
   if (p.healthy_gpus == 0) return out;
-  // Start after a run of >= K faults where there is one, as PlaceTp does.
-  int start = 0;
-  bool broken = !arch.wrap;
-  for (int i = 0, run = 0; arch.wrap && i < 2 * n && !broken; ++i) {
-    run = faulty[i % n] ? run + 1 : 0;
-    if (run >= arch.k && run < n) broken = true, start = (i + 1) % n;
-  }
+  const RingWalkStart walk_start = RingStart(arch, faulty);
+  const int start = walk_start.start;
+  const bool broken = walk_start.broken;
   std::vector<Block> blocks;
   bool hard = true;
   for (int step = 0, run = 0; step < n; ++step) {

@@ -38,32 +38,17 @@ Status PlaceRing(const ArchSpec& arch, const std::vector<char>& faulty, int tp, 
                            " GPUs and must be a multiple of it");
   const int m = tp / g;  // nodes per TP ring
   const int n = static_cast<int>(faulty.size());
-  // Start right after a run of >= K faulty nodes when there is one (a ring has no ends otherwise).
-  int start = 0;
-  bool broken = !arch.wrap;
-  if (arch.wrap) {
-    for (int i = 0, run = 0; i < 2 * n && !broken; ++i) {
-      run = faulty[i % n] ? run + 1 : 0;
-      if (run >= arch.k && run < n) broken = true, start = (i + 1) % n;
-    }
-    if (!broken && HealthyNodes(faulty, 0, faulty.size()) == 0) return Status::Ok();
-  }
+  const RingWalkStart walk_start = RingStart(arch, faulty);
+  const int start = walk_start.start;
+  const bool broken = walk_start.broken;
+  if (!broken && HealthyNodes(faulty, 0, faulty.size()) == 0) return Status::Ok();
   std::vector<int> segment;  // healthy nodes of the current segment, in order
   auto close = [&] {
     if (segment.empty()) return;
     ++p.segments;
     const size_t full = segment.size() / m * m;
-    for (size_t i = 0; i < full; i += m) {
-      TpGroup group;
-      group.nodes.assign(segment.begin() + i, segment.begin() + i + m);
-      // Bridged: its nodes are not consecutive positions (faulty nodes lie between them).
-      for (size_t j = 1; j < group.nodes.size(); ++j)
-        group.bridged |= (group.nodes[j] - group.nodes[j - 1] + n) % n != 1;
-      p.bridged_groups += group.bridged;
-      ++p.groups;
-      if (keep) p.tp_groups.push_back(std::move(group));
-    }
-    p.usable_gpus += static_cast<int>(full) * g;
+    for (size_t i = 0; i < full; i += m)
+      AddRing(std::vector<int>(segment.begin() + i, segment.begin() + i + m), n, g, keep, p);
     segment.clear();
   };
   int run = 0;
@@ -81,6 +66,26 @@ Status PlaceRing(const ArchSpec& arch, const std::vector<char>& faulty, int tp, 
 }
 
 }  // namespace
+
+RingWalkStart RingStart(const ArchSpec& arch, const std::vector<char>& faulty) {
+  const int n = static_cast<int>(faulty.size());
+  RingWalkStart out{.broken = !arch.wrap};
+  for (int i = 0, run = 0; arch.wrap && i < 2 * n && !out.broken; ++i) {
+    run = faulty[i % n] ? run + 1 : 0;
+    if (run >= arch.k && run < n) out = {.start = (i + 1) % n, .broken = true};
+  }
+  return out;
+}
+
+void AddRing(std::vector<int> nodes, int n, int g, bool keep, TpPlacement& p) {
+  TpGroup group{.nodes = std::move(nodes)};
+  for (size_t j = 1; j < group.nodes.size(); ++j)
+    group.bridged |= (group.nodes[j] - group.nodes[j - 1] + n) % n != 1;
+  p.bridged_groups += group.bridged;
+  ++p.groups;
+  p.usable_gpus += static_cast<int>(group.nodes.size()) * g;
+  if (keep) p.tp_groups.push_back(std::move(group));
+}
 
 Result<TpPlacement> PlaceTp(const ArchSpec& arch, const std::vector<char>& faulty, int tp, bool keep_groups) {
   if (tp < 1) return InvalidArgument("TP must be >= 1 (got " + std::to_string(tp) + ")");

@@ -43,4 +43,16 @@ struct TpPlacement {
 Result<TpPlacement> PlaceTp(const ArchSpec& arch, const std::vector<char>& faulty, int tp,
                             bool keep_groups = false);
 
+// Pieces of InfiniteHBD's ring placement, shared with the ToR-aware one (tor_orchestrator.h).
+// Where a walk round the ring starts: right after its first run of >= K faulty nodes, where the
+// ring breaks (it has ends there); else node 0 of a ring still whole. A line (!arch.wrap) is broken.
+struct RingWalkStart {
+  int start = 0;
+  bool broken = false;
+};
+RingWalkStart RingStart(const ArchSpec& arch, const std::vector<char>& faulty);
+// Adds the TP ring of `nodes` (in ring order, on a ring of n nodes of g GPUs) to p: counted, its GPUs
+// usable, bridged where its nodes are not consecutive; kept in tp_groups with `keep`.
+void AddRing(std::vector<int> nodes, int n, int g, bool keep, TpPlacement& p);
+
 }  // namespace weightport::sim::hbd
