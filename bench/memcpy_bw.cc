@@ -88,9 +88,10 @@ int Main(int argc, char** argv) {
 
   nlohmann::ordered_json results = nlohmann::ordered_json::array();
   if (!json) {
-    std::printf("memcpy, %d thread(s) at once, %d runs per size, buffers touched before timing (GB = 1e9 "
-                "bytes, in all)\n",
-                threads, runs);
+    std::printf(
+        "memcpy, %d thread(s) at once, %d runs per size, buffers touched before timing (GB = 1e9 "
+        "bytes, in all)\n",
+        threads, runs);
     std::printf("%-8s %12s %10s %10s\n", "size", "median GB/s", "min GB/s", "max GB/s");
     std::fflush(stdout);
   }
