@@ -57,4 +57,19 @@ Result<RegionKeysMsg> RegionKeysMsg::Decode(ByteView payload) {
   return m;
 }
 
+Bytes StagingReadyMsg::Encode() const {
+  Writer w;
+  w.U64(bytes);
+  w.U64(prepare_ns);
+  return w.Take();
+}
+Result<StagingReadyMsg> StagingReadyMsg::Decode(ByteView payload) {
+  Reader r(payload, "StagingReady");
+  StagingReadyMsg m;
+  WP_ASSIGN_OR_RETURN(m.bytes, r.U64("bytes"));
+  WP_ASSIGN_OR_RETURN(m.prepare_ns, r.U64("prepare"));
+  WP_RETURN_IF_ERROR(r.Done());
+  return m;
+}
+
 }  // namespace weightport

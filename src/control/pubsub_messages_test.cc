@@ -14,6 +14,7 @@ TEST(PubsubMessagesTest, EveryMessageRoundTripsStrictly) {
   ExpectStrictRoundTrip(ManifestMsg{R"({"version":3})"});
   ExpectStrictRoundTrip(RegionKeysMsg{B("ucx-address"), {{1, B("key-one")}, {0xffffffffffffffffull, {}}}});
   ExpectStrictRoundTrip(PlacementMsg{"{}"});
+  ExpectStrictRoundTrip(StagingReadyMsg{.bytes = 2ull << 30, .prepare_ns = 660'000'000});
 }
 
 TEST(PubsubMessagesTest, DecodersRefuseBadFields) {

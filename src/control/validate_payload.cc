@@ -63,6 +63,8 @@ Status ValidatePayload(MessageType type, ByteView payload) {
       return check(RekeyMsg::Decode(payload));
     case MessageType::kRollback:
       return check(RollbackMsg::Decode(payload));
+    case MessageType::kStagingReady:
+      return check(StagingReadyMsg::Decode(payload));
   }
   return InvalidArgument("unknown message type " + std::to_string(static_cast<int>(type)));
 }

@@ -68,8 +68,9 @@ enum class MessageType : uint8_t {
   kFed = 23,
   kRekey = 24,
   kRollback = 25,
+  kStagingReady = 26,
 };
-inline constexpr uint8_t kMaxMessageType = 25;
+inline constexpr uint8_t kMaxMessageType = 26;
 std::string_view MessageTypeName(MessageType type);  // "Hello"; "Unknown" outside the enum
 
 enum class PeerRole : uint8_t { kPublisher = 1, kSubscriber = 2, kObserver = 3 };

@@ -47,4 +47,16 @@ struct PlacementMsg {
   friend bool operator==(const PlacementMsg&, const PlacementMsg&) = default;
 };
 
+// A subscriber has its staging memory for the publisher's regions ready (mapped, its pages entered,
+// registered): a version held for subscribers (UpdateBeginMsg's min_subscribers) waits for this, so
+// that the first version moves bytes rather than waiting for the kernel to zero-fill pages.
+struct StagingReadyMsg {
+  static constexpr MessageType kType = MessageType::kStagingReady;
+  uint64_t bytes = 0;       // staging memory prepared (every buffer of its store)
+  uint64_t prepare_ns = 0;  // how long preparing it took
+  Bytes Encode() const;
+  static Result<StagingReadyMsg> Decode(ByteView payload);
+  friend bool operator==(const StagingReadyMsg&, const StagingReadyMsg&) = default;
+};
+
 }  // namespace weightport
