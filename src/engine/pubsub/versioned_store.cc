@@ -106,6 +106,13 @@ uint64_t VersionedStore::extra_bytes() const {
   return options_.mode == SwapMode::kInPlace ? 0 : options_.bytes;
 }
 
+std::vector<std::span<std::byte>> VersionedStore::buffers() const {
+  std::vector<std::span<std::byte>> out;
+  for (const Buffer& b : buffers_)
+    if (b.data != nullptr) out.emplace_back(b.data, options_.bytes);
+  return out;
+}
+
 uint64_t VersionedStore::live_version() const {
   MutexLock lock(mu_);
   return have_live_ ? buffers_[live_].version : 0;

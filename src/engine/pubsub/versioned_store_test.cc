@@ -178,6 +178,26 @@ TEST(VersionedStoreTest, StageCopyKeepsLiveAddress) {
   EXPECT_EQ(store->extra_bytes(), kBytes);
 }
 
+// buffers() lists every buffer an update can land in, before any update (to register them ahead).
+TEST(VersionedStoreTest, BuffersAreEveryPlaceAnUpdateLands) {
+  for (SwapMode mode : {SwapMode::kDoubleBuffer, SwapMode::kStageThenCopy, SwapMode::kInPlace}) {
+    auto store = MakeStore(mode);
+    const std::vector<std::span<std::byte>> buffers = store->buffers();
+    ASSERT_EQ(buffers.size(), mode == SwapMode::kInPlace ? 1u : 2u) << SwapModeName(mode);
+    for (uint64_t v = 1; v <= 3; ++v) {
+      auto target = store->BeginUpdate(v);
+      ASSERT_TRUE(target.ok()) << target.status().ToString();
+      EXPECT_EQ(target->size(), kBytes);
+      EXPECT_TRUE(std::any_of(
+          buffers.begin(), buffers.end(),
+          [&](std::span<std::byte> b) { return b.data() == target->data() && b.size() == kBytes; }))
+          << SwapModeName(mode) << " version " << v;
+      WriteVersion(*target, v);
+      ASSERT_TRUE(store->Commit().ok());
+    }
+  }
+}
+
 TEST(VersionedStoreTest, SwapModeNames) {
   for (SwapMode m : {SwapMode::kDoubleBuffer, SwapMode::kStageThenCopy, SwapMode::kInPlace})
     EXPECT_EQ(*ParseSwapMode(SwapModeName(m)), m);

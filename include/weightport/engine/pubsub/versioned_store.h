@@ -34,6 +34,7 @@
 #include <mutex>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "weightport/core/status.h"
 #include "weightport/core/thread_annotations.h"
@@ -108,6 +109,10 @@ class VersionedStore {
 
   // Memory the store allocated beyond one copy of the weights (for the memory budget).
   uint64_t extra_bytes() const;
+
+  // Every buffer an update may land in (one or two), e.g. to register them with a transport before
+  // the first update. Their addresses never change.
+  std::vector<std::span<std::byte>> buffers() const;
 
  private:
   struct Buffer {
