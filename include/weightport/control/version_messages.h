@@ -15,8 +15,9 @@ namespace weightport {
 
 // Starts a version: subscribers fetch it from the publisher's region `source_region` (an id from
 // its RegionKeys), laid out as the last Manifest describes. From a publisher, `min_subscribers`
-// asks the coordinator to hold the version until that many subscribers are connected, for at most
-// `wait_ms`, and to abort it (naming how many came) when they do not.
+// asks the coordinator to hold the version until that many subscribers are connected with their
+// staging memory ready (StagingReady), for at most `wait_ms`, and to abort it (naming how many came)
+// when they do not; with `wait_ms` 0 it starts at once if that many are connected.
 struct UpdateBeginMsg {
   static constexpr MessageType kType = MessageType::kUpdateBegin;
   uint64_t version = 0;

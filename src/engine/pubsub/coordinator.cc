@@ -126,6 +126,20 @@ size_t Coordinator::Impl::SubscriberCount() const {
       peers.begin(), peers.end(), [](const auto& p) { return p.second->role == PeerRole::kSubscriber; }));
 }
 
+size_t Coordinator::Impl::ReadySubscriberCount() const {
+  return static_cast<size_t>(std::count_if(peers.begin(), peers.end(), [](const auto& p) {
+    return p.second->role == PeerRole::kSubscriber && p.second->staging_ready;
+  }));
+}
+
+void Coordinator::Impl::SendKeysIfUnseen(CoordinatorPeer& peer) {
+  if (peer.role != PeerRole::kSubscriber || peer.gone || region_keys.empty() ||
+      peer.keys_epoch_sent == keys_epoch)
+    return;
+  SendTo(peer, MessageType::kRegionKeys, region_keys);
+  peer.keys_epoch_sent = keys_epoch;
+}
+
 void Coordinator::Impl::PublishSubscriberCount() const {
   if (options.metrics != nullptr)
     options.metrics->Set("weightport_subscribers", {}, static_cast<double>(SubscriberCount()));
@@ -180,6 +194,7 @@ void Coordinator::Impl::AcceptLoop() {
         peers[peer->id] = std::move(peer);
         raw->reader = std::thread([this, raw] { ReadLoop(raw); });
         raw->writer = std::thread([this, raw] { WriteLoop(raw); });
+        SendKeysIfUnseen(*raw);  // a subscriber prepares its staging memory now, not at version 1
         PublishSubscriberCount();
         cv.notify_all();
       }

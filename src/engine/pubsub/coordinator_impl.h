@@ -30,7 +30,12 @@ struct CoordinatorPeer {
   std::chrono::steady_clock::time_point last_seen;
   std::vector<std::string> wanted;  // tensors a subscriber asked for; empty: all
   uint64_t keys_epoch_sent = 0;     // RegionKeys epoch this subscriber has seen
-  bool gone = false;                // removed; its threads are ending
+  // A subscriber's StagingReady: its staging memory is ready; what it cost goes into the report of
+  // the first version it is a member of (staging_reported then).
+  bool staging_ready = false;
+  bool staging_reported = false;
+  StagingReadyMsg staging;
+  bool gone = false;  // removed; its threads are ending
   // Messages waiting for the writer thread, so that no send ever blocks while `mu` is held (a peer
   // that stops reading would otherwise stall the whole coordinator).
   std::deque<std::pair<MessageType, Bytes>> outbox;
@@ -45,8 +50,8 @@ struct CoordinatorUpdate {
   std::chrono::steady_clock::time_point began;
 };
 
-// A publisher's UpdateBegin held until enough subscribers are connected (UpdateBeginMsg's
-// min_subscribers), or its deadline passes.
+// A publisher's UpdateBegin held until enough subscribers are connected and have their staging
+// memory ready (UpdateBeginMsg's min_subscribers), or its deadline passes.
 struct PendingBegin {
   uint64_t publisher = 0;  // peer id
   UpdateBeginMsg message;
@@ -83,6 +88,10 @@ struct Coordinator::Impl {
   void WriteLoop(CoordinatorPeer* peer);
   void Log(const std::string& line) const;
   size_t SubscriberCount() const REQUIRES(mu);
+  size_t ReadySubscriberCount() const REQUIRES(mu);  // those that sent StagingReady
+  // Sends the publisher's RegionKeys to a subscriber that has not seen them, so that it prepares
+  // its staging memory before the version that needs it.
+  void SendKeysIfUnseen(CoordinatorPeer& peer) REQUIRES(mu);
   void PublishSubscriberCount() const REQUIRES(mu);  // sets the weightport_subscribers gauge
   void Count(std::string_view metric, const std::string& peer, double delta = 1) const;
   // Queues a message for one peer; a failed send later marks it lost.
@@ -101,7 +110,7 @@ struct Coordinator::Impl {
   void Handle(CoordinatorPeer& peer, const ControlMessage& message) REQUIRES(mu);
   void OnManifest(CoordinatorPeer& peer, const ManifestMsg& message) REQUIRES(mu);
   void OnUpdateBegin(CoordinatorPeer& peer, const UpdateBeginMsg& message) REQUIRES(mu);
-  // Starts the held UpdateBegin once enough subscribers are connected, aborts it past its deadline,
+  // Starts the held UpdateBegin once enough subscribers are ready, aborts it past its deadline,
   // drops it when its publisher left. Called on every pass of the accepting loop.
   void CheckPendingBegin() REQUIRES(mu);
   void StartUpdate(const UpdateBeginMsg& message) REQUIRES(mu);

@@ -38,6 +38,10 @@ void Coordinator::Impl::Handle(CoordinatorPeer& peer, const ControlMessage& mess
       if (Status s = ValidatePayload(message.type, message.payload); !s.ok()) return violation(s.message());
       region_keys = message.payload;
       ++keys_epoch;
+      // Between versions, subscribers get them now (a member of a version in flight gets them with
+      // the next one): they prepare their staging memory before the version that needs it.
+      if (!update.has_value())
+        for (auto& [id, p] : peers) SendKeysIfUnseen(*p);
       return;
     case MessageType::kManifest: {
       if (!is_publisher) return violation("only the publisher sends manifests");
@@ -56,6 +60,19 @@ void Coordinator::Impl::Handle(CoordinatorPeer& peer, const ControlMessage& mess
       Result<PlacementMsg> m = PlacementMsg::Decode(message.payload);
       if (!m.ok()) return violation(m.status().message());
       return OnPlacement(peer, *m);
+    }
+    case MessageType::kStagingReady: {
+      if (!is_subscriber) return violation("only subscribers have staging memory");
+      Result<StagingReadyMsg> m = StagingReadyMsg::Decode(message.payload);
+      if (!m.ok()) return violation(m.status().message());
+      peer.staging_ready = true;
+      peer.staging = *m;
+      char line[96];
+      std::snprintf(line, sizeof line, " ready: %.2f GiB of staging memory prepared in %.3f s",
+                    static_cast<double>(m->bytes) / (1ull << 30), static_cast<double>(m->prepare_ns) / 1e9);
+      Log(peer.channel->peer() + line);
+      cv.notify_all();
+      return CheckPendingBegin();
     }
     case MessageType::kChunksVerified: {
       if (!is_subscriber) return violation("only subscribers verify chunks");
@@ -161,12 +178,14 @@ void Coordinator::Impl::OnUpdateBegin(CoordinatorPeer& peer, const UpdateBeginMs
     return refuse("no manifest for " + Version(v) + " was sent before UpdateBegin");
   if (region_keys.empty()) return refuse("no RegionKeys were sent before UpdateBegin");
 
-  if (message.min_subscribers > SubscriberCount()) {
-    if (message.wait_ms == 0)
+  if (message.min_subscribers > ReadySubscriberCount()) {
+    if (message.wait_ms == 0 && message.min_subscribers > SubscriberCount())
       return refuse(std::to_string(SubscriberCount()) + " of " + std::to_string(message.min_subscribers) +
                     " subscriber(s) connected");
-    Log(Version(v) + " waits for " + std::to_string(message.min_subscribers) + " subscriber(s), " +
-        std::to_string(SubscriberCount()) + " connected");
+    if (message.wait_ms == 0) return StartUpdate(message);  // connected, some still preparing: no wait asked
+    Log(Version(v) + " waits for " + std::to_string(message.min_subscribers) + " subscriber(s) ready, " +
+        std::to_string(ReadySubscriberCount()) + " ready of " + std::to_string(SubscriberCount()) +
+        " connected");
     pending_begin = PendingBegin{.publisher = peer.id,
                                  .message = message,
                                  .deadline = Clock::now() + std::chrono::milliseconds(message.wait_ms)};
@@ -183,7 +202,7 @@ void Coordinator::Impl::CheckPendingBegin() {
     return;
   }
   const UpdateBeginMsg message = pending_begin->message;
-  if (SubscriberCount() >= message.min_subscribers) {
+  if (ReadySubscriberCount() >= message.min_subscribers) {
     pending_begin.reset();
     return StartUpdate(message);
   }
@@ -191,9 +210,14 @@ void Coordinator::Impl::CheckPendingBegin() {
   pending_begin.reset();
   char waited[32];
   std::snprintf(waited, sizeof waited, "%.1f s", static_cast<double>(message.wait_ms) / 1000.0);
-  const std::string why = "only " + std::to_string(SubscriberCount()) + " of " +
-                          std::to_string(message.min_subscribers) + " subscriber(s) connected within " +
-                          waited;
+  const size_t connected = SubscriberCount();
+  const std::string why =
+      connected < message.min_subscribers
+          ? "only " + std::to_string(connected) + " of " + std::to_string(message.min_subscribers) +
+                " subscriber(s) connected within " + waited
+          : "only " + std::to_string(ReadySubscriberCount()) + " of " +
+                std::to_string(message.min_subscribers) + " subscriber(s) had their staging memory ready (" +
+                std::to_string(connected) + " connected) within " + waited;
   Log("aborted " + Version(message.version) + " before it began: " + why);
   VersionReport& report = reports[message.version];
   report = VersionReport{.version = message.version, .model_bytes = manifest ? manifest->total_bytes() : 0};
@@ -215,14 +239,16 @@ void Coordinator::Impl::StartUpdate(const UpdateBeginMsg& message) {
   for (CoordinatorPeer* p : members) {
     update->members.push_back(p->id);
     report.subscribers.push_back({.name = p->name});
+    if (p->staging_ready && !p->staging_reported) {  // what preparing cost, in its first version
+      report.subscribers.back().staging_bytes = p->staging.bytes;
+      report.subscribers.back().staging_prepare = std::chrono::nanoseconds(p->staging.prepare_ns);
+      p->staging_reported = true;
+    }
   }
   Log("publishing " + Version(v) + " (" + std::to_string(manifest->total_bytes()) + " bytes) to " +
       std::to_string(members.size()) + " subscriber(s)");
   for (CoordinatorPeer* p : members) {
-    if (p->keys_epoch_sent != keys_epoch) {
-      SendTo(*p, MessageType::kRegionKeys, region_keys);
-      p->keys_epoch_sent = keys_epoch;
-    }
+    SendKeysIfUnseen(*p);
     SendTo(*p, ManifestMsg{manifest_json});
     SendTo(*p, message);
     if (!update.has_value()) return;  // a send failed and removing the member aborted the update

@@ -108,9 +108,13 @@ struct Cluster {
 
   SubscriberOptions SubscriberOpts(Publisher& pub, std::string name,
                                    std::shared_ptr<FaultPlan> plan = nullptr) {
+    return SubscriberOpts(pub.coordinator_address(), std::move(name), std::move(plan));
+  }
+  SubscriberOptions SubscriberOpts(const std::string& coordinator, std::string name,
+                                   std::shared_ptr<FaultPlan> plan = nullptr) {
     SubscriberOptions o;
     o.name = std::move(name);
-    o.coordinator = pub.coordinator_address();
+    o.coordinator = coordinator;
     o.make_transport = Factory(std::move(plan));
     o.timing.heartbeat_interval = std::chrono::milliseconds(200);
     o.timing.connect_timeout = kWait;

@@ -31,6 +31,9 @@ struct Subscriber::Impl {
   mutable std::mutex mu;
   std::condition_variable cv;
   std::unique_ptr<VersionedStore> store;
+  // A store prepared at the wrong size and never committed to, kept until Close: a reader may have
+  // read the `store` pointer just before it was replaced (Acquire then fails, as with no version).
+  std::unique_ptr<VersionedStore> retired_store;
   std::map<const std::byte*, std::unique_ptr<MemoryRegion>> registered;  // store buffers
   std::optional<Manifest> live_manifest, pending_manifest;
   // The version each store buffer holds, when known (set when it was committed, cleared when an
@@ -47,12 +50,19 @@ struct Subscriber::Impl {
   std::shared_ptr<WorkerPool> verifier;  // hash checks of every fetch, beside the loop thread
   std::unique_ptr<WorkerPool> keepers;  // delta: copy and hash of unchanged chunks (session thread's helpers)
   std::optional<Status> ended;          // the session's end: OK on Bye
+  bool staging_ready_sent = false;      // StagingReady went to the coordinator (session thread)
 
   void SessionLoop();
   void HeartbeatLoop();
   void Handle(const ControlMessage& m);  // session thread
   void OnRegionKeys(const RegionKeysMsg& m);
+  // Before the first version: maps and zero-fills the store's buffers for the size of `source` (the
+  // publisher's region), registers them, maps a same-host publisher's region and enters its pages,
+  // then sends StagingReady, so that version 1 moves bytes instead of paying page faults.
+  void PrepareStaging(const RemoteKey& source);
   void OnUpdateBegin(const UpdateBeginMsg& m);
+  // Replaces `store` (never committed to) by null, its buffers deregistered. `lock` holds `mu`.
+  void RetireStore(std::unique_lock<std::mutex>& lock);
   void OnCommit(uint64_t version);
   void OnAbort(uint64_t version, const std::string& why);
   // Stops the fetch in flight (if any) and waits for it to report.

@@ -98,9 +98,13 @@ void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
   if (layout != nullptr) {
     if (std::string why = LayoutMismatch(*layout, manifest); !why.empty()) return fail(why);
   } else if (store && store->size() != manifest.total_bytes()) {
-    return fail("manifest of version " + std::to_string(v) + " holds " +
-                std::to_string(manifest.total_bytes()) + " bytes, the staging memory " +
-                std::to_string(store->size()));
+    if (store->live_version() != 0)
+      return fail("manifest of version " + std::to_string(v) + " holds " +
+                  std::to_string(manifest.total_bytes()) + " bytes, the staging memory " +
+                  std::to_string(store->size()));
+    // Prepared for a publisher's region that holds more than this model, and never committed to:
+    // made again at the manifest's size.
+    RetireStore(lock);
   }
   for (const std::string& name : options.tensors)
     if (manifest.Find(name) == nullptr)
@@ -288,6 +292,21 @@ void Subscriber::Impl::OnCommit(uint64_t version) {
   lock.unlock();
   channel->Send(CommittedMsg{version, static_cast<uint64_t>(pause.count())}).IgnoreError();
   Emit({.kind = SubscriberEvent::Kind::kCommitted, .version = version, .pause = pause});
+}
+
+void Subscriber::Impl::RetireStore(std::unique_lock<std::mutex>& lock) {
+  std::vector<std::unique_ptr<MemoryRegion>> regions;
+  for (std::span<std::byte> b : store->buffers()) {
+    if (auto it = registered.find(b.data()); it != registered.end()) {
+      regions.push_back(std::move(it->second));
+      registered.erase(it);
+    }
+    staged.erase(b.data());
+  }
+  retired_store = std::move(store);
+  lock.unlock();
+  loop->Call([&regions](Transport&) { regions.clear(); });
+  lock.lock();
 }
 
 void Subscriber::Impl::OnAbort(uint64_t version, const std::string& why) {

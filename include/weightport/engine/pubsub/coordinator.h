@@ -7,6 +7,8 @@
 // Message flow of one version v:
 //   publisher  -> coordinator   RegionKeys (when its regions change), Manifest(v), UpdateBegin(v)
 //   coordinator -> subscribers  RegionKeys (if not yet seen), Manifest(v), UpdateBegin(v)
+//   subscriber -> coordinator   StagingReady once, after its first RegionKeys (sent when it joins, or
+//                               when the publisher's first arrive): its staging memory is ready
 //   subscriber -> coordinator   ChunksVerified(v) | UpdateFailed(v, why)
 //   coordinator -> all          Commit(v) once every member verified | Abort(v, why) otherwise
 //   subscriber -> coordinator   Committed(v, pause) after its swap
@@ -70,6 +72,11 @@ struct SubscriberVersionReport {
   uint64_t retries = 0;
   std::chrono::nanoseconds fetch{0};  // its first Get to its last chunk verified
   std::chrono::nanoseconds pause{0};  // how long its readers were blocked by the swap
+  // In the first version it is a member of: the staging memory it prepared when it joined (pages
+  // zero-filled, registered, the publisher's region mapped) and how long that took, before this
+  // version began (its StagingReady).
+  uint64_t staging_bytes = 0;
+  std::chrono::nanoseconds staging_prepare{0};
   bool verified = false;
   bool committed = false;  // it reported its swap (Committed)
   std::string dropped;     // quorum policy: why it was dropped from the version (empty: it was not)

@@ -59,9 +59,10 @@ struct PublisherOptions {
   std::function<void(std::string)> log;
 };
 
-// Asks the coordinator to hold a version until `at_least` subscribers are connected, for at most
-// `within`; fewer by then aborts the version, naming how many came. Works with an embedded and a
-// standalone coordinator alike.
+// Asks the coordinator to hold a version until `at_least` subscribers are connected and have their
+// staging memory ready (mapped and zero-filled when they joined, so that the version moves bytes
+// instead of paying page faults), for at most `within`; fewer by then aborts the version, naming how
+// many came. Works with an embedded and a standalone coordinator alike.
 struct SubscriberWait {
   size_t at_least = 0;
   std::chrono::milliseconds within{0};
