@@ -124,7 +124,8 @@ Result<nlohmann::ordered_json> Demo(const DemoOptions& o, const fs::path& dir, s
                                                                              .perturb = o.perturb,
                                                                              .seed = o.source.seed,
                                                                              .mode = mode,
-                                                                             .quiet = o.json}));
+                                                                             .quiet = o.json,
+                                                                             .subscribers = o.subscribers}));
   const uint64_t bytes = pub.model_bytes();
   const uint64_t publisher_rss = PeakRssBytes();
   pub.Close();  // says Bye: the subscribers exit

@@ -30,7 +30,8 @@ nlohmann::ordered_json Describe(Publisher& publisher, const PublishReport& pub, 
   const double copy = report != nullptr ? Secs(report->copy) : Secs(pub.transfer);
   nlohmann::ordered_json subscribers = nlohmann::ordered_json::array();
   double max_pause = 0;
-  uint64_t retries = 0, verified = 0, fetched_most = 0, fetched_sum = 0;
+  double staging_prepare = 0;
+  uint64_t retries = 0, verified = 0, fetched_most = 0, fetched_sum = 0, staging_bytes = 0;
   if (report != nullptr) {
     for (const auto& s : report->subscribers) {
       fetched_most = std::max(fetched_most, s.bytes);
@@ -42,6 +43,12 @@ nlohmann::ordered_json Describe(Publisher& publisher, const PublishReport& pub, 
                              {"retries", s.retries},
                              {"verified", s.verified},
                              {"committed", s.committed}});
+      if (s.staging_bytes > 0) {  // its first version: what preparing its memory at join cost
+        subscribers.back()["staging_bytes"] = s.staging_bytes;
+        subscribers.back()["staging_prepare_s"] = Secs(s.staging_prepare);
+        staging_prepare = std::max(staging_prepare, Secs(s.staging_prepare));
+        staging_bytes = std::max(staging_bytes, s.staging_bytes);
+      }
       if (!s.dropped.empty()) subscribers.back()["dropped"] = s.dropped;
       max_pause = std::max(max_pause, Secs(s.pause));
       retries += s.retries;
@@ -74,6 +81,10 @@ nlohmann::ordered_json Describe(Publisher& publisher, const PublishReport& pub, 
           // Without the embedded coordinator's report: the count its Commit carried.
           {"subscribers_verified", report != nullptr ? verified : pub.subscribers},
           {"retries", retries},
+          // Before this version began: the most staging memory a subscriber of its prepared when it
+          // joined (zero-filled, registered, the publisher's memory mapped), and the longest that took.
+          {"staging_bytes", staging_bytes},
+          {"staging_prepare_s", staging_prepare},
           {"subscribers", subscribers}};
 }
 
@@ -134,6 +145,14 @@ Result<nlohmann::ordered_json> PublishVersions(Publisher& publisher, const Publi
                         ? " (" + std::to_string(j["retries"].get<uint64_t>()) + " chunk(s) fetched again)"
                         : "")
                 << std::endl;
+      if (const uint64_t staged = j["staging_bytes"].get<uint64_t>(); staged > 0) {
+        const double took = j["staging_prepare_s"].get<double>();
+        std::cout << "  before it, when they joined: " << HumanBytes(staged)
+                  << " of staging memory per subscriber zero-filled, registered and mapped in "
+                  << Fixed(took, "%.3f") << " s at most ("
+                  << Fixed(took > 0 ? static_cast<double>(staged) / took / 1e9 : 0.0, "%.2f")
+                  << " GB/s: the kernel clears each fresh page)" << std::endl;
+      }
     }
     versions.push_back(std::move(j));
   }

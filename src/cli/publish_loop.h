@@ -26,7 +26,8 @@ struct PublishLoopOptions {
   // of ending the loop with its error.
   bool keep_going = false;
   // The coordinator holds the first version (with wait_each, every version: one that was lost and
-  // restarted has rejoined) until this many subscribers are connected, up to subscriber_timeout;
+  // restarted has rejoined) until this many subscribers are connected with their staging memory
+  // ready, up to subscriber_timeout;
   // fewer aborts it. A version committed to no subscriber is reported as not verified.
   size_t subscribers = 0;
   bool wait_each = false;
