@@ -87,8 +87,22 @@ bool CopyAndVerify(std::byte* dst, const std::byte* src, uint64_t length, bool v
 }  // namespace
 
 bool FetchExecutor::HeldByCap(uint64_t bytes, std::chrono::steady_clock::time_point now) {
-  const auto wait = cap_.Admit(bytes, now);
-  if (!wait) return false;
+  // Background priority: while yielding, a bucket of its own at the share kept, begun afresh each
+  // time it begins to yield.
+  if (const BackgroundYield* b = options_.background.get(); b != nullptr && !direct_) {
+    if (!b->yielding())
+      yield_cap_ = RateCap();
+    else if (!yield_cap_.capped())
+      yield_cap_ = RateCap(b->rate(), now);
+  }
+  auto wait = cap_.Wait(bytes, now);
+  if (const auto yield_wait = yield_cap_.Wait(bytes, now); yield_wait && (!wait || *yield_wait > *wait))
+    wait = yield_wait;
+  if (!wait) {
+    cap_.Count(bytes);
+    yield_cap_.Count(bytes);
+    return false;
+  }
   if (cap_timer_) return true;
   cap_timer_ = true;
   ++stats_.capped_waits;
@@ -102,7 +116,8 @@ bool FetchExecutor::HeldByCap(uint64_t bytes, std::chrono::steady_clock::time_po
 
 void FetchExecutor::Issue() {
   if (direct_) return IssueDirect();
-  while (!failed_ && in_flight_ < window_.size() && !queue_.empty()) {
+  const size_t window = options_.background ? options_.background->window(window_.size()) : window_.size();
+  while (!failed_ && in_flight_ < window && !queue_.empty()) {
     const size_t index = queue_.front();
     const ChunkFetch& c = chunks_[index];
     const auto now = std::chrono::steady_clock::now();
@@ -173,8 +188,13 @@ void FetchExecutor::OnComplete(size_t index, const Status& status) {
     window_.OnLost();  // a lost or refused Get: the path is full
     return Retry(index, status);
   }
-  const auto took = std::chrono::steady_clock::now() - issued_at_[index];
-  window_.OnCompleted(took);
+  const auto now = std::chrono::steady_clock::now();
+  window_.OnCompleted(now - issued_at_[index]);
+  if (BackgroundYield* b = options_.background.get()) {
+    const bool was = b->yielding();
+    b->OnCompleted(c.length, issued_at_[index], now);
+    stats_.yields += !was && b->yielding() ? 1 : 0;
+  }
   if (options_.verify && options_.verifier) {
     ++hashing_;
     // The task hands its reference on to the loop, which normally drops the last one.

@@ -256,6 +256,7 @@ void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
             .bytes = stats.bytes,
             .retries = stats.corrupt_refetched + stats.errors_retried,
             .direct_chunks = stats.direct_chunks,
+            .yields = stats.yields,
             .fetch = stats.elapsed});
     };
     auto executor =

@@ -168,9 +168,10 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   std::priority_queue<ReadyChunk, std::vector<ReadyChunk>, std::greater<>> ready_;
   size_t mirrors_left_ = 0;
   size_t chunks_in_flight_ = 0;
-  size_t in_flight_ = 0;                      // Gets issued and not completed
-  RateCap cap_;                               // PlanRankOptions::max_bytes_per_s, from the start
-  CongestionWindow window_;                   // chunks in flight at most (PlanRankOptions::window)
+  size_t in_flight_ = 0;     // Gets issued and not completed
+  RateCap cap_;              // PlanRankOptions::max_bytes_per_s, from the start
+  RateCap yield_cap_;        // background, while yielding: the share it keeps (none otherwise)
+  CongestionWindow window_;  // chunks in flight at most (PlanRankOptions::window)
   std::vector<Clock::time_point> issued_at_;  // per chunk: when its last fetch was issued
   bool cap_wait_posted_ = false;              // an Issue waits for the cap on the loop
   size_t verified_count_ = 0;

@@ -8,8 +8,9 @@
 // times the fastest seen this fetch (queueing on the path); it grows back by one per window of Gets that
 // complete without one (additive increase, multiplicative decrease). With max_bytes_per_s a token bucket
 // holds the fetch to that rate, so that a weight sync can leave a shared link to a training job's
-// traffic. A failed or corrupt chunk is retried after an exponential backoff, up to max_attempts; a
-// lost peer fails the whole fetch at once. Errors name the chunk (tensor and index) and the peer.
+// traffic; with `background` it yields only while other traffic is there. A failed or corrupt chunk is
+// retried after an exponential backoff, up to max_attempts; a lost peer fails the whole fetch at once. Errors
+// name the chunk (tensor and index) and the peer.
 //
 // Verification runs on options.verifier's threads when given, overlapped with the next Gets.
 //
@@ -35,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "weightport/core/background_yield.h"
 #include "weightport/core/congestion_window.h"
 #include "weightport/core/rate_cap.h"
 #include "weightport/core/status.h"
@@ -75,6 +77,12 @@ struct FetchOptions {
   // Copy from a mapped peer region on the verifier's threads (above) when the connection maps it and
   // a verifier is given; false: always Get.
   bool direct_reads = true;
+  // Background priority (core/background_yield.h): non-null, the fetch keeps in flight only the
+  // Gets that keep the path busy, and while other traffic shares the path it holds to a small
+  // share of it, running free again once the others have gone. Shared by successive fetches from
+  // the same peer, so that what it learnt of the path carries over. Copies from a mapped peer do
+  // not use it: they share no network path.
+  std::shared_ptr<BackgroundYield> background;
 };
 
 struct FetchStats {
@@ -85,6 +93,7 @@ struct FetchStats {
   uint64_t congestion_events = 0;  // window cuts: loss or the transport's backpressure
   uint64_t delay_backoffs = 0;     // window cuts: a Get slow against the fastest one
   uint64_t capped_waits = 0;       // times max_bytes_per_s held the next Get back
+  uint64_t yields = 0;             // background: times it began to yield to other traffic
   size_t min_window = 0;
   uint64_t direct_chunks = 0;  // chunks copied from the peer's mapped region, not Got
   std::chrono::nanoseconds elapsed{0};
@@ -141,7 +150,8 @@ class FetchExecutor : public std::enable_shared_from_this<FetchExecutor> {
   bool failed_ = false;
   bool reported_ = false;
   std::chrono::steady_clock::time_point start_;
-  RateCap cap_;  // options.max_bytes_per_s
+  RateCap cap_;        // options.max_bytes_per_s
+  RateCap yield_cap_;  // background, while yielding: the share it keeps (none otherwise)
   FetchStats stats_;
   std::shared_ptr<FetchExecutor> keep_alive_;  // set from Start until the report: callers may drop theirs
 };

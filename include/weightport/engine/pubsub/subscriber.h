@@ -38,6 +38,7 @@ struct SubscriberEvent {
   uint64_t bytes = 0;                 // kVerified: bytes fetched
   uint64_t retries = 0;               // kVerified
   uint64_t direct_chunks = 0;         // kVerified: chunks copied from the publisher's mapped memory
+  uint64_t yields = 0;                // kVerified: times a background fetch began to yield to other traffic
   std::chrono::nanoseconds fetch{0};  // kVerified: first Get to last chunk verified
   std::chrono::nanoseconds pause{0};  // kCommitted
   std::string detail;                 // kFailed / kAborted: why; kBegin: chunks changed (delta)

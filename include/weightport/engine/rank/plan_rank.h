@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "weightport/core/background_yield.h"
 #include "weightport/core/device_memory.h"
 #include "weightport/core/status.h"
 #include "weightport/engine/rank/rank_plan.h"
@@ -121,6 +122,11 @@ struct PlanRankOptions {
   // since it began, plus one chunk of burst); a chunk over it waits on the loop, not in a Get.
   // Retries count again; chunks delta keeps do not cross the link and do not count.
   double max_bytes_per_s = 0;
+  // A destination's background priority (core/background_yield.h): non-null, it keeps in flight
+  // only the chunks that keep its inbound path busy and, while other traffic shares that path (all
+  // its sources' chunks are measured together: the link in front of it is what they share), holds
+  // to a small share of it, running free again once the others have gone. Kept across versions.
+  std::shared_ptr<BackgroundYield> background;
 };
 
 // What a peer needs to reach a rank: its transport address and its arena's key, and a source's
@@ -151,6 +157,7 @@ struct ReceiveStats {
   uint64_t refetched_from_replica = 0;  // steps from a source that was lost, read from a replica of it
   uint64_t refetched_replica_bytes = 0;  // bytes of their chunks verified from the replica
   uint64_t capped_waits = 0;             // times the rate cap (max_bytes_per_s) held the next chunk back
+  uint64_t yields = 0;                   // background: times it began to yield to other traffic
   uint64_t congestion_events = 0;        // window cuts: a Get failed and was retried
   uint64_t delay_backoffs = 0;           // window cuts: a chunk slow against the fastest (delay_factor)
   size_t min_window = 0;                 // the smallest the window was
