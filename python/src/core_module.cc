@@ -78,6 +78,7 @@ struct MemberArgs {
   bool rotate_keys = false;  // PlanRankOptions::rotate_keys: the session's coordinator rotates keys
   size_t keep_versions = 0;  // a subscriber's PlanRankOptions::keep_versions: rollback targets kept
   double max_gbps = 0;       // a subscriber's PlanRankOptions::max_bytes_per_s, in Gbit/s; 0: no cap
+  bool background = false;   // a subscriber's PlanRankOptions::background: yields to other traffic
   // A coordinator that can fail: the ranks find it in this store ("etcd://host:port") under
   // `session`, and join the one that takes over when it is lost (PlanMemberOptions::find_coordinator).
   std::string store;
@@ -98,6 +99,7 @@ std::unique_ptr<Member> JoinAs(nb::bytes secret, const MemberArgs& a, bool sourc
   o.rank.rotate_keys = a.rotate_keys;
   if (!source) o.rank.keep_versions = a.keep_versions;
   if (!source) o.rank.max_bytes_per_s = a.max_gbps * 1e9 / 8;
+  if (!source && a.background) o.rank.background = std::make_shared<BackgroundYield>();
   if (!a.store.empty()) o.find_coordinator = CoordinatorFinder(a.store, a.session);
   Secret s = MakeSecret(secret);
   nb::gil_scoped_release release;
@@ -311,7 +313,8 @@ NB_MODULE(_core, m) {
       .def_rw("delta", &MemberArgs::delta)
       .def_rw("rotate_keys", &MemberArgs::rotate_keys)
       .def_rw("keep_versions", &MemberArgs::keep_versions)
-      .def_rw("max_gbps", &MemberArgs::max_gbps);
+      .def_rw("max_gbps", &MemberArgs::max_gbps)
+      .def_rw("background", &MemberArgs::background);
 
   nb::class_<PyService>(m, "Service")
       .def(nb::init<nb::bytes, const std::string&, int, uint64_t, int, double, size_t, bool,

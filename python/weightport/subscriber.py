@@ -67,6 +67,12 @@ class Subscriber(Member):
     ``max_gbps`` > 0 caps the rate this rank fetches at (Gbit/s), so that a weight sync leaves a
     shared link to the training job's own traffic; a version then takes at least its bytes over the
     cap. Default 0: no cap.
+
+    ``priority="background"`` makes this rank's fetches yield to other traffic only while there is
+    some: it keeps in flight only what keeps its inbound path busy, and while another flow shares
+    that path (the training job's collectives) it holds to 5% of it, running free again once the
+    flow has gone. It needs chunks that take a small part of a second on the link (on a 100 Mbit/s
+    link, 1 MiB chunks: the publisher's ``chunk_bytes``). Default ``"normal"``.
     """
 
     _JOIN = "bind()"
@@ -75,7 +81,7 @@ class Subscriber(Member):
                  world_size: int = 1, host: str | None = None, transport: str = "auto",
                  timeout: float = 60.0, pin_timeout: float = 30.0, delta: bool = True,
                  rotate_keys: bool = False, session: str = "default", rename: Rename | Rule | None = None,
-                 keep_versions: int = 0, max_gbps: float = 0.0):
+                 keep_versions: int = 0, max_gbps: float = 0.0, priority: str = "normal"):
         super().__init__(coordinator, secret, rank, world_size, host, transport, timeout, session, rename)
         self._args.pin_timeout_s = float(pin_timeout)
         self._args.delta = bool(delta)
@@ -86,6 +92,9 @@ class Subscriber(Member):
         if not (max_gbps >= 0 and math.isfinite(max_gbps)):
             raise ValueError(f"max_gbps must be a finite number, 0 or more, got {max_gbps}")
         self._args.max_gbps = float(max_gbps)
+        if priority not in ("normal", "background"):
+            raise ValueError(f"priority must be 'normal' or 'background', got {priority!r}")
+        self._args.background = priority == "background"
         self._mode = "zero-copy"
         self._model_pin = None
         self._model_version = 0

@@ -140,6 +140,7 @@ Command AddReshardCommand(CLI::App& app) {
                   "own inbound data; with --max-gbps the lower cap holds; 0: never")
       ->check(FiniteRange(0, 0.9))
       ->capture_default_str();
+  AddPriorityOption(*sub, o->priority, "A destination");
   sub->add_option("--delay-backoff", o->delay_backoff,
                   "A destination: halve the chunks in flight when one takes this many times the fastest "
                   "(queueing on a shared link); 0: watch failed Gets only")

@@ -34,8 +34,9 @@ struct SubscribeOptions {
   double timeout_s = 0;
   double wait_s = 30;
   size_t window = 32;
-  double max_gbps = 0;       // FetchOptions::max_bytes_per_s, in Gbit/s
-  double delay_backoff = 0;  // FetchOptions::delay_factor
+  double max_gbps = 0;              // FetchOptions::max_bytes_per_s, in Gbit/s
+  double delay_backoff = 0;         // FetchOptions::delay_factor
+  std::string priority = "normal";  // background: FetchOptions::background
   bool no_verify = false;
   bool no_delta = false;
   bool json = false;
@@ -107,6 +108,7 @@ int RunSubscribe(SubscribeOptions o) {
   so.fetch.window = o.window;
   so.fetch.max_bytes_per_s = o.max_gbps * 1e9 / 8;
   so.fetch.delay_factor = o.delay_backoff;
+  so.fetch.background = BackgroundFor(o.priority);
   so.fetch.verify = !o.no_verify;
   so.delta = !o.no_delta;
   so.log = [&o](std::string line) {
@@ -120,7 +122,8 @@ int RunSubscribe(SubscribeOptions o) {
                           {"bytes", e.bytes},
                           {"fetch_s", Secs(e.fetch)},
                           {"retries", e.retries},
-                          {"direct_chunks", e.direct_chunks}});
+                          {"direct_chunks", e.direct_chunks},
+                          {"yields", e.yields}});
     } else if (e.kind == K::kCommitted) {
       // By version, not the last entry: the next version may have begun (and failed) before this
       // event was delivered.
@@ -270,6 +273,7 @@ Command AddSubscribeCommand(CLI::App& app) {
                   "other traffic; 0: no cap")
       ->check(FiniteRange(0, 1e6))
       ->capture_default_str();
+  AddPriorityOption(*sub, o->priority, "This subscriber");
   sub->add_option("--delay-backoff", o->delay_backoff,
                   "Halve the Gets in flight when one takes this many times the fastest (queueing on a shared "
                   "link); 0: watch loss only")

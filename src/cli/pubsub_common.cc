@@ -20,6 +20,22 @@
 
 namespace weightport::cli {
 
+void AddPriorityOption(CLI::App& command, std::string& priority, const std::string& who) {
+  command
+      .add_option(
+          "--priority", priority,
+          who +
+              ": normal, or background: keep in flight only what keeps the path busy, and while other "
+              "traffic\nshares the path (a training job's) hold to 5% of it, running free again once "
+              "it has gone; a cap\n(--max-gbps) yields all the time")
+      ->check(CLI::IsMember({"normal", "background"}))
+      ->capture_default_str();
+}
+
+std::shared_ptr<BackgroundYield> BackgroundFor(const std::string& priority) {
+  return priority == "background" ? std::make_shared<BackgroundYield>() : nullptr;
+}
+
 Result<TransportFactory> MakeTransportFactory(const std::string& choice) {
   auto f = UcxTransportFactory(choice);
   if (!f.ok()) return InvalidArgument("--transport must be shm, tcp or auto, got '" + choice + "'");

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "weightport/control/auth.h"
 #include "weightport/control/metrics.h"
 #include "weightport/control/metrics_server.h"
+#include "weightport/core/background_yield.h"
 #include "weightport/core/status.h"
 #include "weightport/core/tensor_meta.h"
 #include "weightport/engine/common/transport_factory.h"
@@ -25,6 +27,12 @@ namespace weightport::cli {
 // "auto" (whatever UCX picks, or UCX_TLS from the environment).
 inline const std::vector<std::string> kTransportChoices = {"shm", "tcp", "auto"};
 Result<TransportFactory> MakeTransportFactory(const std::string& choice);
+
+// --priority for a receiving rank: "normal", or "background" (core/background_yield.h): the fetch
+// yields its path to other traffic while there is some. BackgroundFor gives the receiver its
+// tracker (null for normal), one for the whole session so that what it learns carries over.
+void AddPriorityOption(CLI::App& command, std::string& priority, const std::string& who);
+std::shared_ptr<BackgroundYield> BackgroundFor(const std::string& priority);
 
 // Where a publisher's weights come from: a checkpoint (--model), a synthetic preset (--preset,
 // --arch) or a synthetic layout of a given size (--model-bytes; 64 MiB bf16 tensors).

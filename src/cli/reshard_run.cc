@@ -175,6 +175,7 @@ Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank,
                                   {"refetched_from_replica", r->refetched_from_replica},
                                   {"refetched_replica_bytes", r->refetched_replica_bytes},
                                   {"capped_waits", r->capped_waits},
+                                  {"yields", r->yields},
                                   {"polls", r->polls},
                                   {"congestion_events", r->congestion_events},
                                   {"delay_backoffs", r->delay_backoffs},
@@ -269,6 +270,7 @@ Status RunReshardRank(const ReshardOptions& o) {
       ro.max_bytes_per_s = relay_cap;
   }
   ro.delay_factor = o.delay_backoff;
+  if (me.side == PlanSide::kDestination) ro.background = BackgroundFor(o.priority);
   if (o.device_direct && !ro.device)
     return InvalidArgument("--device-direct needs --device cuda or stand-in");
   WP_ASSIGN_OR_RETURN(std::unique_ptr<PlanRank> rank, PlanRank::Create(plan, me, *loop, ro));

@@ -32,14 +32,15 @@ struct ReshardOptions {
   // PlanRankOptions::device: "none", "cuda" (the GPU) or "stand-in" (host memory playing one). A
   // source writes each version there, a destination's --verify checks the device copy too.
   std::string device = "none";
-  bool device_direct = false;  // PlanRankOptions::device_direct: --verify and --out read the device copy
-  bool rejoin = false;         // ReshardCoordinatorOptions::rejoin
-  std::vector<int> late;       // ReshardCoordinatorOptions::late: destination ranks
-  uint64_t first_version = 1;  // a replacement source starts here
-  bool refill = false;         // ... after refilling its shards from its peers (PlanRank::Refill)
-  size_t keep_versions = 0;    // PlanRankOptions::keep_versions
-  double max_gbps = 0;         // PlanRankOptions::max_bytes_per_s, in Gbit/s (a destination)
-  double delay_backoff = 0;    // PlanRankOptions::delay_factor (a destination)
+  bool device_direct = false;       // PlanRankOptions::device_direct: --verify and --out read the device copy
+  bool rejoin = false;              // ReshardCoordinatorOptions::rejoin
+  std::vector<int> late;            // ReshardCoordinatorOptions::late: destination ranks
+  uint64_t first_version = 1;       // a replacement source starts here
+  bool refill = false;              // ... after refilling its shards from its peers (PlanRank::Refill)
+  size_t keep_versions = 0;         // PlanRankOptions::keep_versions
+  double max_gbps = 0;              // PlanRankOptions::max_bytes_per_s, in Gbit/s (a destination)
+  double delay_backoff = 0;         // PlanRankOptions::delay_factor (a destination)
+  std::string priority = "normal";  // background: PlanRankOptions::background (a destination)
   double relay_headroom = kDefaultRelayHeadroom;  // RelayInboundCap (a destination)
   uint64_t crash_at_version = 0;                  // fault drill: SIGKILL itself in this version (0: never)
   uint64_t rollback_to = 0;  // the coordinator rolls every destination back to it at the end
