@@ -22,7 +22,7 @@ FetchExecutor::FetchExecutor(ProgressLoop& loop, std::shared_ptr<Connection> con
           {.max = options.window, .delay_factor = options.delay_factor, .delay_floor = options.delay_floor}),
       issued_at_(chunks_.size()),
       start_(std::chrono::steady_clock::now()),
-      cap_(options.max_bytes_per_s, start_) {
+      pacer_(options.max_bytes_per_s, start_, options.background) {
   stats_.min_window = window_.size();
 }
 
@@ -87,22 +87,8 @@ bool CopyAndVerify(std::byte* dst, const std::byte* src, uint64_t length, bool v
 }  // namespace
 
 bool FetchExecutor::HeldByCap(uint64_t bytes, std::chrono::steady_clock::time_point now) {
-  // Background priority: while yielding, a bucket of its own at the share kept, begun afresh each
-  // time it begins to yield.
-  if (const BackgroundYield* b = options_.background.get(); b != nullptr && !direct_) {
-    if (!b->yielding())
-      yield_cap_ = RateCap();
-    else if (!yield_cap_.capped())
-      yield_cap_ = RateCap(b->rate(), now);
-  }
-  auto wait = cap_.Wait(bytes, now);
-  if (const auto yield_wait = yield_cap_.Wait(bytes, now); yield_wait && (!wait || *yield_wait > *wait))
-    wait = yield_wait;
-  if (!wait) {
-    cap_.Count(bytes);
-    yield_cap_.Count(bytes);
-    return false;
-  }
+  const auto wait = pacer_.Admit(bytes, now);
+  if (!wait) return false;
   if (cap_timer_) return true;
   cap_timer_ = true;
   ++stats_.capped_waits;
@@ -116,7 +102,7 @@ bool FetchExecutor::HeldByCap(uint64_t bytes, std::chrono::steady_clock::time_po
 
 void FetchExecutor::Issue() {
   if (direct_) return IssueDirect();
-  const size_t window = options_.background ? options_.background->window(window_.size()) : window_.size();
+  const size_t window = pacer_.Window(window_.size());
   while (!failed_ && in_flight_ < window && !queue_.empty()) {
     const size_t index = queue_.front();
     const ChunkFetch& c = chunks_[index];
@@ -190,11 +176,7 @@ void FetchExecutor::OnComplete(size_t index, const Status& status) {
   }
   const auto now = std::chrono::steady_clock::now();
   window_.OnCompleted(now - issued_at_[index]);
-  if (BackgroundYield* b = options_.background.get()) {
-    const bool was = b->yielding();
-    b->OnCompleted(c.length, issued_at_[index], now);
-    stats_.yields += !was && b->yielding() ? 1 : 0;
-  }
+  stats_.yields += pacer_.OnCompleted(c.length, issued_at_[index], now) ? 1 : 0;
   if (options_.verify && options_.verifier) {
     ++hashing_;
     // The task hands its reference on to the loop, which normally drops the last one.

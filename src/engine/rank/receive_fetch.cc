@@ -69,8 +69,7 @@ void ReceiveRun::OnMirror(size_t i, const Status& s) {
 }
 
 void ReceiveRun::Issue() {
-  const BackgroundYield* background = r_.options.background.get();
-  const size_t window = background != nullptr ? background->window(window_.size()) : window_.size();
+  const size_t window = pacer_.Window(window_.size());
   while (!failed_ && chunks_in_flight_ < window && !ready_.empty()) {
     const size_t c = std::get<3>(ready_.top());
     if (keeping_[c] || verified_[c]) {  // kept from the live copy, or being kept
@@ -92,23 +91,8 @@ void ReceiveRun::Issue() {
 bool ReceiveRun::WithinCap(size_t c) {
   const uint64_t frame = FrameBytes(c);
   const uint64_t bytes = frame > 0 ? frame : r_.c->in_chunks[c].bytes;
-  const auto now = Clock::now();
-  // Background priority: while yielding, a bucket of its own at the share kept, begun afresh each
-  // time it begins to yield.
-  if (const BackgroundYield* b = r_.options.background.get()) {
-    if (!b->yielding())
-      yield_cap_ = RateCap();
-    else if (!yield_cap_.capped())
-      yield_cap_ = RateCap(b->rate(), now);
-  }
-  auto wait = cap_.Wait(bytes, now);
-  if (const auto yield_wait = yield_cap_.Wait(bytes, now); yield_wait && (!wait || *yield_wait > *wait))
-    wait = yield_wait;
-  if (!wait) {
-    cap_.Count(bytes);
-    yield_cap_.Count(bytes);
-    return true;
-  }
+  const auto wait = pacer_.Admit(bytes, Clock::now());
+  if (!wait) return true;
   if (cap_wait_posted_) return false;
   cap_wait_posted_ = true;
   ++stats_.capped_waits;
@@ -199,11 +183,7 @@ void ReceiveRun::OnRun(size_t c, const Status& s) {
   const auto now = Clock::now();
   window_.OnCompleted(now - issued_at_[c]);
   const uint64_t frame = FrameBytes(c);
-  if (BackgroundYield* b = r_.options.background.get()) {
-    const bool was = b->yielding();
-    b->OnCompleted(frame > 0 ? frame : chunk.bytes, issued_at_[c], now);
-    stats_.yields += !was && b->yielding() ? 1 : 0;
-  }
+  stats_.yields += pacer_.OnCompleted(frame > 0 ? frame : chunk.bytes, issued_at_[c], now) ? 1 : 0;
   std::byte* copy = r_.at(r_.c->mine->CopyOffset(staging_));
   if (frame > 0) {  // into the chunk's runs, in piece order
     frame_scratch_.resize(chunk.bytes);

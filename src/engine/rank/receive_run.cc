@@ -37,7 +37,7 @@ ReceiveRun::ReceiveRun(PlanRank::Impl& r, uint64_t version, std::function<void(R
       staging_(r.live ^ 1),
       done_(std::move(done)),
       start_(Clock::now()),
-      cap_(r.options.max_bytes_per_s, start_),
+      pacer_(r.options.max_bytes_per_s, start_, r.options.background),
       window_({.max = r.options.window,
                .delay_factor = r.options.delay_factor,
                .delay_floor = r.options.delay_floor}) {

@@ -24,7 +24,7 @@
 
 #include "plan_rank_impl.h"
 #include "weightport/core/congestion_window.h"
-#include "weightport/core/rate_cap.h"
+#include "weightport/core/fetch_pacer.h"
 
 namespace weightport {
 namespace plan_rank_internal {
@@ -169,8 +169,7 @@ class ReceiveRun : public std::enable_shared_from_this<ReceiveRun> {
   size_t mirrors_left_ = 0;
   size_t chunks_in_flight_ = 0;
   size_t in_flight_ = 0;     // Gets issued and not completed
-  RateCap cap_;              // PlanRankOptions::max_bytes_per_s, from the start
-  RateCap yield_cap_;        // background, while yielding: the share it keeps (none otherwise)
+  FetchPacer pacer_;         // PlanRankOptions::max_bytes_per_s and ::background, from the start
   CongestionWindow window_;  // chunks in flight at most (PlanRankOptions::window)
   std::vector<Clock::time_point> issued_at_;  // per chunk: when its last fetch was issued
   bool cap_wait_posted_ = false;              // an Issue waits for the cap on the loop

@@ -38,7 +38,7 @@
 
 #include "weightport/core/background_yield.h"
 #include "weightport/core/congestion_window.h"
-#include "weightport/core/rate_cap.h"
+#include "weightport/core/fetch_pacer.h"
 #include "weightport/core/status.h"
 #include "weightport/engine/common/worker_pool.h"
 #include "weightport/transport/progress_loop.h"
@@ -150,8 +150,7 @@ class FetchExecutor : public std::enable_shared_from_this<FetchExecutor> {
   bool failed_ = false;
   bool reported_ = false;
   std::chrono::steady_clock::time_point start_;
-  RateCap cap_;        // options.max_bytes_per_s
-  RateCap yield_cap_;  // background, while yielding: the share it keeps (none otherwise)
+  FetchPacer pacer_;  // options.max_bytes_per_s and options.background
   FetchStats stats_;
   std::shared_ptr<FetchExecutor> keep_alive_;  // set from Start until the report: callers may drop theirs
 };
