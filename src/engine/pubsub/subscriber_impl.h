@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "weightport/control/channel.h"
 #include "weightport/control/pubsub_messages.h"
@@ -31,9 +32,9 @@ struct Subscriber::Impl {
   mutable std::mutex mu;
   std::condition_variable cv;
   std::unique_ptr<VersionedStore> store;
-  // A store prepared at the wrong size and never committed to, kept until Close: a reader may have
+  // Stores prepared at the wrong size and never committed to, kept until Close: a reader may have
   // read the `store` pointer just before it was replaced (Acquire then fails, as with no version).
-  std::unique_ptr<VersionedStore> retired_store;
+  std::vector<std::unique_ptr<VersionedStore>> retired_stores;
   std::map<const std::byte*, std::unique_ptr<MemoryRegion>> registered;  // store buffers
   std::optional<Manifest> live_manifest, pending_manifest;
   // The version each store buffer holds, when known (set when it was committed, cleared when an

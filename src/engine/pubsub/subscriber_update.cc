@@ -304,7 +304,7 @@ void Subscriber::Impl::RetireStore(std::unique_lock<std::mutex>& lock) {
     }
     staged.erase(b.data());
   }
-  retired_store = std::move(store);
+  retired_stores.push_back(std::move(store));
   lock.unlock();
   loop->Call([&regions](Transport&) { regions.clear(); });
   lock.lock();
