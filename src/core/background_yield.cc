@@ -48,7 +48,7 @@ size_t BackgroundYield::window(size_t most) const {
   // A request alone takes alone_base_ per byte, queued ones base_: this many keep the path busy
   // (the next one's request reaches the peer while the one before it is still being served).
   const auto busy = static_cast<size_t>(std::ceil(alone_base_ / base_));
-  return std::clamp<size_t>(busy, 2, most);
+  return std::min(most, std::max<size_t>(busy, 2));  // not clamp: `most` may be 1
 }
 
 double BackgroundYield::rate() const { return yielding_ && base_ > 0 ? options_.share / base_ : 0.0; }

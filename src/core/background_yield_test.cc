@@ -149,5 +149,13 @@ TEST(BackgroundYield, ResumesOnALongRoundTrip) {
   EXPECT_FALSE(yield.yielding());
 }
 
+// The window never exceeds what the caller allows, even below the two it keeps otherwise.
+TEST(BackgroundYield, TheWindowStaysWithinTheMostGiven) {
+  BackgroundYield yield;
+  Simulate(yield, Path{}, 20);
+  EXPECT_EQ(yield.window(1), 1u);
+  EXPECT_EQ(yield.window(32), 2u);  // a 100 Mbit/s path, a 0.2 ms round trip: two keep it busy
+}
+
 }  // namespace
 }  // namespace weightport

@@ -37,6 +37,8 @@ std::shared_ptr<FetchExecutor> FetchExecutor::Start(ProgressLoop& loop,
   if (options.direct_reads && options.verifier && !self->chunks_.empty())
     self->mapped_ = self->connection_->Map(self->remote_);
   self->direct_ = self->mapped_ != nullptr;
+  // Copies from a mapped peer share no network path: background priority does not pace them.
+  if (self->direct_) self->pacer_ = FetchPacer(options.max_bytes_per_s, self->start_, nullptr);
   self->keep_alive_ = self;
   // Watchdog for the whole fetch: a peer that stops answering must not hang the update.
   std::weak_ptr<FetchExecutor> weak = self;

@@ -115,8 +115,8 @@ class FetchExecutor : public std::enable_shared_from_this<FetchExecutor> {
  private:
   FetchExecutor(ProgressLoop& loop, std::shared_ptr<Connection> connection, const MemoryRegion& local,
                 RemoteKey remote, std::vector<ChunkFetch> chunks, FetchOptions options, DoneFn done);
-  // Whether max_bytes_per_s holds `bytes` back now; if so, an Issue is posted for when it may go
-  // (one at a time).
+  // Whether the pacer (max_bytes_per_s, and background priority while it yields) holds `bytes`
+  // back now; if so, an Issue is posted for when it may go (one at a time).
   bool HeldByCap(uint64_t bytes, std::chrono::steady_clock::time_point now);
   void Issue();
   void IssueDirect();
