@@ -128,7 +128,7 @@ size_t Coordinator::Impl::SubscriberCount() const {
 
 size_t Coordinator::Impl::ReadySubscriberCount() const {
   return static_cast<size_t>(std::count_if(peers.begin(), peers.end(), [](const auto& p) {
-    return p.second->role == PeerRole::kSubscriber && p.second->staging_ready;
+    return p.second->role == PeerRole::kSubscriber && p.second->staging.has_value();
   }));
 }
 

@@ -30,11 +30,10 @@ struct CoordinatorPeer {
   std::chrono::steady_clock::time_point last_seen;
   std::vector<std::string> wanted;  // tensors a subscriber asked for; empty: all
   uint64_t keys_epoch_sent = 0;     // RegionKeys epoch this subscriber has seen
-  // A subscriber's StagingReady: its staging memory is ready; what it cost goes into the report of
-  // the first version it is a member of (staging_reported then).
-  bool staging_ready = false;
+  // A subscriber's StagingReady, once it said so: its staging memory is ready; what it cost goes
+  // into the report of the first version it is a member of (staging_reported then).
+  std::optional<StagingReadyMsg> staging;
   bool staging_reported = false;
-  StagingReadyMsg staging;
   bool gone = false;  // removed; its threads are ending
   // Messages waiting for the writer thread, so that no send ever blocks while `mu` is held (a peer
   // that stops reading would otherwise stall the whole coordinator).

@@ -65,7 +65,6 @@ void Coordinator::Impl::Handle(CoordinatorPeer& peer, const ControlMessage& mess
       if (!is_subscriber) return violation("only subscribers have staging memory");
       Result<StagingReadyMsg> m = StagingReadyMsg::Decode(message.payload);
       if (!m.ok()) return violation(m.status().message());
-      peer.staging_ready = true;
       peer.staging = *m;
       char line[96];
       std::snprintf(line, sizeof line, " ready: %.2f GiB of staging memory prepared in %.3f s",
@@ -239,9 +238,9 @@ void Coordinator::Impl::StartUpdate(const UpdateBeginMsg& message) {
   for (CoordinatorPeer* p : members) {
     update->members.push_back(p->id);
     report.subscribers.push_back({.name = p->name});
-    if (p->staging_ready && !p->staging_reported) {  // what preparing cost, in its first version
-      report.subscribers.back().staging_bytes = p->staging.bytes;
-      report.subscribers.back().staging_prepare = std::chrono::nanoseconds(p->staging.prepare_ns);
+    if (p->staging && !p->staging_reported) {  // what preparing cost, in its first version
+      report.subscribers.back().staging_bytes = p->staging->bytes;
+      report.subscribers.back().staging_prepare = std::chrono::nanoseconds(p->staging->prepare_ns);
       p->staging_reported = true;
     }
   }

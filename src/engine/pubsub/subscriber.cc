@@ -242,31 +242,19 @@ void Subscriber::Impl::PrepareStaging(const RemoteKey& source) {
   const auto start = Clock::now();
   uint64_t bytes = 0;
   Status prepared = [&]() -> Status {
-    VersionedStore* target;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      target = store.get();
-    }
-    std::unique_ptr<VersionedStore> created;
-    if (target == nullptr) {
-      WP_ASSIGN_OR_RETURN(created, VersionedStore::Create({.bytes = source.length,
-                                                           .mode = options.swap_mode,
-                                                           .wait_timeout = options.swap_wait_timeout}));
-      target = created.get();
-    }
-    for (std::span<std::byte> b : target->buffers()) {
-      bytes += b.size();
-      if (registered.count(b.data()) != 0) continue;
-      WP_ASSIGN_OR_RETURN(std::unique_ptr<MemoryRegion> region, loop->Call([b](Transport& t) {
-        return RegisterArena(t, b.data(), b.size(), "subscriber staging");
-      }));
-      std::lock_guard<std::mutex> lock(mu);
-      registered[b.data()] = std::move(region);
-    }
-    if (created) {
-      std::lock_guard<std::mutex> lock(mu);
+    std::unique_lock<std::mutex> lock(mu);
+    if (store == nullptr) {
+      lock.unlock();  // mapping and zero-filling take a while; only this thread creates the store
+      WP_ASSIGN_OR_RETURN(std::unique_ptr<VersionedStore> created, MakeStore(source.length));
+      lock.lock();
       store = std::move(created);
     }
+    // A buffer not registered here (the transport refused) is registered again by the first version.
+    for (std::span<std::byte> b : store->buffers()) {
+      bytes += b.size();
+      WP_RETURN_IF_ERROR(RegisterOnce(b, lock));
+    }
+    lock.unlock();
     // A same-host publisher's region, mapped once for the connection's life: its pages entered now.
     loop->Call([this, &source](Transport&) {
       if (connection == nullptr) return;

@@ -64,6 +64,11 @@ struct Subscriber::Impl {
   void OnUpdateBegin(const UpdateBeginMsg& m);
   // Replaces `store` (never committed to) by null, its buffers deregistered. `lock` holds `mu`.
   void RetireStore(std::unique_lock<std::mutex>& lock);
+  // A store of `bytes` in this subscriber's swap mode.
+  Result<std::unique_ptr<VersionedStore>> MakeStore(uint64_t bytes) const;
+  // Registers a store buffer with the transport unless it is already; `lock` holds `mu`, and is
+  // released while registering.
+  Status RegisterOnce(std::span<std::byte> buffer, std::unique_lock<std::mutex>& lock);
   void OnCommit(uint64_t version);
   void OnAbort(uint64_t version, const std::string& why);
   // Stops the fetch in flight (if any) and waits for it to report.

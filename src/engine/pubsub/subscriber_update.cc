@@ -123,8 +123,7 @@ void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
   lock.unlock();
   std::unique_ptr<VersionedStore> created;
   if (target == nullptr) {
-    auto made = VersionedStore::Create(
-        {.bytes = total, .mode = options.swap_mode, .wait_timeout = options.swap_wait_timeout});
+    auto made = MakeStore(total);
     if (!made.ok()) return Fail(v, made.status().message());
     created = std::move(*made);
     target = created.get();
@@ -139,15 +138,9 @@ void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
 
   // The buffer chunks land in, registered once (a store has at most two).
   std::byte* base = staging->data();
-  if (registered.count(base) == 0) {
-    const size_t size = staging->size();
-    auto region =
-        loop->Call([base, size](Transport& t) { return RegisterArena(t, base, size, "subscriber staging"); });
-    if (!region.ok()) {
-      store->Abort().IgnoreError();
-      return fail(region.status().message());
-    }
-    registered[base] = std::move(*region);
+  if (Status r = RegisterOnce(*staging, lock); !r.ok()) {
+    store->Abort().IgnoreError();
+    return fail(r.message());
   }
   const MemoryRegion& local = *registered[base];
   // What the staging buffer holds from its last commit (double-buffer: the version before the live
@@ -293,6 +286,23 @@ void Subscriber::Impl::OnCommit(uint64_t version) {
   lock.unlock();
   channel->Send(CommittedMsg{version, static_cast<uint64_t>(pause.count())}).IgnoreError();
   Emit({.kind = SubscriberEvent::Kind::kCommitted, .version = version, .pause = pause});
+}
+
+Result<std::unique_ptr<VersionedStore>> Subscriber::Impl::MakeStore(uint64_t bytes) const {
+  return VersionedStore::Create(
+      {.bytes = bytes, .mode = options.swap_mode, .wait_timeout = options.swap_wait_timeout});
+}
+
+Status Subscriber::Impl::RegisterOnce(std::span<std::byte> buffer, std::unique_lock<std::mutex>& lock) {
+  if (registered.count(buffer.data()) != 0) return Status::Ok();
+  lock.unlock();  // registering a large buffer takes a while; only this thread adds to `registered`
+  auto region = loop->Call([buffer](Transport& t) {
+    return RegisterArena(t, buffer.data(), buffer.size(), "subscriber staging");
+  });
+  lock.lock();
+  if (!region.ok()) return region.status();
+  registered[buffer.data()] = std::move(*region);
+  return Status::Ok();
 }
 
 void Subscriber::Impl::RetireStore(std::unique_lock<std::mutex>& lock) {
