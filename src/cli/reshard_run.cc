@@ -268,9 +268,9 @@ Status RunReshardRank(const ReshardOptions& o) {
     WP_ASSIGN_OR_RETURN(const double relay_cap, RelayInboundCap(*plan, me, o.relay_headroom));
     if (relay_cap > 0 && (ro.max_bytes_per_s == 0 || relay_cap < ro.max_bytes_per_s))
       ro.max_bytes_per_s = relay_cap;
+    ro.background = BackgroundFor(o.priority);
   }
   ro.delay_factor = o.delay_backoff;
-  if (me.side == PlanSide::kDestination) ro.background = BackgroundFor(o.priority);
   if (o.device_direct && !ro.device)
     return InvalidArgument("--device-direct needs --device cuda or stand-in");
   WP_ASSIGN_OR_RETURN(std::unique_ptr<PlanRank> rank, PlanRank::Create(plan, me, *loop, ro));

@@ -124,6 +124,8 @@ class PagePopulator {
   PagePopulator(const std::byte* base, uint64_t size);
   // Enters the whole blocks [offset, +length) touches, those not entered yet.
   void Prepare(uint64_t offset, uint64_t length) const;
+  const std::byte* base() const { return base_; }
+  uint64_t size() const { return size_; }
 
  private:
   static constexpr uint64_t kBlock = 2 << 20;  // granularity of "already populated"
@@ -140,16 +142,14 @@ class UcxMappedPeerRegion final : public MappedPeerRegion {
   UcxMappedPeerRegion(std::shared_ptr<Context> context, ucp_rkey_h rkey, const std::byte* base,
                       uint64_t size);
   ~UcxMappedPeerRegion() override;
-  const std::byte* data() const override { return base_; }
-  uint64_t size() const override { return size_; }
+  const std::byte* data() const override { return pages_.base(); }
+  uint64_t size() const override { return pages_.size(); }
   void Prepare(uint64_t offset, uint64_t length) const override { pages_.Prepare(offset, length); }
 
  private:
   std::shared_ptr<Context> context_;
   ucp_rkey_h rkey_;
-  const std::byte* base_;
-  uint64_t size_;
-  PagePopulator pages_;
+  PagePopulator pages_;  // the mapping: where and how large, and which of its pages are entered
 };
 
 class UcxConnection final : public Connection {

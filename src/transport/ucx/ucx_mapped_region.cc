@@ -29,7 +29,7 @@ void PagePopulator::Prepare(uint64_t offset, uint64_t length) const {
 
 UcxMappedPeerRegion::UcxMappedPeerRegion(std::shared_ptr<Context> context, ucp_rkey_h rkey,
                                          const std::byte* base, uint64_t size)
-    : context_(std::move(context)), rkey_(rkey), base_(base), size_(size), pages_(base, size) {}
+    : context_(std::move(context)), rkey_(rkey), pages_(base, size) {}
 
 UcxMappedPeerRegion::~UcxMappedPeerRegion() {
   MutexLock lock(context_->mu);
