@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 
@@ -55,6 +56,39 @@ std::vector<std::string> SplitList(const std::string& text, char separator) {
   std::stringstream in(text);
   for (std::string item; std::getline(in, item, separator);) items.push_back(std::move(item));
   return items;
+}
+
+namespace {
+
+Status NotA(std::string_view option, const std::string& item, std::string_view not_what) {
+  return InvalidArgument(std::string(option) + ": '" + item + "' is " + std::string(not_what));
+}
+
+}  // namespace
+
+Result<std::vector<double>> ParseNumberList(const std::string& text, std::string_view option,
+                                            std::string_view not_what,
+                                            const std::function<bool(double)>& valid) {
+  std::vector<double> out;
+  for (const std::string& item : SplitList(text)) {
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    if (item.empty() || *end != '\0' || !valid(v)) return NotA(option, item, not_what);
+    out.push_back(v);
+  }
+  return out;
+}
+
+Result<std::vector<long>> ParseIntegerList(const std::string& text, std::string_view option,
+                                           std::string_view not_what, long lo, long hi) {
+  std::vector<long> out;
+  for (const std::string& item : SplitList(text)) {
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < lo || v > hi) return NotA(option, item, not_what);
+    out.push_back(v);
+  }
+  return out;
 }
 
 }  // namespace weightport::cli

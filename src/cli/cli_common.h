@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -28,6 +30,16 @@ int Fail(std::string_view command, const Status& status);
 
 // "a,b,,c" -> {"a", "b", "", "c"}; "" -> {}. A trailing separator adds nothing.
 std::vector<std::string> SplitList(const std::string& text, char separator = ',');
+
+// The numbers of a comma-separated option ("0.01,0.02"; "inf" parses as infinity), each one that
+// `valid` accepts; the first that is not a number, or not valid, is refused as
+// "<option>: '<item>' is <not_what>" (not_what: "not a ratio in [0, 1)").
+Result<std::vector<double>> ParseNumberList(const std::string& text, std::string_view option,
+                                            std::string_view not_what,
+                                            const std::function<bool(double)>& valid);
+// The same for whole decimal numbers in [lo, hi].
+Result<std::vector<long>> ParseIntegerList(const std::string& text, std::string_view option,
+                                           std::string_view not_what, long lo, long hi);
 
 // "1.50 GiB", "512 B"
 std::string HumanBytes(uint64_t bytes);

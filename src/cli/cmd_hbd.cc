@@ -38,14 +38,11 @@ void AddDp(CLI::App* app, int& dp) {
 Result<std::vector<char>> FaultSet(const HbdOptions& o) {
   if (o.faulty.empty()) return FaultDraws(o.nodes, o.fault_ratio, o.seed).Next();
   std::vector<char> faulty(o.nodes, 0);
-  for (const std::string& item : SplitList(o.faulty)) {
-    char* end = nullptr;
-    const long node = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || node < 0 || node >= o.nodes)
-      return InvalidArgument("--faulty: '" + item + "' is not a node in [0, " + std::to_string(o.nodes) +
-                             ")");
-    faulty[node] = 1;
-  }
+  WP_ASSIGN_OR_RETURN(
+      std::vector<long> nodes,
+      ParseIntegerList(o.faulty, "--faulty", "not a node in [0, " + std::to_string(o.nodes) + ")", 0,
+                       static_cast<long>(o.nodes) - 1));
+  for (long node : nodes) faulty[node] = 1;
   return faulty;
 }
 

@@ -20,15 +20,8 @@ namespace weightport::cli {
 using namespace sim::hbd;
 
 Result<std::vector<double>> ParseFaultRatios(const std::string& text) {
-  std::vector<double> out;
-  for (const std::string& item : SplitList(text)) {
-    char* end = nullptr;
-    const double r = std::strtod(item.c_str(), &end);
-    if (item.empty() || *end != '\0' || !(r >= 0 && r < 1))
-      return InvalidArgument("--fault-ratio: '" + item + "' is not a ratio in [0, 1)");
-    out.push_back(r);
-  }
-  return out;
+  return ParseNumberList(text, "--fault-ratio", "not a ratio in [0, 1)",
+                         [](double r) { return r >= 0 && r < 1; });
 }
 
 int ClusterNodes(const ArchSpec& a, int gpus) {

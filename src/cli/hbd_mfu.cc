@@ -16,16 +16,10 @@ namespace {
 using namespace sim::hbd;
 
 Result<std::vector<int>> ParseGpus(const std::string& text) {
-  std::vector<int> out;
-  for (const std::string& item : SplitList(text)) {
-    char* end = nullptr;
-    const long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 1 || v > (1 << 24))
-      return InvalidArgument("--gpus: '" + item + "' is not a GPU count in [1, 2^24]");
-    out.push_back(static_cast<int>(v));
-  }
-  if (out.empty()) return InvalidArgument("--gpus: give at least one GPU count");
-  return out;
+  WP_ASSIGN_OR_RETURN(std::vector<long> counts,
+                      ParseIntegerList(text, "--gpus", "not a GPU count in [1, 2^24]", 1, 1 << 24));
+  if (counts.empty()) return InvalidArgument("--gpus: give at least one GPU count");
+  return std::vector<int>(counts.begin(), counts.end());
 }
 
 nlohmann::ordered_json PointJson(const std::string& arch, const MfuPoint& p) {

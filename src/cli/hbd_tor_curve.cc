@@ -20,18 +20,9 @@ namespace {
 using namespace sim::hbd;
 
 Result<std::vector<double>> ParseBorrow(const std::string& text) {
-  std::vector<double> out;
-  for (const std::string& item : SplitList(text)) {
-    if (item == "inf") {
-      out.push_back(std::numeric_limits<double>::infinity());
-      continue;
-    }
-    char* end = nullptr;
-    const double b = std::strtod(item.c_str(), &end);
-    if (item.empty() || *end != '\0' || !(b >= 0) || !std::isfinite(b))
-      return InvalidArgument("--borrow: '" + item + "' is neither a number of GPUs >= 0 nor inf");
-    out.push_back(b);
-  }
+  WP_ASSIGN_OR_RETURN(std::vector<double> out,
+                      ParseNumberList(text, "--borrow", "neither a number of GPUs >= 0 nor inf",
+                                      [](double b) { return b >= 0; }));  // inf: never cross a ToR
   if (out.empty()) return InvalidArgument("--borrow: no thresholds given");
   return out;
 }
