@@ -16,29 +16,21 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/pubsub/pubsub_test_util.h"
+#include "weightport/core/sanitizer_build.h"
 #include "weightport/engine/session/plan_publisher.h"
 #include "weightport/engine/session/plan_service.h"
 #include "weightport/engine/session/plan_subscriber.h"
 #include "weightport/plan/plan_binary.h"
 #include "weightport/transport/fake_transport.h"
 
-namespace weightport {
+// A namespace of its own: the unity build compiles this file together with other tests.
+namespace weightport::plan_scale_test {
 namespace {
 
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr int kSideRanks = 32;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr int kSideRanks = 32;
-#else
-constexpr int kSideRanks = 512;
-#endif
-#else
-constexpr int kSideRanks = 512;
-#endif
+constexpr int kSideRanks = kUnderSanitizer ? 32 : 512;
 constexpr int kTensorsPerRank = 20;
 constexpr int kTensors = kSideRanks * kTensorsPerRank;
 constexpr int64_t kElements = 8;  // f32: 32 bytes a tensor
@@ -184,4 +176,4 @@ TEST(PlanScale, AThousandRanksCommitAVerifiedVersion) {
 }
 
 }  // namespace
-}  // namespace weightport
+}  // namespace weightport::plan_scale_test
