@@ -23,7 +23,7 @@ using std::chrono::milliseconds;
 
 constexpr int kTrainerReplicas = 2;
 constexpr int kTrainerTp = 2;
-constexpr int kReplicas = 4;  // places in the plan: 3 replicas at first, one joins after version 2
+constexpr int kMembershipReplicas = 4;  // places in the plan: 3 replicas at first, one joins after version 2
 constexpr uint64_t kVersions = 4;
 constexpr milliseconds kRejoinTimeout(120'000);
 // How long after version 3 began the source is killed: after the replicas read its chunk hashes
@@ -104,7 +104,7 @@ Result<nlohmann::ordered_json> MembershipDemo(const MembershipDemoOptions& o, co
   WP_ASSIGN_OR_RETURN(std::vector<TensorMeta> layout, ModelLayout(o.source));
   const std::vector<MeshAxis> trainer_axes = {ReplicaAxis("dp", kTrainerReplicas),
                                               TensorParallelAxis("tp", kTrainerTp)};
-  const std::vector<MeshAxis> replicas = {ReplicaAxis("dp", kReplicas)};
+  const std::vector<MeshAxis> replicas = {ReplicaAxis("dp", kMembershipReplicas)};
   WP_ASSIGN_OR_RETURN(Placement src, BuildMesh(layout, trainer_axes));
   WP_ASSIGN_OR_RETURN(Placement dst, BuildMesh(layout, replicas));
   WP_ASSIGN_OR_RETURN(ReshardDemoSetup setup, SetUpReshardDemo(src, dst, /*fanout=*/1, o.source, dir));
@@ -112,7 +112,7 @@ Result<nlohmann::ordered_json> MembershipDemo(const MembershipDemoOptions& o, co
   const std::shared_ptr<const Plan> plan = setup.plan;
   const std::string& secret_path = setup.secret_path;
   ReshardCoordinatorOptions co = setup.options;
-  co.quorum = kReplicas - 2;  // the late one is not here, and one is killed
+  co.quorum = kMembershipReplicas - 2;  // the late one is not here, and one is killed
   co.rejoin = true;
   co.replicas = SourceReplicaGroups(*plan);
   for (const RankBuffer& b : plan->sources) co.source_shards[b.endpoint] = b.shards.size();
@@ -138,7 +138,7 @@ Result<nlohmann::ordered_json> MembershipDemo(const MembershipDemoOptions& o, co
   ReshardCoordinator coordinator(std::move(setup.listener), co);
   say("[1/4] " + o.source.Describe() + ": " + std::to_string(layout.size()) + " tensors, " +
       HumanBytes(plan->DestinationBytes()) + " to deliver per version; " + std::to_string(kTrainerReplicas) +
-      " trainer replicas x TP " + std::to_string(kTrainerTp) + " -> " + std::to_string(kReplicas) +
+      " trainer replicas x TP " + std::to_string(kTrainerTp) + " -> " + std::to_string(kMembershipReplicas) +
       " inference replicas down a relay chain (" + late.ToString() + " joins later); " +
       std::to_string(plan->steps.size()) + " steps");
 
@@ -290,7 +290,7 @@ Result<nlohmann::ordered_json> MembershipDemo(const MembershipDemoOptions& o, co
   return nlohmann::ordered_json{{"scenario", "membership"},
                                 {"model", o.source.Describe()},
                                 {"sources", kTrainerReplicas * kTrainerTp},
-                                {"destinations", kReplicas},
+                                {"destinations", kMembershipReplicas},
                                 {"source_layout", "2 replicas x tp 2"},
                                 {"destination_layout", "4 replicas (one late), relay chain"},
                                 {"transport", o.transport},

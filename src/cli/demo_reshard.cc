@@ -15,9 +15,9 @@ namespace {
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 
-constexpr int kSources = 4;
-constexpr int kReplicas = 2;
-constexpr int kTp = 2;
+constexpr int kReshardSources = 4;
+constexpr int kReshardReplicas = 2;
+constexpr int kReshardTp = 2;
 
 }  // namespace
 
@@ -73,8 +73,8 @@ Result<nlohmann::ordered_json> ReshardDemo(const ReshardDemoOptions& o, const fs
     if (!o.json) std::cout << line << std::endl;
   };
   WP_ASSIGN_OR_RETURN(std::vector<TensorMeta> layout, ModelLayout(o.source));
-  WP_ASSIGN_OR_RETURN(Placement src, FsdpFlat(layout, kSources));
-  std::vector<MeshAxis> axes = {ReplicaAxis("dp", kReplicas), TensorParallelAxis("tp", kTp)};
+  WP_ASSIGN_OR_RETURN(Placement src, FsdpFlat(layout, kReshardSources));
+  std::vector<MeshAxis> axes = {ReplicaAxis("dp", kReshardReplicas), TensorParallelAxis("tp", kReshardTp)};
   WP_ASSIGN_OR_RETURN(Placement dst, BuildMesh(layout, axes));
   WP_ASSIGN_OR_RETURN(ReshardDemoSetup setup, SetUpReshardDemo(src, dst, o.fanout, o.source, dir));
   const ReshardPlanInputs& in = setup.in;
@@ -88,9 +88,9 @@ Result<nlohmann::ordered_json> ReshardDemo(const ReshardDemoOptions& o, const fs
   ReshardCoordinator coordinator(std::move(setup.listener), co);
   say("[1/3] " + o.source.Describe() + ": " + std::to_string(layout.size()) + " tensors, " +
       HumanBytes(plan->DestinationBytes()) + " to deliver per version; FSDP flat over " +
-      std::to_string(kSources) + " source ranks -> " + std::to_string(kReplicas) + " replicas x TP " +
-      std::to_string(kTp) + "; " + std::to_string(plan->steps.size()) + " steps, relay fan-out " +
-      std::to_string(o.fanout));
+      std::to_string(kReshardSources) + " source ranks -> " + std::to_string(kReshardReplicas) +
+      " replicas x TP " + std::to_string(kReshardTp) + "; " + std::to_string(plan->steps.size()) +
+      " steps, relay fan-out " + std::to_string(o.fanout));
 
   say("[2/3] starting " + std::to_string(co.ranks.size()) + " rank processes (" + o.transport +
       "); coordinator at " + coordinator.address());
@@ -123,8 +123,8 @@ Result<nlohmann::ordered_json> ReshardDemo(const ReshardDemoOptions& o, const fs
   say("every destination byte of every version matched the source model");
   return nlohmann::ordered_json{{"scenario", "reshard"},
                                 {"model", o.source.Describe()},
-                                {"sources", kSources},
-                                {"destinations", kReplicas * kTp},
+                                {"sources", kReshardSources},
+                                {"destinations", kReshardReplicas * kReshardTp},
                                 {"source_layout", "fsdp-flat 4"},
                                 {"destination_layout", "2 replicas x tp 2"},
                                 {"fanout", o.fanout},

@@ -56,9 +56,9 @@ Result<std::shared_ptr<const Plan>> BuildReshardPlan(const ReshardPlanInputs& in
   return std::make_shared<const Plan>(std::move(plan));
 }
 
-Result<ModelBytes> LoadModelFor(const ModelSource& source, const Plan& plan) {
+Result<LoadedModel> LoadModelFor(const ModelSource& source, const Plan& plan) {
   WP_ASSIGN_OR_RETURN(std::vector<TensorMeta> layout, ModelLayout(source));
-  ModelBytes m;
+  LoadedModel m;
   uint64_t total = 0;
   std::map<std::string, const TensorMeta*> by_name;
   for (const TensorMeta& t : layout) {
@@ -111,8 +111,8 @@ void ForVersionSegments(const Plan& plan, const PlannedShard& shard, const Versi
 }
 }  // namespace
 
-void WriteShardVersion(const Plan& plan, const PlannedShard& shard, const ModelBytes& model, uint64_t version,
-                       const VersionScheme& scheme, std::span<std::byte> out) {
+void WriteShardVersion(const Plan& plan, const PlannedShard& shard, const LoadedModel& model,
+                       uint64_t version, const VersionScheme& scheme, std::span<std::byte> out) {
   const std::byte* base = model.bytes.data() + model.offset.at(plan.tensors[shard.tensor].name);
   ForVersionSegments(plan, shard, scheme, version,
                      [&](uint64_t at, uint64_t packed, uint64_t n, uint64_t distance) {
@@ -125,7 +125,7 @@ void WriteShardVersion(const Plan& plan, const PlannedShard& shard, const ModelB
 namespace {
 // A quantised shard (quantized.h): version v of its elements, quantised as the source does, against
 // its e4m3 bytes and its scales.
-Status CheckQuantizedShardVersion(const Plan& plan, const PlannedShard& shard, const ModelBytes& model,
+Status CheckQuantizedShardVersion(const Plan& plan, const PlannedShard& shard, const LoadedModel& model,
                                   uint64_t version, const VersionScheme& scheme,
                                   std::span<const std::byte> bytes) {
   const TensorMeta& t = plan.tensors[shard.tensor];
@@ -155,7 +155,7 @@ Status CheckQuantizedShardVersion(const Plan& plan, const PlannedShard& shard, c
 }
 }  // namespace
 
-Status CheckShardVersion(const Plan& plan, const PlannedShard& shard, const ModelBytes& model,
+Status CheckShardVersion(const Plan& plan, const PlannedShard& shard, const LoadedModel& model,
                          uint64_t version, const VersionScheme& scheme, std::span<const std::byte> bytes) {
   if (plan.Quantized(shard.tensor))
     return CheckQuantizedShardVersion(plan, shard, model, version, scheme, bytes);

@@ -30,12 +30,12 @@ struct ReshardPlanInputs {
 Result<std::shared_ptr<const Plan>> BuildReshardPlan(const ReshardPlanInputs& in, const ModelSource& model);
 
 // The source model, whole, with each tensor's offset.
-struct ModelBytes {
+struct LoadedModel {
   std::vector<std::byte> bytes;
   std::map<std::string, uint64_t> offset;
 };
 // Loads the model and checks it has every tensor of the plan with the same dtype and shape.
-Result<ModelBytes> LoadModelFor(const ModelSource& source, const Plan& plan);
+Result<LoadedModel> LoadModelFor(const ModelSource& source, const Plan& plan);
 
 // Version v of n: the model with the low byte of every 16-bit word changed by a mask that depends
 // on a distance and the byte's position, so versions differ, compress as the model does, and the
@@ -49,11 +49,11 @@ struct VersionScheme {
   uint64_t Distance(uint64_t version, uint32_t tensor, uint64_t tensor_offset) const;
 };
 // Writes or checks the packed bytes of one shard in version v.
-void WriteShardVersion(const Plan& plan, const PlannedShard& shard, const ModelBytes& model, uint64_t version,
-                       const VersionScheme& scheme, std::span<std::byte> out);
+void WriteShardVersion(const Plan& plan, const PlannedShard& shard, const LoadedModel& model,
+                       uint64_t version, const VersionScheme& scheme, std::span<std::byte> out);
 // OK when `bytes` hold version v of the shard (converted where the plan converts); else DataLoss
 // naming the tensor, slice and element.
-Status CheckShardVersion(const Plan& plan, const PlannedShard& shard, const ModelBytes& model,
+Status CheckShardVersion(const Plan& plan, const PlannedShard& shard, const LoadedModel& model,
                          uint64_t version, const VersionScheme& scheme, std::span<const std::byte> bytes);
 
 // Writes one rank's shards as safetensors: entry "<tensor>.shard<i>" with the slice's packed shape

@@ -56,7 +56,7 @@ Status NoRekeyAfter(const ReshardMember::Event& verdict) {
 Status RefillFromPeers(const ReshardOptions& o, const Plan& plan, PlanRank& rank, ReshardMember& member,
                        nlohmann::ordered_json& report) {
   WP_ASSIGN_OR_RETURN(RefillStats r, rank.Refill(member.joined_peers()));
-  WP_ASSIGN_OR_RETURN(ModelBytes model, LoadModelFor(o.source, plan));
+  WP_ASSIGN_OR_RETURN(LoadedModel model, LoadModelFor(o.source, plan));
   const RankBuffer& buffer = *plan.Buffer(rank.endpoint());
   Status check;
   for (size_t i = 0; i < buffer.shards.size() && check.ok(); ++i)
@@ -82,7 +82,7 @@ Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, Resh
   std::vector<std::byte> staged;  // a shard on its way to the device
   const RankBuffer& buffer = *plan.Buffer(rank.endpoint());
   if (o.refill) WP_RETURN_IF_ERROR(RefillFromPeers(o, plan, rank, member, report));
-  WP_ASSIGN_OR_RETURN(ModelBytes model, LoadModelFor(o.source, plan));
+  WP_ASSIGN_OR_RETURN(LoadedModel model, LoadModelFor(o.source, plan));
   // The coordinator's verdicts (SourceFollower). With --rotate-keys each is held for the Rekey after
   // it: a second verdict, or a Bye, before that Rekey means the coordinator does not rotate keys.
   std::optional<ReshardMember::Event> holding;
@@ -146,7 +146,7 @@ Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank,
                       const MoveRank& move, DeviceMemory* device, nlohmann::ordered_json& report) {
   std::vector<std::byte> scratch;  // a device shard read back for --verify
   const RankBuffer& buffer = *plan.Buffer(rank.endpoint());
-  ModelBytes model;
+  LoadedModel model;
   if (o.verify) {
     WP_ASSIGN_OR_RETURN(model, LoadModelFor(o.source, plan));
   }

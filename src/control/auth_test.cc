@@ -9,7 +9,8 @@
 
 #include <gtest/gtest.h>
 
-namespace weightport {
+// A namespace of its own: the unity build compiles this file together with other tests.
+namespace weightport::auth_test {
 namespace {
 
 std::span<const std::byte> B(std::string_view s) { return std::as_bytes(std::span(s.data(), s.size())); }
@@ -159,4 +160,4 @@ TEST(ControlAuthTest, EveryGeneratedSecretLoadsBackTheSame) {
 }
 
 }  // namespace
-}  // namespace weightport
+}  // namespace weightport::auth_test

@@ -8,24 +8,24 @@ namespace {
 using Clock = FetchPacer::Clock;
 using std::chrono::milliseconds;
 
-constexpr uint64_t kChunk = 1 << 20;
+constexpr uint64_t kPacedChunk = 1 << 20;
 
 TEST(FetchPacer, NormalPriorityWithoutACapLetsEverythingGo) {
   const Clock::time_point t0{};
   FetchPacer pacer(0, t0, nullptr);
-  for (int i = 0; i < 100; ++i) EXPECT_FALSE(pacer.Admit(kChunk, t0).has_value());
+  for (int i = 0; i < 100; ++i) EXPECT_FALSE(pacer.Admit(kPacedChunk, t0).has_value());
   EXPECT_EQ(pacer.Window(32), 32u);
-  EXPECT_FALSE(pacer.OnCompleted(kChunk, t0, t0 + milliseconds(5)));
+  EXPECT_FALSE(pacer.OnCompleted(kPacedChunk, t0, t0 + milliseconds(5)));
 }
 
 TEST(FetchPacer, AFixedCapHoldsTheRequestPastItsBurst) {
   const Clock::time_point t0{};
-  FetchPacer pacer(kChunk, t0, nullptr);  // a chunk a second
-  EXPECT_FALSE(pacer.Admit(kChunk, t0).has_value());
-  const auto wait = pacer.Admit(kChunk, t0);
+  FetchPacer pacer(kPacedChunk, t0, nullptr);  // a chunk a second
+  EXPECT_FALSE(pacer.Admit(kPacedChunk, t0).has_value());
+  const auto wait = pacer.Admit(kPacedChunk, t0);
   ASSERT_TRUE(wait.has_value());
   EXPECT_GE(*wait, milliseconds(999));
-  EXPECT_FALSE(pacer.Admit(kChunk, t0 + milliseconds(1000)).has_value());
+  EXPECT_FALSE(pacer.Admit(kPacedChunk, t0 + milliseconds(1000)).has_value());
 }
 
 // Queued requests served twice as slowly as before: it begins to yield, says so once, and holds
@@ -40,21 +40,21 @@ TEST(FetchPacer, WhileYieldingABucketHoldsToTheShareKeptAndIsDroppedAfter) {
   // Each issued before the previous one completed: 10 ms per chunk, then 20 ms.
   for (int i = 0; i < 10; ++i) {
     const Clock::time_point done = now + milliseconds(i < 5 ? 10 : 20);
-    began += pacer.OnCompleted(kChunk, now - milliseconds(1), done) ? 1 : 0;
+    began += pacer.OnCompleted(kPacedChunk, now - milliseconds(1), done) ? 1 : 0;
     now = done;
   }
   ASSERT_TRUE(background->yielding());
   EXPECT_EQ(began, 1);
   // The share: a tenth of 100 chunks a second, so one chunk per 100 ms after a chunk of burst.
-  EXPECT_FALSE(pacer.Admit(kChunk, now).has_value());
-  const auto wait = pacer.Admit(kChunk, now);
+  EXPECT_FALSE(pacer.Admit(kPacedChunk, now).has_value());
+  const auto wait = pacer.Admit(kPacedChunk, now);
   ASSERT_TRUE(wait.has_value());
   EXPECT_GE(*wait, milliseconds(99));
   EXPECT_LE(*wait, milliseconds(101));
   // Served alone (issued after the last completion) at the base rate: free, and nothing held.
-  EXPECT_FALSE(pacer.OnCompleted(kChunk, now + milliseconds(1), now + milliseconds(12)));
+  EXPECT_FALSE(pacer.OnCompleted(kPacedChunk, now + milliseconds(1), now + milliseconds(12)));
   ASSERT_FALSE(background->yielding());
-  for (int i = 0; i < 10; ++i) EXPECT_FALSE(pacer.Admit(kChunk, now + milliseconds(12)).has_value());
+  for (int i = 0; i < 10; ++i) EXPECT_FALSE(pacer.Admit(kPacedChunk, now + milliseconds(12)).has_value());
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 #include "weightport/core/placement_builders.h"
+#include "core/core_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -7,9 +8,8 @@
 namespace weightport {
 namespace {
 
-TensorMeta Meta(std::string name, Shape shape, DType dtype = DType::kBF16) {
-  return TensorMeta::Make(std::move(name), dtype, std::move(shape)).value();
-}
+using core_test::InSlice;
+using core_test::Meta;
 
 struct ModelSpec {
   int layers = 3;
@@ -47,16 +47,6 @@ std::vector<TensorMeta> Model(const ModelSpec& m) {
   t.push_back(Meta("model.norm.weight", {m.hidden}));
   t.push_back(Meta("lm_head.weight", {m.vocab, m.hidden}));
   return t;
-}
-
-bool InSlice(int64_t i, const Slice& s, const Shape& shape) {
-  if (s.is_flat()) return i >= s.flat().start && i < s.flat().end();
-  for (size_t k = shape.size(); k-- > 0;) {
-    const int64_t x = i % shape[k];
-    i /= shape[k];
-    if (x < s.box().start[k] || x >= s.box().start[k] + s.box().length[k]) return false;
-  }
-  return true;
 }
 
 // Per-element check: every element of `tensor` is held `times` times over `ranks` (all when empty).

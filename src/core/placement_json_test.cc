@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/core_test_util.h"
 #include "weightport/core/json_util.h"
 #include "weightport/core/placement.h"
 #include "weightport/core/placement_builders.h"
@@ -12,11 +13,9 @@
 namespace weightport {
 namespace {
 
-using nlohmann::json;
+using core_test::Meta;
 
-TensorMeta Meta(std::string name, Shape shape, DType dtype = DType::kBF16) {
-  return TensorMeta::Make(std::move(name), dtype, std::move(shape)).value();
-}
+using nlohmann::json;
 
 // Random valid placement: random tensors, sparse ranks, per rank and tensor nothing, one random
 // slice, or two disjoint pieces (a flat range cut in two, or a box cut along dim 0).

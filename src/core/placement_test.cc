@@ -1,4 +1,5 @@
 #include "weightport/core/placement.h"
+#include "core/core_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -7,25 +8,9 @@
 namespace weightport {
 namespace {
 
-TensorMeta Meta(std::string name, Shape shape, DType dtype = DType::kBF16) {
-  return TensorMeta::Make(std::move(name), dtype, std::move(shape)).value();
-}
-
-int64_t Numel(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
-
-bool InSlice(int64_t i, const Slice& s, const Shape& shape) {
-  if (s.is_flat()) return i >= s.flat().start && i < s.flat().end();
-  for (size_t k = shape.size(); k-- > 0;) {
-    const int64_t x = i % shape[k];
-    i /= shape[k];
-    if (x < s.box().start[k] || x >= s.box().start[k] + s.box().length[k]) return false;
-  }
-  return true;
-}
+using core_test::InSlice;
+using core_test::Meta;
+using core_test::Numel;
 
 bool HasSubstr(const Status& s, const std::string& sub) { return s.message().find(sub) != std::string::npos; }
 

@@ -1,4 +1,5 @@
 #include "weightport/core/slice.h"
+#include "core/core_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -7,13 +8,10 @@
 namespace weightport {
 namespace {
 
-// ---- per-element reference -------------------------------------------------------------------
+using core_test::InSlice;
+using core_test::Numel;
 
-int64_t Numel(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
+// ---- per-element reference -------------------------------------------------------------------
 
 std::vector<int64_t> Unravel(int64_t i, const Shape& s) {
   std::vector<int64_t> idx(s.size());
@@ -28,11 +26,6 @@ bool InBox(const std::vector<int64_t>& idx, const Box& b) {
   for (size_t k = 0; k < idx.size(); ++k)
     if (idx[k] < b.start[k] || idx[k] >= b.start[k] + b.length[k]) return false;
   return true;
-}
-
-bool InSlice(int64_t i, const Slice& s, const Shape& shape) {
-  if (s.is_flat()) return i >= s.flat().start && i < s.flat().end();
-  return InBox(Unravel(i, shape), s.box());
 }
 
 // Index of tensor element i in the packed buffer of `holder` (which holds it).

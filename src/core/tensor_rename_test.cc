@@ -1,9 +1,12 @@
 #include "weightport/core/tensor_rename.h"
+#include "core/core_test_util.h"
 
 #include <gtest/gtest.h>
 
 namespace weightport {
 namespace {
+
+using core_test::Meta;
 
 std::vector<TensorRename> Renames(std::vector<std::string> specs) {
   return ParseTensorRenames(specs).value();
@@ -11,10 +14,6 @@ std::vector<TensorRename> Renames(std::vector<std::string> specs) {
 
 std::string Renamed(std::string_view name, std::vector<std::string> specs) {
   return RenameTensor(name, Renames(std::move(specs)));
-}
-
-TensorMeta Meta(std::string name, Shape shape) {
-  return TensorMeta::Make(std::move(name), DType::kBF16, shape).value();
 }
 
 bool HasSubstr(const Status& s, const std::string& sub) { return s.message().find(sub) != std::string::npos; }

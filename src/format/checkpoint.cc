@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "format/quote.h"
 #include "weightport/core/json_util.h"
 
 namespace weightport {
@@ -20,7 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Quote(std::string_view s) { return "'" + std::string(s) + "'"; }
+using format_util::Quote;
 
 // Shard names come from a file we did not write; keep them inside the checkpoint directory.
 bool IsPlainFileName(std::string_view name) {

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "format/quote.h"
 #include "safetensors_header_json.h"
 #include "weightport/core/json_util.h"
 #include "weightport/format/safetensors_reader.h"
@@ -28,7 +29,7 @@ constexpr std::string_view kMetadataKey = "__metadata__";
 // before it is built.
 constexpr size_t kMaxJsonDepth = 32;
 
-std::string Quote(std::string_view s) { return "'" + std::string(s) + "'"; }
+using format_util::Quote;
 
 std::string OffsetsToString(const ByteRange& r) {
   return "[" + std::to_string(r.offset) + ", " + std::to_string(r.end()) + "]";

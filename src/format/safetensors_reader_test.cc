@@ -10,7 +10,8 @@
 
 #include "weightport/format/safetensors_reader.h"
 
-namespace weightport {
+// A namespace of its own: the unity build compiles this file together with other tests.
+namespace weightport::safetensors_reader_test {
 namespace {
 
 // A file: 8-byte little-endian length, the header text as given, then `data`.
@@ -272,4 +273,4 @@ TEST_F(SafetensorsFileTest, RejectsShortMissingAndNonRegularFiles) {
 }
 
 }  // namespace
-}  // namespace weightport
+}  // namespace weightport::safetensors_reader_test

@@ -13,7 +13,8 @@
 #include "weightport/format/safetensors_reader.h"
 #include "weightport/format/safetensors_writer.h"
 
-namespace weightport {
+// A namespace of its own: the unity build compiles this file together with other tests.
+namespace weightport::safetensors_writer_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -215,4 +216,4 @@ TEST_F(SafetensorsWriterTest, EmptyFileAndErrors) {
 }
 
 }  // namespace
-}  // namespace weightport
+}  // namespace weightport::safetensors_writer_test

@@ -101,7 +101,7 @@ Result<std::vector<int64_t>> GetInts(std::string_view& in, const char* what) {
   return v;
 }
 
-void PutSlice(std::string& out, const Slice& s) {
+void PutSliceRecord(std::string& out, const Slice& s) {
   PutVarint(out, s.is_flat() ? 1 : 0);
   if (s.is_flat()) {
     PutSigned(out, s.flat().start);
@@ -165,7 +165,7 @@ void PutBuffers(std::string& out, const std::vector<RankBuffer>& buffers) {
     PutVarint(out, b.shards.size());
     for (const PlannedShard& s : b.shards) {
       PutVarint(out, s.tensor);
-      PutSlice(out, s.slice);
+      PutSliceRecord(out, s.slice);
       PutVarint(out, s.offset);
       PutVarint(out, s.bytes);
     }
@@ -197,7 +197,7 @@ void PutStep(std::string& out, const PlanStep& s) {
   PutVarint(out, s.from_shard);
   PutVarint(out, static_cast<uint64_t>(s.to_rank));
   PutVarint(out, s.to_shard);
-  PutSlice(out, s.piece);
+  PutSliceRecord(out, s.piece);
   PutVarint(out, s.bytes);
   PutVarint(out, s.chunks);
   PutVarint(out, (static_cast<uint64_t>(s.transform) << 1) | (s.compress ? 1 : 0));

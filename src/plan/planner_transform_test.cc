@@ -8,7 +8,8 @@
 #include "weightport/core/placement_builders.h"
 #include "weightport/plan/planner.h"
 
-namespace weightport {
+// A namespace of its own: the unity build compiles this file together with other tests.
+namespace weightport::planner_transform_test {
 namespace {
 
 std::vector<TensorMeta> Model(DType dtype) {
@@ -154,4 +155,4 @@ TEST(PlannerCompression, CompressesStepsOverLinksSlowerThanTheCompressor) {
 }
 
 }  // namespace
-}  // namespace weightport
+}  // namespace weightport::planner_transform_test

@@ -7,7 +7,8 @@
 
 #include "weightport/topology/presets.h"
 
-namespace weightport::topology {
+// A namespace of its own: the unity build compiles this file together with other tests.
+namespace weightport::topology::render_test {
 namespace {
 
 using nlohmann::json;
@@ -165,4 +166,4 @@ TEST(Render, EscapesNames) {
 }
 
 }  // namespace
-}  // namespace weightport::topology
+}  // namespace weightport::topology::render_test

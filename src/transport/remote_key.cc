@@ -1,28 +1,18 @@
 #include <cstring>
 
+#include "transport/transport_util.h"
 #include "weightport/transport/transport.h"
 
 namespace weightport {
-namespace {
 
-void PutU64(Bytes& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::byte>(v >> (8 * i)));
-}
-
-uint64_t GetU64(std::span<const std::byte> in) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(in[i]) << (8 * i);
-  return v;
-}
-
-}  // namespace
-
+using transport_util::GetLe64;
+using transport_util::PutLe64;
 Bytes RemoteKey::Serialize() const {
   Bytes out;
   out.reserve(24 + packed.size());
-  PutU64(out, address);
-  PutU64(out, length);
-  PutU64(out, packed.size());
+  PutLe64(out, address);
+  PutLe64(out, length);
+  PutLe64(out, packed.size());
   out.insert(out.end(), packed.begin(), packed.end());
   return out;
 }
@@ -32,9 +22,9 @@ Result<RemoteKey> RemoteKey::Deserialize(std::span<const std::byte> bytes, std::
     return InvalidArgument(std::string(what) + ": remote key truncated (" + std::to_string(bytes.size()) +
                            " bytes)");
   RemoteKey key;
-  key.address = GetU64(bytes.subspan(0, 8));
-  key.length = GetU64(bytes.subspan(8, 8));
-  const uint64_t packed = GetU64(bytes.subspan(16, 8));
+  key.address = GetLe64(bytes, 0);
+  key.length = GetLe64(bytes, 8);
+  const uint64_t packed = GetLe64(bytes, 16);
   if (packed != bytes.size() - 24)
     return InvalidArgument(std::string(what) + ": remote key says " + std::to_string(packed) +
                            " packed bytes, message holds " + std::to_string(bytes.size() - 24));

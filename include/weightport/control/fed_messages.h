@@ -13,7 +13,7 @@
 namespace weightport {
 
 enum class FedKind : uint8_t {
-  kJoin = 1,         // client -> server: version = the global version it holds (0: none)
+  kJoin = 1,         // client -> server: version = the global version it holds (kFedHoldsNothing: none)
   kRoundBegin = 2,   // server -> client: round, version, elements, chunk_elements, deadline_ms
   kModelChunk = 3,   // server -> client: round, chunk, compressed, raw_bytes, data (bf16 bytes)
   kModelEnd = 4,     // server -> client: round, version, hash (xxh3 of the whole bf16 model)
@@ -22,6 +22,8 @@ enum class FedKind : uint8_t {
   kUpdateEnd = 7,    // client -> server: round
 };
 inline constexpr uint8_t kMaxFedKind = 7;
+// FedMsg::version of a join from a client that holds no global version.
+inline constexpr uint64_t kFedHoldsNothing = ~uint64_t{0};
 struct FedMsg {
   static constexpr MessageType kType = MessageType::kFed;
   FedKind kind = FedKind::kJoin;

@@ -15,6 +15,9 @@
 
 namespace weightport {
 
+// How long an authenticated peer has to send its first message (its join) by default.
+inline constexpr std::chrono::milliseconds kJoinMessageTimeout{5000};
+
 class JoiningPeers {
  public:
   // Each peer has `timeout` from Add to send its first message.

@@ -18,14 +18,13 @@
 namespace weightport {
 namespace {
 using Clock = std::chrono::steady_clock;
-constexpr uint64_t kHoldsNothing = ~uint64_t{0};
 }  // namespace
 
 struct FedClient::Impl {
   FedClientOptions o;
   std::unique_ptr<ControlChannel> channel;
   uint64_t round = 0;
-  uint64_t holds = kHoldsNothing;  // the global version in `bf16`
+  uint64_t holds = kFedHoldsNothing;  // the global version in `bf16`
   uint64_t elements = 0;
   uint32_t chunk_elements = 0;
   Bytes bf16;                   // the model as received
@@ -65,7 +64,7 @@ Result<std::unique_ptr<FedClient>> FedClient::Connect(const std::string& server,
                                          }));
   FedMsg join;
   join.kind = FedKind::kJoin;
-  join.version = kHoldsNothing;
+  join.version = kFedHoldsNothing;
   WP_RETURN_IF_ERROR(impl->channel->Send(join));
   return std::unique_ptr<FedClient>(new FedClient(std::move(impl)));
 }
@@ -92,7 +91,7 @@ Result<std::span<const float>> FedClient::NextRound() {
     m.bf16.assign(m.elements * 2, std::byte{0});
     m.start.assign(m.elements, 0);
     m.residual.assign(m.elements, 0);
-    m.holds = kHoldsNothing;
+    m.holds = kFedHoldsNothing;
   }
   m.round = begin.round;
   m.round_begin = Clock::now();

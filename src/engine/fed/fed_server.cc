@@ -26,9 +26,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-constexpr uint64_t kHoldsNothing = ~uint64_t{0};
-constexpr size_t kQueuedEvents = 16;               // each at most one update chunk
-constexpr milliseconds kJoinMessageTimeout(5000);  // from a client's handshake to its join
+constexpr size_t kQueuedEvents = 16;  // each at most one update chunk
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -57,7 +55,7 @@ struct SendStats {
 struct Client {
   std::string name;
   std::unique_ptr<ControlChannel> channel;
-  uint64_t holds = kHoldsNothing;  // the global version it has (after its last full download)
+  uint64_t holds = kFedHoldsNothing;  // the global version it has (after its last full download)
   std::thread reader, sender;
   bool lost = false;
   std::map<uint64_t, double> samples;  // by round, from its FedUpdateBegin
@@ -80,7 +78,7 @@ struct Event {
   int client = -1;  // -1: a new client (in `joined`)
   Result<ControlMessage> message = Status(Cancelled(""));
   std::unique_ptr<ControlChannel> joined;
-  uint64_t holds = kHoldsNothing;
+  uint64_t holds = kFedHoldsNothing;
 };
 
 }  // namespace
@@ -123,7 +121,7 @@ struct FedServer::Impl {
       if (ch.ok()) joining.Add(std::move(*ch));  // else a timeout, or a refused peer (logged by the listener)
       for (JoiningPeers::Arrival& a : joining.Take()) {
         Status bad;
-        uint64_t holds = kHoldsNothing;
+        uint64_t holds = kFedHoldsNothing;
         if (!a.first.ok()) {
           bad = a.first.status();
         } else if (a.first->type != MessageType::kFed) {
@@ -150,7 +148,7 @@ struct FedServer::Impl {
     c.channel = std::move(e.joined);
     c.name = c.channel->peer_name();
     // A version it says it holds is believed only if the server still knows it (hashes).
-    c.holds = e.holds != kHoldsNothing && e.holds <= version ? e.holds : kHoldsNothing;
+    c.holds = e.holds != kFedHoldsNothing && e.holds <= version ? e.holds : kFedHoldsNothing;
     ControlChannel* ch = c.channel.get();
     c.reader = std::thread([this, id, ch] {
       while (!stopping.load()) {
@@ -207,7 +205,7 @@ struct FedServer::Impl {
     if (c.sender.joinable()) c.sender.join();  // the previous round's, if its link was slow
     std::vector<uint32_t> send;
     for (uint32_t k = 0; k < chunks; ++k)
-      if (c.holds == kHoldsNothing || hashes[c.holds][k] != image->chunk_hash[k]) send.push_back(k);
+      if (c.holds == kFedHoldsNothing || hashes[c.holds][k] != image->chunk_hash[k]) send.push_back(k);
     c.holds = version;
     FedMsg begin;
     begin.kind = FedKind::kRoundBegin;

@@ -13,7 +13,7 @@ using std::chrono::milliseconds;
 
 namespace {
 // How long the threads block in Accept / Receive before looking at deadlines and the stop flag.
-constexpr milliseconds kPoll(100);
+constexpr milliseconds kCoordinatorPoll(100);
 
 std::string Seconds(Clock::duration d) {
   char buf[32];
@@ -156,7 +156,7 @@ void Coordinator::Impl::Count(std::string_view metric, const std::string& peer, 
 void Coordinator::Impl::AcceptLoop() {
   auto last_beat = Clock::now();
   while (!stopping.load()) {
-    Result<std::unique_ptr<ControlChannel>> channel = listener->Accept(kPoll);
+    Result<std::unique_ptr<ControlChannel>> channel = listener->Accept(kCoordinatorPoll);
     std::vector<std::unique_ptr<CoordinatorPeer>> finished;
     MutexLock lock(mu);
     if (channel.ok()) {
@@ -219,7 +219,7 @@ void Coordinator::Impl::AcceptLoop() {
 
 void Coordinator::Impl::ReadLoop(CoordinatorPeer* peer) {
   while (!stopping.load()) {
-    Result<ControlMessage> message = peer->channel->Receive(kPoll);
+    Result<ControlMessage> message = peer->channel->Receive(kCoordinatorPoll);
     if (!message.ok() && message.status().code() == StatusCode::kTimeout) {
       MutexLock lock(mu);
       if (peer->gone) return;

@@ -9,7 +9,8 @@
 #include "weightport/transport/fake_transport.h"
 #include "weightport/transport/fault_transport.h"
 
-namespace weightport {
+// A namespace of its own: the unity build compiles this file together with other tests.
+namespace weightport::fetch_executor_test {
 namespace {
 
 constexpr uint64_t kBytes = 4 << 20;
@@ -263,4 +264,4 @@ TEST_F(MappedFetchTest, APeerGoneBeforeTheFetchFailsItNamingThePeer) {
 }
 
 }  // namespace
-}  // namespace weightport
+}  // namespace weightport::fetch_executor_test

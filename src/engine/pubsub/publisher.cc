@@ -25,7 +25,7 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 namespace {
-constexpr milliseconds kPoll(100);
+constexpr milliseconds kPublisherPoll(100);
 constexpr uint64_t kLiveRegion = 0;
 constexpr uint64_t kSnapshotRegion = 1;
 }  // namespace
@@ -252,7 +252,7 @@ void Publisher::Impl::ReadLoop() {
       if (Status s = channel->Send(HeartbeatMsg{}); !s.ok()) return end_session(s);
       last_sent = Clock::now();
     }
-    Result<ControlMessage> m = channel->Receive(kPoll);
+    Result<ControlMessage> m = channel->Receive(kPublisherPoll);
     if (!m.ok() && m.status().code() == StatusCode::kTimeout) {
       if (Clock::now() - last_heard > options.timing.peer_timeout)
         return end_session(Unavailable("publisher '" + options.name + "': coordinator at " +

@@ -21,7 +21,7 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 namespace {
-constexpr milliseconds kPoll(100);
+constexpr milliseconds kSubscriberPoll(100);
 
 }  // namespace
 
@@ -143,7 +143,7 @@ void Subscriber::Impl::SessionLoop() {
     heartbeat_cv.notify_all();
   };
   while (!closing.load()) {
-    Result<ControlMessage> m = channel->Receive(kPoll);
+    Result<ControlMessage> m = channel->Receive(kSubscriberPoll);
     if (!m.ok() && m.status().code() == StatusCode::kTimeout) {
       if (Clock::now() - last_heard > options.timing.peer_timeout) {
         return end(Unavailable("subscriber '" + options.name + "': coordinator at " + options.coordinator +

@@ -9,7 +9,8 @@
 #include "plan_rank_test_util.h"
 #include "weightport/core/device_memory.h"
 
-namespace weightport {
+// A namespace of its own: the unity build compiles this file together with other tests.
+namespace weightport::plan_device_test {
 namespace {
 
 using namespace plan_rank_test;
@@ -272,4 +273,4 @@ TEST(PlanRankDevice, APublishThatFailsPartWayCopiesTheShardWholeNextTime) {
 }
 
 }  // namespace
-}  // namespace weightport
+}  // namespace weightport::plan_device_test

@@ -12,7 +12,8 @@
 #include "plan_rank_test_util.h"
 #include "weightport/engine/rank/plan_rank.h"
 
-namespace weightport {
+// A namespace of its own: the unity build compiles this file together with other tests.
+namespace weightport::plan_replica_fallback_test {
 namespace {
 
 using namespace plan_rank_test;
@@ -123,4 +124,4 @@ TEST(PlanReplicaFallback, ASourceWithNoReplicaFailsNamingTheStepAndTheSource) {
 }
 
 }  // namespace
-}  // namespace weightport
+}  // namespace weightport::plan_replica_fallback_test

@@ -17,7 +17,8 @@
 #include "weightport/store/fleet_record.h"
 #include "weightport/transport/fake_transport.h"
 
-namespace weightport {
+// A namespace of its own: the unity build compiles this file together with other tests.
+namespace weightport::plan_failover_test {
 namespace {
 
 using std::chrono::milliseconds;
@@ -249,4 +250,4 @@ TEST_F(PlanFailover, AVersionCommitsAcrossAnEtcdRestart) {
 }
 
 }  // namespace
-}  // namespace weightport
+}  // namespace weightport::plan_failover_test

@@ -30,7 +30,8 @@
 #include "weightport/transport/progress_loop.h"
 #include "weightport/transport/ucx_transport.h"
 
-namespace weightport {
+// A namespace of its own: the unity build compiles this file together with other tests.
+namespace weightport::plan_rekey_test {
 namespace {
 
 using namespace engine_test;
@@ -290,4 +291,4 @@ INSTANTIATE_TEST_SUITE_P(Ucx, PlanKeyRevocation,
                          ParamName);
 
 }  // namespace
-}  // namespace weightport
+}  // namespace weightport::plan_rekey_test

@@ -19,7 +19,6 @@ namespace weightport {
 namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-constexpr milliseconds kJoinMessageTimeout(5000);  // from a rank's handshake to its LayoutOffer
 
 std::string RankName(const LayoutOffer& o) { return o.endpoint.ToString(); }
 std::string Describe(const TensorMeta& t) { return std::string(DTypeName(t.dtype)) + ShapeToString(t.shape); }

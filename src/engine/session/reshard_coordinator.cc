@@ -15,7 +15,6 @@ namespace weightport {
 namespace {
 using reshard_internal::Clock;
 using reshard_internal::milliseconds;
-constexpr milliseconds kJoinMessageTimeout(5000);  // from a rank's handshake to its PlanJoin
 }  // namespace
 
 std::vector<Endpoint> PlanRanks(const Plan& plan) {

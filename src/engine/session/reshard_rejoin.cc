@@ -7,14 +7,14 @@
 
 #include "reshard_coordinator_impl.h"
 #include "weightport/control/handshake.h"
+#include "weightport/control/joining_peers.h"
 #include "weightport/control/plan_messages.h"
 
 namespace weightport {
 namespace {
 using reshard_internal::Clock;
 using reshard_internal::milliseconds;
-constexpr milliseconds kJoinMessageTimeout(5000);  // from a rank's handshake to its PlanJoin
-constexpr milliseconds kAcceptPoll(200);           // how often the acceptor looks at `stopping`
+constexpr milliseconds kAcceptPoll(200);  // how often the acceptor looks at `stopping`
 }  // namespace
 
 void ReshardCoordinator::Impl::AcceptRejoins() {

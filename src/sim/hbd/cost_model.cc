@@ -38,7 +38,7 @@ constexpr const char kDefaultCostJson[] = R"json(
 }
 )json";
 
-std::string Num(double v) {
+std::string ShortNumber(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", v);
   return buf;
@@ -49,7 +49,7 @@ Result<double> Number(const Json& obj, std::string_view key, const std::string& 
   WP_ASSIGN_OR_RETURN(double v, json_util::GetDouble(obj, key, path));
   if (!std::isfinite(v) || v < 0 || (positive && v == 0)) {
     return InvalidArgument(path + "." + std::string(key) + ": must be a number " +
-                           (positive ? "> 0" : ">= 0") + " (got " + Num(v) + ")");
+                           (positive ? "> 0" : ">= 0") + " (got " + ShortNumber(v) + ")");
   }
   return v;
 }
@@ -227,7 +227,8 @@ Result<ArchCost> CostPerGpu(const ArchSpec& arch, const CostParams& params) {
       const CostParams::TpuV4& p = params.tpuv4;
       if (arch.domain_gpus != p.chips_per_cube) {
         return InvalidArgument(arch.name + ": cube of " + std::to_string(arch.domain_gpus) +
-                               " chips, but the cost parameters describe cubes of " + Num(p.chips_per_cube));
+                               " chips, but the cost parameters describe cubes of " +
+                               ShortNumber(p.chips_per_cube));
       }
       const double links = p.optical_links_per_cube / p.chips_per_cube;
       for (const char* part : {"trx_400g", "ocs_port", "fiber"})
@@ -239,7 +240,8 @@ Result<ArchCost> CostPerGpu(const ArchSpec& arch, const CostParams& params) {
       const CostParams::Dgx& p = params.dgx;
       if (arch.gpus_per_node != p.gpus_per_node) {
         return InvalidArgument(arch.name + ": nodes of " + std::to_string(arch.gpus_per_node) +
-                               " GPUs, but the cost parameters describe nodes of " + Num(p.gpus_per_node));
+                               " GPUs, but the cost parameters describe nodes of " +
+                               ShortNumber(p.gpus_per_node));
       }
       WP_RETURN_IF_ERROR(
           Add(params, "nvswitch3_chip", p.nvswitch_chips_per_node / p.gpus_per_node, lines, usd, watts));

@@ -10,7 +10,7 @@
 namespace weightport::sim::hbd {
 namespace {
 
-std::string Num(double v) {
+std::string ThreeDigits(double v) {
   char text[32];
   std::snprintf(text, sizeof text, "%.3g", v);
   return text;
@@ -178,7 +178,7 @@ Result<StepBreakdown> EvaluateStep(const ModelSpec& model, const GpuSpec& gpu, c
   WP_ASSIGN_OR_RETURN(ModelCounts counts, CountModel(model));
   WP_RETURN_IF_ERROR(CheckGpu(gpu));
   if (!(counted_gpus >= static_cast<double>(c.tp) * c.pp * c.dp))
-    return InvalidArgument("counted GPUs " + Num(counted_gpus) + " are fewer than TP x PP x DP");
+    return InvalidArgument("counted GPUs " + ThreeDigits(counted_gpus) + " are fewer than TP x PP x DP");
   const std::string layout = "TP " + std::to_string(c.tp) + " PP " + std::to_string(c.pp) + " DP " +
                              std::to_string(c.dp) + " EP " + std::to_string(c.ep);
   StepBreakdown r;
@@ -192,8 +192,8 @@ Result<StepBreakdown> EvaluateStep(const ModelSpec& model, const GpuSpec& gpu, c
                              ", DP at most the batch, EP the experts and TP x DP, PP at most the layers)");
     case Verdict::kMemory:
       return ResourceExhausted(model.name + " on " + arch.name + ": " + layout + " needs " +
-                               Num(r.memory_bytes / 1e9) + " GB per GPU, over " +
-                               Num(gpu.hbm_bytes * kUsableHbmFraction / 1e9) + " GB usable of HBM");
+                               ThreeDigits(r.memory_bytes / 1e9) + " GB per GPU, over " +
+                               ThreeDigits(gpu.hbm_bytes * kUsableHbmFraction / 1e9) + " GB usable of HBM");
   }
   return Internal("unreachable");
 }
@@ -203,7 +203,7 @@ Result<MfuPoint> BestMfu(const ModelSpec& model, const GpuSpec& gpu, const ArchS
   WP_ASSIGN_OR_RETURN(ModelCounts counts, CountModel(model));
   WP_RETURN_IF_ERROR(CheckGpu(gpu));
   if (!(search.fault_ratio >= 0 && search.fault_ratio < 1))
-    return InvalidArgument("fault ratio must be in [0, 1) (got " + Num(search.fault_ratio) + ")");
+    return InvalidArgument("fault ratio must be in [0, 1) (got " + ThreeDigits(search.fault_ratio) + ")");
   if (search.samples < 1 || search.max_pp < 1) return InvalidArgument("samples and max PP must be >= 1");
   const Derived d = Derive(model, counts);
   MfuPoint p;
@@ -258,8 +258,8 @@ Result<MfuPoint> BestMfu(const ModelSpec& model, const GpuSpec& gpu, const ArchS
     }
   }
   if (!p.found)
-    p.why_none = placed_any ? "no TP x PP x DP layout fits " + Num(gpu.hbm_bytes * kUsableHbmFraction / 1e9) +
-                                  " GB of HBM"
+    p.why_none = placed_any ? "no TP x PP x DP layout fits " +
+                                  ThreeDigits(gpu.hbm_bytes * kUsableHbmFraction / 1e9) + " GB of HBM"
                             : "no TP size dividing the heads places on " + arch.name;
   return p;
 }

@@ -2,7 +2,8 @@
 
 #include <gtest/gtest.h>
 
-namespace weightport::sim::hbd {
+// A namespace of its own: the unity build compiles this file together with other tests.
+namespace weightport::sim::hbd::mfu_model_test {
 namespace {
 
 // Two plain (GPT-style) layers small enough to count by hand.
@@ -162,4 +163,4 @@ TEST(MfuModel, BubbleIsThePipelineFillOfAMicrobatch) {
 }
 
 }  // namespace
-}  // namespace weightport::sim::hbd
+}  // namespace weightport::sim::hbd::mfu_model_test

@@ -8,7 +8,8 @@
 #include "weightport/sim/hbd/dp_placement.h"
 #include "weightport/sim/hbd/fault_trace.h"
 
-namespace weightport::sim::hbd {
+// A namespace of its own: the unity build compiles this file together with other tests.
+namespace weightport::sim::hbd::tor_orchestrator_test {
 namespace {
 
 constexpr double kNever = std::numeric_limits<double>::infinity();
@@ -168,4 +169,4 @@ TEST(TorOrchestrator, BadArgumentsAreErrors) {
 }
 
 }  // namespace
-}  // namespace weightport::sim::hbd
+}  // namespace weightport::sim::hbd::tor_orchestrator_test

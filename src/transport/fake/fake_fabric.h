@@ -89,14 +89,6 @@ struct Region {
 };
 
 inline constexpr uint64_t kAddressMagic = 0x3130'454b'4146'5057;  // "WPFAKE01"
-inline void PutU64(Bytes& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::byte>(v >> (8 * i)));
-}
-inline uint64_t GetU64(std::span<const std::byte> in, size_t at) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(in[at + i]) << (8 * i);
-  return v;
-}
 
 }  // namespace fake_internal
 

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "transport/fake/fake_fabric.h"
+#include "transport/transport_util.h"
 #include "weightport/transport/fake_transport.h"
 
 namespace weightport {
@@ -11,26 +12,15 @@ namespace weightport {
 using fake_internal::Clock;
 using fake_internal::Endpoint;
 using fake_internal::FakeRegion;
-using fake_internal::GetU64;
 using fake_internal::kAddressMagic;
-using fake_internal::PutU64;
 using fake_internal::Region;
+using transport_util::GetLe64;
+using transport_util::InBounds;
+using transport_util::PeerError;
+using transport_util::PutLe64;
+using transport_util::RangeText;
 
 namespace {
-
-Status PeerError(StatusCode code, const std::string& peer, const std::string& what) {
-  return Status(code, "peer '" + peer + "': " + what);
-}
-
-// [offset, offset + length) within [0, size), without overflow.
-bool InBounds(uint64_t offset, uint64_t length, uint64_t size) {
-  return offset <= size && length <= size - offset;
-}
-
-std::string RangeText(uint64_t offset, uint64_t length, uint64_t size) {
-  return "[" + std::to_string(offset) + ", +" + std::to_string(length) + ") exceeds region of " +
-         std::to_string(size) + " bytes";
-}
 
 struct ConnState {
   std::string peer;
@@ -178,12 +168,12 @@ class FakeConnection final : public Connection {
 
   Result<std::shared_ptr<Region>> Resolve(const RemoteKey& key) {
     const FakeFabric::State& fabric = *core_->fabric->state();
-    if (key.packed.size() != 16 || GetU64(key.packed, 0) != fabric.fabric_id)
+    if (key.packed.size() != 16 || GetLe64(key.packed, 0) != fabric.fabric_id)
       return InvalidArgument("remote key is not from this fake fabric");
     std::shared_ptr<Region> region;
     {
       MutexLock lock(fabric.mu);
-      auto it = fabric.regions.find(GetU64(key.packed, 8));
+      auto it = fabric.regions.find(GetLe64(key.packed, 8));
       if (it != fabric.regions.end()) region = it->second;
     }
     if (region == nullptr) return InvalidArgument("remote key names no registered region (deregistered?)");
@@ -213,9 +203,9 @@ class FakeTransport final : public Transport {
   const std::string& name() const override { return core_->self->name; }
   Bytes address() const override {
     Bytes out;
-    PutU64(out, kAddressMagic);
-    PutU64(out, core_->fabric->state()->fabric_id);
-    PutU64(out, core_->self->id);
+    PutLe64(out, kAddressMagic);
+    PutLe64(out, core_->fabric->state()->fabric_id);
+    PutLe64(out, core_->self->id);
     return out;
   }
   size_t max_message_bytes() const override { return core_->options.max_message_bytes; }
@@ -237,8 +227,8 @@ class FakeTransport final : public Transport {
           std::make_shared<Region>(fabric->next_id++, core_->self->id, static_cast<std::byte*>(data), size);
       fabric->regions.emplace(region->id, region);
     }
-    PutU64(key.packed, fabric->fabric_id);
-    PutU64(key.packed, region->id);
+    PutLe64(key.packed, fabric->fabric_id);
+    PutLe64(key.packed, region->id);
     return std::unique_ptr<MemoryRegion>(
         std::make_unique<FakeRegion>(fabric, std::move(region), std::move(key)));
   }
@@ -247,14 +237,14 @@ class FakeTransport final : public Transport {
                                               const std::string& peer_name) override {
     if (core_->closed) return FailedPrecondition("transport '" + name() + "' is closed");
     const auto& fabric = *core_->fabric->state();
-    if (peer_address.size() != 24 || GetU64(peer_address, 0) != kAddressMagic)
+    if (peer_address.size() != 24 || GetLe64(peer_address, 0) != kAddressMagic)
       return PeerError(StatusCode::kInvalidArgument, peer_name, "not a fake transport address");
-    if (GetU64(peer_address, 8) != fabric.fabric_id)
+    if (GetLe64(peer_address, 8) != fabric.fabric_id)
       return PeerError(StatusCode::kInvalidArgument, peer_name, "address is from another fake fabric");
     std::shared_ptr<Endpoint> target;
     {
       MutexLock lock(fabric.mu);
-      auto it = fabric.endpoints.find(GetU64(peer_address, 16));
+      auto it = fabric.endpoints.find(GetLe64(peer_address, 16));
       if (it != fabric.endpoints.end()) target = it->second;
     }
     if (target == nullptr || target->is_closed())

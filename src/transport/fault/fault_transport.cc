@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "transport/transport_util.h"
+
 namespace weightport {
 
 // ---- FaultPlan -------------------------------------------------------------------------------
@@ -88,16 +90,10 @@ FaultPlan::Decision FaultPlan::Next(uint32_t op, uint64_t length) {
 
 namespace {
 
+using transport_util::InBounds;
+using transport_util::PeerError;
 using Clock = std::chrono::steady_clock;
 using Millis = std::chrono::milliseconds;
-
-Status PeerError(StatusCode code, const std::string& peer, const std::string& what) {
-  return Status(code, "peer '" + peer + "': " + what);
-}
-
-bool InBounds(uint64_t offset, uint64_t length, uint64_t size) {
-  return offset <= size && length <= size - offset;
-}
 
 class FaultConnection;
 

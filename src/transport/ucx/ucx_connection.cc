@@ -2,21 +2,15 @@
 #include <atomic>
 #include <string>
 
+#include "transport/transport_util.h"
 #include "transport/ucx/ucx_internal.h"
 #include "transport/ucx/ucx_status.h"
 
 namespace weightport::ucx {
 namespace {
 
-// [offset, offset + length) within [0, size), without overflow.
-bool InBounds(uint64_t offset, uint64_t length, uint64_t size) {
-  return offset <= size && length <= size - offset;
-}
-
-std::string RangeText(uint64_t offset, uint64_t length, uint64_t size) {
-  return "[" + std::to_string(offset) + ", +" + std::to_string(length) + ") exceeds region of " +
-         std::to_string(size) + " bytes";
-}
+using transport_util::InBounds;
+using transport_util::RangeText;
 
 }  // namespace
 
