@@ -22,7 +22,11 @@ function(weightport_layer path)
     file(GLOB sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/${path}/*.cc)
   endif()
   list(FILTER sources EXCLUDE REGEX "_(test|fuzz)\\.cc$")
-  add_library(weightport_${name} STATIC ${sources} ${L_SOURCES})
+  # Built when something links it: a build of some folders' tests compiles only their layers.
+  add_library(weightport_${name} STATIC EXCLUDE_FROM_ALL ${sources} ${L_SOURCES})
+  if(WEIGHTPORT_FUZZ)  # coverage hooks in the library, so the fuzzers are guided inside it
+    target_compile_options(weightport_${name} PRIVATE -fsanitize=fuzzer-no-link)
+  endif()
   target_include_directories(weightport_${name} PUBLIC ${PROJECT_SOURCE_DIR}/include
                              PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(weightport_${name} PUBLIC nlohmann_json::nlohmann_json Threads::Threads PRIVATE ${L_LIBS})
