@@ -2,9 +2,11 @@ import importlib.util
 import os
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 
+import xdist_groups
 from cli_procs import BIN, Procs, run_testbed
 
 # The weightport package as the build lays it out (<build>/python/weightport), unless one is
@@ -13,6 +15,22 @@ _BUILT_PACKAGE = BIN.parent / "python"
 if (_BUILT_PACKAGE / "weightport").is_dir() and importlib.util.find_spec("weightport") is None:
     sys.path.insert(0, str(_BUILT_PACKAGE))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_BUILT_PACKAGE), os.environ.get("PYTHONPATH")]))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "serial: reads state of the whole machine (its shared memory), so "
+                            "runs while no other test does (make test-python runs these after the rest)")
+
+
+_TESTBED_TESTS = xdist_groups.tests_taking(Path(__file__).parent, "testbed")
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: absent without it
+def pytest_xdist_make_scheduler(config, log):
+    # Under pytest-xdist (make test-python: -n 2), the testbed's tests share its namespaces and
+    # bridge: one worker runs them all, one after another.
+    return xdist_groups.group_scheduler(config, log, lambda file, test: "testbed" if (
+        file.startswith("test_testbed") or (file, test) in _TESTBED_TESTS) else None)
 
 
 @pytest.fixture

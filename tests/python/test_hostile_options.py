@@ -130,6 +130,7 @@ def shm_before():
 
 
 @pytest.mark.parametrize("command", list(COMMANDS), ids=" ".join)
+@pytest.mark.serial  # compares this machine's shared memory before and after
 def test_every_numeric_option_refuses_or_survives_hostile_values(inputs, shm_before, command):
     options = numeric_options(command)
     if command in WITHOUT_NUMERIC_OPTIONS:

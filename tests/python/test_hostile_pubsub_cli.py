@@ -35,6 +35,7 @@ def shm_state():
     return files, ids
 
 
+@pytest.mark.serial  # compares this machine's shared memory before and after
 def test_a_model_larger_than_memory_is_refused_before_anything_is_allocated(tmp_path):
     secret = write_secret(tmp_path / "s")
     before = shm_state()
@@ -48,6 +49,7 @@ def test_a_model_larger_than_memory_is_refused_before_anything_is_allocated(tmp_
     assert shm_state() == before
 
 
+@pytest.mark.serial  # compares this machine's shared memory before and after
 @pytest.mark.parametrize("when", [0.3, 1.5, 4.0])
 def test_a_publisher_killed_with_sigkill_leaves_nothing_in_dev_shm(tmp_path, when):
     secret = write_secret(tmp_path / "s")
