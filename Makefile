@@ -2,13 +2,22 @@
 BUILD        ?= build
 ASAN_BUILD   ?= build-asan
 TSAN_BUILD   ?= build-tsan
-FUZZ_BUILD   ?= build-fuzz
 JOBS         ?= 2
 FUZZ_SECONDS ?= 60
+FUZZ_JOBS    ?= 2
 PYTHON       ?= python3
 CMAKE_FLAGS  ?=
+# The sanitizer trees: clang (its -Wthread-safety checks the locking annotations), -O1 as the
+# sanitizers advise, and line tables only (stack traces name file and line; full debug info would
+# double the compile). No benchmarks or Python module: no test there needs them.
+SAN_CMAKE = -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG" \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG" \
+  -DWEIGHTPORT_CUDA=OFF -DWEIGHTPORT_BENCH=OFF -DWEIGHTPORT_PYTHON=OFF
+# The folders of src/ whose code runs threads: their tests run under ThreadSanitizer.
+TSAN_TEST_LAYERS = core;format;transport;control;store;engine
 
-.PHONY: all setup build demo test check test-python test-package test-vllm test-asan test-tsan fuzz format clean
+.PHONY: all setup build demo test check test-python wheel test-package vllm-env test-vllm asan-build test-asan tsan-build test-tsan fuzz format clean
 
 all: build
 
@@ -26,59 +35,84 @@ demo: setup $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j$(JOBS) --target weightport_cli
 	./$(BUILD)/weightport demo
 
-# Every test: unit tests, Python cross-checks, the sanitizer build, and each fuzzer for FUZZ_SECONDS.
-test: build
-	$(MAKE) --no-print-directory check test-python test-package test-vllm test-asan test-tsan fuzz
+# Every test: unit tests, Python cross-checks, the installed package, the vLLM backend, the
+# sanitizer builds and each fuzzer for FUZZ_SECONDS. scripts/test-stages times each stage and prints
+# the table at the end ($(BUILD)/test-times.tsv keeps it). A stage written @T runs in the background
+# at the lowest CPU priority, on the CPU the tests in front leave idle (they mostly wait on
+# processes and sockets), until a later stage named T waits for it: the sanitizer trees compile
+# while the Python and vLLM tests run, and vLLM's environment installs during the main build.
+TEST_STAGES ?= setup @vllm-env build @tsan-build @asan-build check test-python wheel test-package \
+  vllm-env test-vllm tsan-build test-tsan asan-build test-asan fuzz
+test:
+	bash scripts/test-stages --times $(BUILD)/test-times.tsv --logs $(BUILD)/test-logs $(TEST_STAGES)
 
 check:
 	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
 
+# On JOBS workers (pytest-xdist): the testbed's tests share its namespaces, so one worker runs them
+# all (conftest.py groups them); tests marked serial read the whole machine's shared memory, so
+# they run afterwards, alone.
 test-python:
-	WEIGHTPORT_BIN=$(CURDIR)/$(BUILD)/weightport $(PYTHON) -m pytest -q tests/python
+	WEIGHTPORT_BIN=$(CURDIR)/$(BUILD)/weightport $(PYTHON) -m pytest -q -n $(JOBS) -m "not serial" tests/python
+	WEIGHTPORT_BIN=$(CURDIR)/$(BUILD)/weightport $(PYTHON) -m pytest -q -m serial tests/python
 
-# pip install ./python into a fresh virtual environment (torch and numpy from the system's), then the
-# package's API tests against the installed package, not the build tree's.
+# The Python package, built once (pip wheel ./python, as `pip install ./python` builds it) and
+# installed from that wheel by test-package and test-vllm.
+WHEEL_DIR ?= $(BUILD)/wheel
+wheel:
+	rm -rf $(WHEEL_DIR)
+	$(PYTHON) -m pip wheel -q --no-deps --no-build-isolation --disable-pip-version-check -w $(WHEEL_DIR) ./python
+
+# The wheel installed into a fresh virtual environment (torch and numpy from the system's), then
+# the package's API tests against the installed package, not the build tree's.
 PKG_VENV ?= $(BUILD)/package-venv
 test-package:
 	rm -rf $(PKG_VENV)
 	$(PYTHON) -m venv --system-site-packages $(PKG_VENV)
-	$(PKG_VENV)/bin/pip install -q --disable-pip-version-check ./python
+	$(PKG_VENV)/bin/pip install -q --disable-pip-version-check --no-deps $(WHEEL_DIR)/weightport-*.whl
 	cd $(PKG_VENV) && ./bin/python -c "import weightport, sys; assert '$(PKG_VENV)' in weightport.__file__, weightport.__file__"
 	WEIGHTPORT_BIN=$(CURDIR)/$(BUILD)/weightport $(PKG_VENV)/bin/python -m pytest -q tests/python/test_package_api.py
 
 # The vLLM weight-transfer backend against a real vLLM (the CPU build) in its own environment,
-# .deps/vllm (scripts/setup --vllm installs it and weightport's package into it).
+# .deps/vllm (scripts/setup --vllm installs it, and here weightport's package from the wheel).
 VLLM_PYTHON ?= .deps/vllm/bin/python
-test-vllm:
-	bash scripts/setup --vllm
-	$(VLLM_PYTHON) -m pytest -q -p no:cacheprovider tests/vllm
+vllm-env:
+	bash scripts/setup --vllm --no-package
 
-test-asan:
-	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIGHTPORT_CUDA=OFF \
-	  -DWEIGHTPORT_SANITIZE=address,undefined -DWEIGHTPORT_BENCH=OFF -DWEIGHTPORT_PYTHON=OFF
+test-vllm:
+	bash scripts/setup --vllm --package "$$(ls $(WHEEL_DIR)/weightport-*.whl)"
+	$(VLLM_PYTHON) -m pytest -q -p no:cacheprovider -n $(JOBS) tests/vllm
+
+# One clang tree for AddressSanitizer + UndefinedBehaviorSanitizer and the fuzzers: everything
+# is built with libFuzzer's coverage hooks, the unit tests run there, and so do the fuzz targets.
+asan-build:
+	cmake -S . -B $(ASAN_BUILD) $(SAN_CMAKE) -DWEIGHTPORT_SANITIZE=address,undefined -DWEIGHTPORT_FUZZ=ON \
+	  -DWEIGHTPORT_CLI_FLAGS=-O0
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
+
+test-asan: asan-build
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j$(JOBS)
 
-# ThreadSanitizer over every unit and engine test. UCX's memory hooks (libucm) patch madvise and
-# crash under TSan, so they are off; tsan.supp says which races are one-sided transfers by design.
-test-tsan:
-	cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIGHTPORT_CUDA=OFF \
-	  -DWEIGHTPORT_SANITIZE=thread -DWEIGHTPORT_BENCH=OFF -DWEIGHTPORT_PYTHON=OFF
+fuzz: asan-build
+	bash scripts/run-fuzzers $(ASAN_BUILD) $(FUZZ_SECONDS) $(FUZZ_JOBS)
+
+# ThreadSanitizer over the tests of the folders whose code runs threads (TSAN_TEST_LAYERS); the
+# command itself is left out (its threads are the engine's, tested here). UCX's memory hooks
+# (libucm) patch madvise and crash under TSan, so they are off; tsan.supp says which races are
+# one-sided transfers by design.
+tsan-build:
+	cmake -S . -B $(TSAN_BUILD) $(SAN_CMAKE) -DWEIGHTPORT_SANITIZE=thread -DWEIGHTPORT_CLI=OFF \
+	  "-DWEIGHTPORT_TEST_LAYERS=$(TSAN_TEST_LAYERS)"
 	cmake --build $(TSAN_BUILD) -j$(JOBS)
+
+test-tsan: tsan-build
 	UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=no \
 	  TSAN_OPTIONS="halt_on_error=1 history_size=7 suppressions=$(CURDIR)/tsan.supp" \
 	  ctest --test-dir $(TSAN_BUILD) --output-on-failure -j$(JOBS)
-
-fuzz:
-	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEIGHTPORT_CUDA=OFF \
-	  -DWEIGHTPORT_TESTS=OFF -DWEIGHTPORT_BENCH=OFF -DWEIGHTPORT_PYTHON=OFF -DWEIGHTPORT_FUZZ=ON -DWEIGHTPORT_SANITIZE=address,undefined \
-	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
-	cmake --build $(FUZZ_BUILD) -j$(JOBS)
-	bash scripts/run-fuzzers $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
 format:
 	git ls-files '*.h' '*.cc' '*.cu' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)

@@ -31,7 +31,7 @@ MAX_CELL = 300
 EXTENSIONS = (".h", ".cc", ".cu", ".py", ".md", ".json", ".txt", ".cmake", ".svg", ".png", ".dot", ".toml",
               ".supp", ".sh", ".yml", ".yaml")
 # Folders the build and scripts/setup make; the docs may name them (see test_generated_folders_are_made).
-GENERATED = ("build", "build-asan", "build-tsan", "build-fuzz", ".deps")
+GENERATED = ("build", "build-asan", "build-tsan", ".deps")
 SKIP_DIRS = {".git", "__pycache__", ".deps", ".venv", "node_modules"}
 PATH_WORD = re.compile(r"[\w.*+-]+(?:/[\w.*+-]*)*")
 FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.M | re.S)
@@ -171,9 +171,9 @@ def cmake():
 def built_test_binaries():
     """The test binaries CMakeLists.txt makes: <layer>_tests for each folder of its test list that has
     a *_test.cc (searched recursively, as CMake does)."""
-    m = re.search(r"foreach\(layer IN ITEMS ([^)]*)\)\s*\n\s*file\(GLOB_RECURSE layer_tests", cmake())
-    assert m, "CMakeLists.txt: the foreach over the test folders was not found"
-    layers = m.group(1).split()
+    m = re.search(r'set\(WEIGHTPORT_TEST_LAYERS "([^"]*)"', cmake())
+    assert m, "CMakeLists.txt: the default of WEIGHTPORT_TEST_LAYERS was not found"
+    layers = m.group(1).split(";")
     return [f"{layer}_tests" for layer in layers if glob.glob(str(ROOT / "src" / layer / "**" / "*_test.cc"), recursive=True)]
 
 
