@@ -38,10 +38,10 @@ demo: setup $(BUILD)/build.ninja
 # Every test: unit tests, Python cross-checks, the installed package, the vLLM backend, the
 # sanitizer builds and each fuzzer for FUZZ_SECONDS. scripts/test-stages times each stage and prints
 # the table at the end ($(BUILD)/test-times.tsv keeps it). A stage written @T runs in the background
-# at the lowest CPU priority, on the CPU the tests in front leave idle (they mostly wait on
-# processes and sockets), until a later stage named T waits for it: the sanitizer trees compile
-# while the Python and vLLM tests run, and vLLM's environment installs during the main build.
-TEST_STAGES ?= setup @vllm-env build @tsan-build @asan-build check test-python wheel test-package \
+# at the idle CPU priority, on the CPU the tests in front leave idle (they mostly wait on processes
+# and sockets), until a later stage named T waits for it: the sanitizer trees compile while the
+# unit, Python and vLLM tests run, and vLLM's environment installs during the main build.
+TEST_STAGES ?= setup @vllm-env build wheel @tsan-build @asan-build check test-python test-package \
   vllm-env test-vllm tsan-build test-tsan asan-build test-asan fuzz
 test:
 	bash scripts/test-stages --times $(BUILD)/test-times.tsv --logs $(BUILD)/test-logs $(TEST_STAGES)
