@@ -15,7 +15,7 @@ SAN_CMAKE = -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang 
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG" \
   -DWEIGHTPORT_CUDA=OFF -DWEIGHTPORT_BENCH=OFF -DWEIGHTPORT_PYTHON=OFF
 # The folders of src/ whose code runs threads: their tests run under ThreadSanitizer.
-TSAN_TEST_LAYERS = core;format;transport;control;store;engine
+TSAN_TEST_LAYERS = core;format;transport;control;store;engine;cli
 
 .PHONY: all setup build test-build demo test check test-python wheel test-package vllm-env test-vllm asan-build test-asan tsan-build test-tsan fuzz format clean
 
@@ -102,12 +102,12 @@ test-asan: asan-build
 fuzz: asan-build
 	bash scripts/run-fuzzers $(ASAN_BUILD) $(FUZZ_SECONDS) $(FUZZ_JOBS)
 
-# ThreadSanitizer over the tests of the folders whose code runs threads (TSAN_TEST_LAYERS); the
-# command itself is left out (its threads are the engine's, tested here). UCX's memory hooks
+# ThreadSanitizer over the tests of the folders whose code runs threads (TSAN_TEST_LAYERS), the
+# command's included (its tests run it; at -O0, like the ASan tree's). UCX's memory hooks
 # (libucm) patch madvise and crash under TSan, so they are off; tsan.supp says which races are
 # one-sided transfers by design.
 tsan-build:
-	cmake -S . -B $(TSAN_BUILD) $(SAN_CMAKE) -DWEIGHTPORT_SANITIZE=thread -DWEIGHTPORT_CLI=OFF \
+	cmake -S . -B $(TSAN_BUILD) $(SAN_CMAKE) -DWEIGHTPORT_SANITIZE=thread -DWEIGHTPORT_CLI_FLAGS=-O0 \
 	  "-DWEIGHTPORT_TEST_LAYERS=$(TSAN_TEST_LAYERS)"
 	cmake --build $(TSAN_BUILD) -j$(JOBS)
 
