@@ -14,11 +14,7 @@ inline TensorMeta Meta(std::string name, Shape shape, DType dtype = DType::kBF16
   return TensorMeta::Make(std::move(name), dtype, std::move(shape)).value();
 }
 
-inline int64_t Numel(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
+inline int64_t Numel(const Shape& s) { return NumElements(s).value(); }
 
 // Whether element i (row-major) of a tensor of `shape` lies in `s`.
 inline bool InSlice(int64_t i, const Slice& s, const Shape& shape) {
