@@ -88,8 +88,8 @@ test-vllm:
 	bash scripts/setup --vllm --package "$$(ls $(WHEEL_DIR)/weightport-*.whl)"
 	$(VLLM_PYTHON) -m pytest -q -p no:cacheprovider -n $(JOBS) tests/vllm
 
-# One clang tree for AddressSanitizer + UndefinedBehaviorSanitizer and the fuzzers: everything
-# is built with libFuzzer's coverage hooks, the unit tests run there, and so do the fuzz targets.
+# One clang tree for AddressSanitizer + UndefinedBehaviorSanitizer and the fuzzers: the library
+# carries libFuzzer's coverage hooks, the unit tests run there, and so do the fuzz targets.
 asan-build:
 	cmake -S . -B $(ASAN_BUILD) $(SAN_CMAKE) -DWEIGHTPORT_SANITIZE=address,undefined -DWEIGHTPORT_FUZZ=ON \
 	  -DWEIGHTPORT_CLI_FLAGS=-O0
