@@ -86,7 +86,7 @@ Result<Enum> GetEnum(std::string_view& in, uint64_t count, const char* what) {
     return InvalidArgument(std::string("plan: ") + what + " " + std::to_string(v) + " is unknown");
   return static_cast<Enum>(v);
 }
-constexpr uint64_t kDTypes = static_cast<uint64_t>(DType::kF8E5M2) + 1;
+constexpr uint64_t kDTypes = static_cast<uint64_t>(DType::kBool) + 1;  // the last DType
 
 void PutInts(std::string& out, const std::vector<int64_t>& v) {
   PutVarint(out, v.size());

@@ -71,6 +71,29 @@ TEST(PlanBinary, RoundTripsEveryField) {
   EXPECT_LT(bytes.size() * 5, plan.ToJson().dump().size());
 }
 
+// Integer and boolean tensors (a step counter, position ids, masks) travel too: every dtype decodes.
+TEST(PlanBinary, RoundTripsTensorsOfEveryDtype) {
+  std::vector<TensorMeta> tensors = SmallModel();
+  const DType every[] = {DType::kF64,    DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3,
+                         DType::kF8E5M2, DType::kI64, DType::kI32, DType::kI16,  DType::kI8,
+                         DType::kU64,    DType::kU32, DType::kU16, DType::kU8,   DType::kBool};
+  ASSERT_GE(tensors.size(), std::size(every));
+  for (size_t i = 0; i < std::size(every); ++i) tensors[i].dtype = every[i];
+  auto src = Fsdp2(tensors, 2);
+  auto dst = Fsdp2(tensors, 1);
+  auto topology = Topology::Make({{"a", 100, {0, 1}, {0}}}, 50, 400);
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  ASSERT_TRUE(dst.ok()) << dst.status().ToString();
+  ASSERT_TRUE(topology.ok()) << topology.status().ToString();
+  auto plan = MakePlan(*src, *dst, *topology, PlanOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const std::string bytes = EncodePlanBinary(*plan);
+  std::string_view in = bytes;
+  auto back = DecodePlanBinary(in);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->Digest(), plan->Digest());
+}
+
 TEST(PlanBinary, JsonBytesIsTheSizeOfTheJsonText) {
   const Plan plan = RichPlan();
   EXPECT_EQ(plan.JsonBytes(), plan.ToJson().dump().size());
