@@ -14,14 +14,14 @@ from .errors import (AlreadyExists, Cancelled, DataLoss, Error, FailedPreconditi
 from .federated import FedClient, FedServer
 from .layouts import Layout, Sharded, TensorParallel, Whole
 from .naming import Rename
-from .publisher import Publisher
+from .publisher import Coordinator, Publisher
 from .subscriber import PinnedVersion, Subscriber
 
 _core._set_exception_types({name: value for name, value in dict(globals()).items()
                             if isinstance(value, type) and issubclass(value, Error)})
 
 __version__ = "0.1.0"
-__all__ = ["Publisher", "Subscriber", "PinnedVersion", "FedServer", "FedClient", "Layout", "Whole", "Sharded", "TensorParallel", "Rename", "naming", "Error",
+__all__ = ["Publisher", "Coordinator", "Subscriber", "PinnedVersion", "FedServer", "FedClient", "Layout", "Whole", "Sharded", "TensorParallel", "Rename", "naming", "Error",
            "InvalidArgument", "NotFound", "AlreadyExists", "OutOfRange", "FailedPrecondition", "DataLoss",
            "IoError", "Timeout", "Unavailable", "PermissionDenied", "ResourceExhausted", "Cancelled",
            "Unimplemented", "Internal"]

@@ -3,13 +3,49 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Iterable
 
 from . import _core
 from ._session import Member, load_secret
-from ._tensors import copy_into
+from ._tensors import copy_into, dtype_name, local_of
 from .layouts import Layout
 from .naming import Rename, Rule
+
+
+class Coordinator:
+    """The coordinator of one session, on its own: it makes the plan once every rank has joined and
+    runs each version's commit. :class:`Publisher` rank 0 starts one unless ``serve=False``; start it
+    yourself when its address must be known before any rank has its tensors (an RL framework that
+    hands addresses out before the first update). ``address``: "host:port" (port 0 picks a free one).
+    The other arguments are :class:`Publisher`'s."""
+
+    def __init__(self, address: str = "127.0.0.1:0", *, secret: bytes | str | os.PathLike, chunk_bytes: int = 0,
+                 relay_fanout: int = 1, timeout: float = 60.0, quorum: int = 0, rotate_keys: bool = False,
+                 store: str = "", session: str = "default", rejoin: bool = False):
+        host, _, port = address.rpartition(":")
+        self._core = _core.Service(load_secret(secret), host or "127.0.0.1", int(port or 0), int(chunk_bytes),
+                                   int(relay_fanout), float(timeout), int(quorum), bool(rotate_keys), str(store),
+                                   str(session), bool(rejoin))
+
+    @property
+    def address(self) -> str:
+        """The "host:port" ranks connect to."""
+        return self._core.address
+
+    def wait_outcome(self, version: int, timeout: float, rollback: bool = False, from_index: int = 0) -> dict:
+        """The report of `version` once it is committed or aborted (see :meth:`Publisher.wait`)."""
+        return self._core.wait_outcome(int(version), float(timeout), rollback, int(from_index))
+
+    def outcome_count(self) -> int:
+        return self._core.outcome_count()
+
+    def plan_json(self) -> str:
+        """The plan, as JSON ("" before every rank has joined)."""
+        return self._core.plan_json()
+
+    def stop(self) -> None:
+        """Says goodbye to every rank and stops. Idempotent."""
+        self._core.stop()
 
 
 class Publisher(Member):
@@ -63,10 +99,10 @@ class Publisher(Member):
         if serve is None:
             serve = rank == 0 and not store  # with a store the coordinators run on their own
         if serve:
-            host_part, _, port = ("127.0.0.1:0" if store else coordinator).rpartition(":")
-            self._service = _core.Service(secret, host_part or "127.0.0.1", int(port or 0), int(chunk_bytes),
-                                          int(relay_fanout), float(timeout), int(quorum), bool(rotate_keys),
-                                          store, str(session), bool(rejoin))
+            self._service = Coordinator("127.0.0.1:0" if store else coordinator, secret=secret,
+                                        chunk_bytes=chunk_bytes, relay_fanout=relay_fanout, timeout=timeout,
+                                        quorum=quorum, rotate_keys=rotate_keys, store=store, session=session,
+                                        rejoin=rejoin)
             if not store:
                 coordinator = self._service.address
         self._coordinator = coordinator
@@ -97,6 +133,38 @@ class Publisher(Member):
         for b in self._bound:
             if b.shard >= 0:
                 copy_into(core.shard_array(b.shard), b.tensor)
+        core.publish(int(version))
+        if wait:
+            self.wait(version)
+
+    def publish_tensors(self, version: int, tensors: Iterable[tuple[str, Any]], wait: bool = False) -> None:
+        """Publishes `version` from the tensors given here instead of the registered ones: (name,
+        tensor) pairs, each this rank's part of a registered tensor in its registered shape and dtype,
+        every registered tensor exactly once. A generator is read once, one tensor at a time, each
+        copied into the send buffer as it comes: tensors made one by one (an FSDP engine gathering
+        each in turn) never need to exist together. On a name, shape or dtype that does not match,
+        raises ValueError naming the tensor, and the version is not published."""
+        core = self._need_core()
+        core.wait_idle(self._timeout)
+        by_name = {b.name: b for b in self._bound}
+        seen: set[str] = set()
+        for name, tensor in tensors:
+            b = by_name.get(name)
+            if b is None:
+                raise ValueError(f"tensor '{name}' was not registered (registered: {len(by_name)} tensors)")
+            if name in seen:
+                raise ValueError(f"tensor '{name}' is given twice")
+            seen.add(name)
+            local = local_of(tensor)
+            dtype = dtype_name(local, name)
+            if dtype != b.dtype or list(local.shape) != b.local_shape:
+                raise ValueError(f"tensor '{name}': registered as {b.dtype} {b.local_shape}, "
+                                 f"given {dtype} {list(local.shape)}")
+            if b.shard >= 0:
+                copy_into(core.shard_array(b.shard), local)
+        missing = [n for n in by_name if n not in seen]
+        if missing:
+            raise ValueError(f"{len(missing)} registered tensors were not given, the first '{missing[0]}'")
         core.publish(int(version))
         if wait:
             self.wait(version)
