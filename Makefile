@@ -17,7 +17,7 @@ SAN_CMAKE = -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang 
 # The folders of src/ whose code runs threads: their tests run under ThreadSanitizer.
 TSAN_TEST_LAYERS = core;format;transport;control;store;engine;cli
 
-.PHONY: all setup build test-build demo test check test-python wheel test-package vllm-env test-vllm asan-build test-asan tsan-build test-tsan fuzz format clean
+.PHONY: all setup build test-build demo test check test-python wheel test-package vllm-env test-vllm rl-env test-rl asan-build test-asan tsan-build test-tsan fuzz format clean
 
 all: build
 
@@ -39,15 +39,15 @@ demo: setup $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j$(JOBS) --target weightport_cli
 	./$(BUILD)/weightport demo
 
-# Every test: unit tests, Python cross-checks, the installed package, the vLLM backend, the
-# sanitizer builds and each fuzzer for FUZZ_SECONDS. scripts/test-stages times each stage and prints
+# Every test: unit tests, Python cross-checks, the installed package, the vLLM backend, the verl
+# backend under Ray, the sanitizer builds and each fuzzer for FUZZ_SECONDS. scripts/test-stages times each stage and prints
 # the table at the end ($(BUILD)/test-times.tsv keeps it). A stage written @T runs in the background
-# at the idle CPU priority until a later stage named T waits for it: vLLM's environment (mostly
-# downloads and unpacking) installs during the main build. Tests run with nothing beside them: on
+# at the idle CPU priority until a later stage named T waits for it: vLLM's and verl's environments
+# (mostly downloads and unpacking) install during the main build. Tests run with nothing beside them: on
 # this 2-core machine a compile beside them, even at idle priority, made the unit and Python tests
 # take twice as long, and a testbed test missed its deadline.
-TEST_STAGES ?= setup @vllm-env test-build wheel vllm-env check test-python test-package test-vllm \
-  tsan-build test-tsan asan-build test-asan fuzz
+TEST_STAGES ?= setup @vllm-env @rl-env test-build wheel vllm-env rl-env check test-python test-package \
+  test-vllm test-rl tsan-build test-tsan asan-build test-asan fuzz
 test:
 	bash scripts/test-stages --times $(BUILD)/test-times.tsv --logs $(BUILD)/test-logs $(TEST_STAGES)
 
@@ -87,6 +87,16 @@ vllm-env:
 test-vllm:
 	bash scripts/setup --vllm --package "$$(ls $(WHEEL_DIR)/weightport-*.whl)"
 	$(VLLM_PYTHON) -m pytest -q -p no:cacheprovider -n $(JOBS) tests/vllm
+
+# The verl checkpoint engine under Ray (verl's registry, manager and CheckpointEngineWorker; one
+# test spans three testbed hosts, as root) in its own environment, .deps/rl (scripts/setup --rl).
+RL_PYTHON ?= .deps/rl/bin/python
+rl-env:
+	bash scripts/setup --rl --no-package
+
+test-rl:
+	bash scripts/setup --rl --package "$$(ls $(WHEEL_DIR)/weightport-*.whl)"
+	$(RL_PYTHON) -m pytest -q -p no:cacheprovider -n $(JOBS) tests/rl
 
 # One clang tree for AddressSanitizer + UndefinedBehaviorSanitizer and the fuzzers: the library
 # carries libFuzzer's coverage hooks, the unit tests run there, and so do the fuzz targets.

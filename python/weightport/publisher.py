@@ -37,6 +37,7 @@ class Coordinator:
         return self._core.wait_outcome(int(version), float(timeout), rollback, int(from_index))
 
     def outcome_count(self) -> int:
+        """How many versions (and rollbacks) have an outcome so far."""
         return self._core.outcome_count()
 
     def plan_json(self) -> str:

@@ -59,6 +59,43 @@ def test_versions_reach_the_bound_model_bit_exact_and_zero_copy(secret):
     assert torch.equal(trainer(x), infer(x))  # still readable after close
 
 
+def test_publish_tensors_streams_parts_given_one_at_a_time_and_names_a_bad_one(secret):
+    trainer, infer = make_model(0), make_model(1)
+    coordinator = weightport.Coordinator(secret=secret, timeout=TIMEOUT)  # started before any rank
+    pubs = [weightport.Publisher(coordinator.address, secret=secret, rank=r, world_size=2, serve=False,
+                                 transport="shm", timeout=TIMEOUT) for r in range(2)]
+    sub = weightport.Subscriber(coordinator.address, secret=secret, transport="shm", timeout=TIMEOUT)
+    parts = [{n: t.detach().chunk(2)[r].clone() for n, t in trainer.state_dict().items()} for r in range(2)]
+    layouts = [weightport.Sharded(r, 2) for r in range(2)]
+    assert join_all(*[lambda r=r: pubs[r].register(parts[r], layouts[r]) for r in range(2)],
+                    lambda: sub.bind(infer)) == [None] * 3
+    step(trainer, 0.1)
+
+    def fresh(r):  # a generator of new tensors, as an FSDP engine gathers them one by one
+        for name, t in trainer.state_dict().items():
+            yield name, t.detach().chunk(2)[r].clone()
+
+    with pytest.raises(ValueError, match=r"tensor '0.weight': registered as f32 \[16, 16\], given f32 \[32, 16\]"):
+        pubs[0].publish_tensors(1, [("0.weight", trainer[0].weight.detach())])
+    with pytest.raises(ValueError, match="'bogus' was not registered"):
+        pubs[0].publish_tensors(1, [("bogus", torch.zeros(1))])
+    with pytest.raises(ValueError, match="registered tensors were not given, the first '0.bias'"):
+        pubs[0].publish_tensors(1, [("0.weight", parts[0]["0.weight"])])
+    for r in range(2):
+        pubs[r].publish_tensors(1, fresh(r))
+    for p in pubs:
+        p.wait(1)
+    assert coordinator.wait_outcome(1, TIMEOUT)["committed"]
+    sub.wait(1)
+    assert sub.swap() == 1
+    for (name, a), b in zip(trainer.state_dict().items(), infer.state_dict().values()):
+        assert torch.equal(a, b), name
+    sub.close()
+    for p in pubs:
+        p.close()
+    coordinator.stop()
+
+
 def test_copy_mode_keeps_the_models_addresses_and_converts_to_its_dtype(secret):
     trainer = make_model(0)
     infer = make_model(1).to(torch.bfloat16)
