@@ -6,29 +6,33 @@ with 50 ms delay and 1% loss on what they receive; h3 the same at 10 Mbit/s. Eve
 every element of an 8 MiB model, so each subscriber fetches all of it.
 
 - All or nothing (the default): every version waits for h3 to commit, but h1 and h2 fetch at their
-  own rate: their fetch takes under half of h3's, in the same version.
+  own rate. On a 1% loss link one fetch can stall for seconds in TCP loss recovery, so the check is
+  on the median: the fast subscribers' median fetch is under half of h3's (held back, it would be
+  about h3's), over three versions.
 - `--quorum 2 --update-timeout 3`: h3 cannot verify within 3 s (about 7 s at its rate), so each
   version is committed to h1 and h2 when the timeout ends, h3 dropped from it as late.
 
 Every process is stopped by its pid; the hosts are always taken down.
 """
 import json
+import statistics
 
 import pytest
 
 from cli_procs import run_testbed, write_secret
 
 PORT = 7414
+VERSIONS = 3
 
 
 def run(tmp_path, procs, extra):
     secret = write_secret(tmp_path / "secret")
     address = run_testbed("addr", "h0").stdout.strip() + f":{PORT}"
     pub = procs.start_on("h0", "publish", "--model-bytes", "8MiB", "--listen", address, "--secret-file", secret,
-                         "--subscribers", 3, "--versions", 2, "--perturb", 1, "--transport", "tcp", "--json",
+                         "--subscribers", 3, "--versions", VERSIONS, "--perturb", 1, "--transport", "tcp", "--json",
                          "--quiet", *extra)
     subs = [procs.start_on(f"h{i}", "subscribe", "--connect", address, "--secret-file", secret, "--name", f"h{i}",
-                           "--transport", "tcp", "--versions", 2, "--timeout", 120, "--json", "--quiet")
+                           "--transport", "tcp", "--versions", VERSIONS, "--timeout", 120, "--json", "--quiet")
             for i in (1, 2, 3)]
     code, out = procs.finish(pub)
     assert code == 0, out
@@ -46,6 +50,7 @@ def test_a_slow_subscriber_holds_the_others_back_only_as_the_policy_allows(tmp_p
     run_testbed("shape", "h3", "--rate", "10mbit", "--delay", "50ms", "--loss", "1%")
     extra = ["--quorum", 2, "--update-timeout", 3, "--keep-going"] if policy == "quorum" else []
     report = run(tmp_path, procs, extra)
+    fast_fetch, slow_fetch = [], []
     for v in report["versions"]:
         subs = {s["name"]: s for s in v["subscribers"]}
         print(policy, v["version"], json.dumps({n: {k: s.get(k) for k in ("fetch_s", "committed", "dropped")}
@@ -54,9 +59,11 @@ def test_a_slow_subscriber_holds_the_others_back_only_as_the_policy_allows(tmp_p
             assert subs[fast]["verified"] and subs[fast]["committed"], v
         if policy == "all-or-nothing":
             assert v["subscribers_verified"] == 3 and subs["h3"]["committed"], v
-            for fast in ("h1", "h2"):
-                assert subs[fast]["fetch_s"] < 0.5 * subs["h3"]["fetch_s"], v
+            fast_fetch += [subs[fast]["fetch_s"] for fast in ("h1", "h2")]
+            slow_fetch.append(subs["h3"]["fetch_s"])
         else:
             assert subs["h3"].get("dropped"), v
             assert not subs["h3"].get("committed"), v
             assert v["copy_s"] < 10, v  # the 3 s timeout, not h3's 7 s
+    if policy == "all-or-nothing":
+        assert statistics.median(fast_fetch) < 0.5 * statistics.median(slow_fetch), (fast_fetch, slow_fetch)
