@@ -73,3 +73,24 @@ def test_an_unreachable_ray_node_is_named():
 
 def test_hosts_of_groups_ranks_by_node():
     assert wp_ray.hosts_of([{"node_id": "a"}, {"node_id": "b"}, {"node_id": "a"}]) == [[0, 2], [1]]
+
+
+def _trainer(rank, trainers, layout="sharded"):
+    engine = CheckpointEngineRegistry.new("weightport", bucket_size=1, is_master=rank == 0, trainer_layout=layout)
+    engine.init_process_group("trainer", rank, trainers, 1, dict(MASTER, secret="ab"))
+    return engine
+
+
+def test_each_trainer_rank_publishes_its_rows_of_a_tensor_every_rank_holds():
+    import torch
+
+    engine_class()
+    weight, scalar = torch.arange(10 * 3, dtype=torch.float32).reshape(10, 3), torch.tensor(5)
+    parts = [_trainer(r, 3)._part("w", weight) for r in range(3)]
+    # torch.chunk's split: rows 0-3, 4-7, 8-9; each part a view of the rank's rows, placed in the whole
+    assert [p[1] for p in parts] == [([10, 3], [0, 0], [4, 3]), ([10, 3], [4, 0], [4, 3]), ([10, 3], [8, 0], [2, 3])]
+    assert torch.equal(torch.cat([p[0] for p in parts]), weight)
+    assert parts[1][0].data_ptr() == weight[4].data_ptr()  # nothing copied
+    assert _trainer(1, 3)._part("s", scalar)[1] == ([], [], [])  # a scalar is offered whole
+    whole = _trainer(1, 3, "whole")._part("w", weight)
+    assert whole[1] == ([10, 3], [0, 0], [10, 3]) and whole[0] is weight

@@ -96,7 +96,8 @@ class WeightportCheckpointEngine(CheckpointEngine):
         self._group: dict[str, Any] | None = None  # role, rank, world sizes and master of this session
         self._member: Publisher | Subscriber | None = None
         self._manifest: list[dict[str, Any]] | None = None
-        self._slices: dict[str, tuple[int, Slice]] = {}  # trainer: name -> (dim-0 start, slice)
+        self._slices: dict[str, Slice] = {}  # trainer: name -> where this rank's part sits in the whole
+        self._plan_from_trainer: int | None = None  # bytes of a full version sent out of trainer ranks
         self._version = 0
         self._broken = False  # a join failed: the next update makes a new session
         self.timings: dict[str, float] = {}  # the last update's seconds per call, for the measurements
@@ -177,7 +178,7 @@ class WeightportCheckpointEngine(CheckpointEngine):
         if self._member is not None:
             self._member.close()
         self._member, self._slices, self._version, self._broken = None, {}, 0, False
-        self.__dict__.pop("_from_trainer", None)  # a new session has a new plan
+        self._plan_from_trainer = None  # a new session has a new plan
 
     def _join(self, join) -> Any:
         """Runs a join; one that fails leaves this worker out, and the next update starts over."""
@@ -249,10 +250,10 @@ class WeightportCheckpointEngine(CheckpointEngine):
     def _plan_bytes_from_trainer(self) -> int:
         """The bytes of a full version the plan sends out of trainer ranks (the rest is relayed
         between rollout workers)."""
-        if not hasattr(self, "_from_trainer"):
+        if self._plan_from_trainer is None:
             steps = json.loads(self._coordinator.plan_json() or "{}").get("steps", [])
-            self._from_trainer = sum(s["bytes"] for s in steps if s["from"].get("side") == "src")
-        return self._from_trainer
+            self._plan_from_trainer = sum(s["bytes"] for s in steps if s["from"].get("side") == "src")
+        return self._plan_from_trainer
 
     def _parts(self, weights: Iterable[tuple[str, Any]]):
         for name, tensor in weights:
