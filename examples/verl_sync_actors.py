@@ -93,12 +93,13 @@ class Trainer(Worker):
 
 
 class ModelAdapter(BaseRollout):
-    """Stands in for the inference server: loads each received tensor into the replica's model (all
-    or nothing: a tensor that does not match the model fails the update, naming it, before any is
-    loaded)."""
+    """Stands in for the inference server: loads each received tensor into a shadow of the replica's
+    model and swaps the shadow in at the end (one copy per tensor, as a server with shadow weights
+    does). All or nothing: a tensor that does not match the model, or one that never came, fails
+    the update naming it, and the model keeps the version it had."""
 
     def __init__(self, model_dir: str):  # no server config: nothing is served here
-        self.model_dir, self.tensors = model_dir, None
+        self.model_dir, self.tensors, self.shadow = model_dir, None, None
         self.replica_rank, self.is_leader_rank = 0, True
 
     async def resume(self, tags: list[str]):
@@ -107,30 +108,33 @@ class ModelAdapter(BaseRollout):
     async def release(self):
         pass
 
+    def _load(self) -> None:
+        if self.tensors is None:
+            self.tensors = load_model(self.model_dir)
+            self.shadow = {name: torch.empty_like(t) for name, t in self.tensors.items()}
+
     async def update_weights(self, weights, wire_format: str = "named_tensors", **kwargs):
         if wire_format != "named_tensors":
             raise ValueError(f"this adapter loads named tensors, not {wire_format!r}")
-        if self.tensors is None:
-            self.tensors = load_model(self.model_dir)
-        staged = {}
+        self._load()
+        seen = set()
         async for name, tensor in ensure_async_iterator(weights):
-            own = self.tensors.get(name)
+            own = self.shadow.get(name)
             if own is None:
                 raise ValueError(f"the trainer sent tensor '{name}', which the replica's model "
                                  f"({self.model_dir}) does not have")
             if own.shape != tensor.shape or own.dtype != tensor.dtype:
                 raise ValueError(f"tensor '{name}': the replica's model has {own.dtype} {list(own.shape)}, "
                                  f"the trainer sent {tensor.dtype} {list(tensor.shape)}")
-            staged[name] = tensor.clone()
-        missing = sorted(set(self.tensors) - set(staged))
+            own.copy_(tensor)
+            seen.add(name)
+        missing = sorted(set(self.tensors) - seen)
         if missing:
             raise ValueError(f"the trainer sent no '{missing[0]}' ({len(missing)} of the replica's tensors missing)")
-        for name, tensor in staged.items():
-            self.tensors[name].copy_(tensor)
+        self.tensors, self.shadow = self.shadow, self.tensors
 
     def digest(self) -> str:
-        if self.tensors is None:
-            self.tensors = load_model(self.model_dir)
+        self._load()
         return digest(self.tensors)
 
 
@@ -160,6 +164,18 @@ class Replica:
 
     async def resume_kv_cache(self):
         pass
+
+
+class TimedManager(CheckpointEngineManager):
+    """verl's manager, timing its prepare + build_topology + init_process_group round (Ray's calls
+    included) for the per-step overhead."""
+
+    group_s = 0.0
+
+    def build_process_group(self, rollout: RayWorkerGroup):
+        start = time.perf_counter()
+        super().build_process_group(rollout)
+        self.group_s = time.perf_counter() - start
 
 
 def _env(rank: int, world: int, addr: str) -> dict[str, Any]:
@@ -196,7 +212,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     replica_nodes = nodes[1:] or nodes  # the trainer's host is the first; replicas on the others
     actor_wg = start_trainers(a, config, nodes[0])
     workers = [start_replica(a, config, replica_nodes[i % len(replica_nodes)]) for i in range(a.replicas)]
-    manager = CheckpointEngineManager(config=config, actor_wg=actor_wg, replicas=[Replica(w) for w in workers])
+    manager = TimedManager(config=config, actor_wg=actor_wg, replicas=[Replica(w) for w in workers])
     steps, previous = [], None
     for step in range(a.steps + 1):  # step 0: the initial sync
         if step == a.add_replica_at_step:  # a replica that joins late: verl's elastic scale-up
@@ -225,6 +241,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         entry["bytes_from_trainer"] = (egress_bytes() - sent_before if a.ray_address
                                        else metrics.get("weightport/plan_bytes_from_trainer"))
         entry["calls_s"] = actor_wg.engine_timings()[0]
+        entry["group_s"] = manager.group_s
         if killer is None:
             got = ray.get([w.digest.remote() for w in workers])
             entry["match"] = error is None and all(d == expected for d in got)
