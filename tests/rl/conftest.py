@@ -30,7 +30,7 @@ def model_dir(tmp_path):
     return write_model(tmp_path / "model")
 
 
-def run_example(*args, timeout: float = 300) -> subprocess.CompletedProcess:
+def run_example(*args, timeout: float = 600) -> subprocess.CompletedProcess:
     """examples/verl_sync.py with this interpreter; its Ray workers see the same environment."""
     return subprocess.run([sys.executable, str(EXAMPLE), *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, "RAY_DEDUP_LOGS": "0"})
