@@ -26,6 +26,7 @@ import time
 
 PROMPTS = ["the water of people", "you can see the first", "when they make a long"]
 MAX_TOKENS = 8
+MAX_MODEL_LEN = 512
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -46,6 +47,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     a = ap.parse_args(argv)
     if not os.path.isfile(os.path.join(a.model, "config.json")):
         ap.error(f"--model {a.model}: no config.json there (a Hugging Face model directory is needed)")
+    from weightport.hf import context_length
+
+    try:
+        context_length(a.model)
+    except ValueError as e:
+        ap.error(f"--model: {e}")
     if a.steps < 1 or a.tp < 1 or a.trainer_ranks < 1:
         ap.error("--steps, --tp and --trainer-ranks must be at least 1")
     if a.publish_dtype == "bf16" and a.trainer_ranks > 1:
@@ -63,10 +70,14 @@ def engine_main(conn, model: str, tp: int) -> None:
             ",".join(str(c) for c in cores[i * per:(i + 1) * per]) for i in range(tp))
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from vllm import LLM, SamplingParams
+    from weightport.hf import context_length
 
     try:
+        # The model's own context length, capped: the prompts are short and a longer one only
+        # reserves KV cache this example never uses.
         llm = LLM(model=model, dtype="float32", tensor_parallel_size=tp, enforce_eager=True,
-                  max_model_len=256, seed=0, weight_transfer_config={"backend": "weightport"})
+                  max_model_len=context_length(model, cap=MAX_MODEL_LEN), seed=0,
+                  weight_transfer_config={"backend": "weightport"})
     except BaseException as e:
         conn.send(("error", f"vLLM could not load {model}: {e}"))
         return

@@ -30,7 +30,8 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
-    return {kind: tiny_models.make_model(kind, str(root / kind)) for kind in ("dense", "moe")}
+    # 128 positions: the example must take the model's context length, not a fixed longer one
+    return {kind: tiny_models.make_model(kind, str(root / kind), positions=128) for kind in ("dense", "moe")}
 
 
 @pytest.mark.parametrize("kind,tp,delta,ranks,dtype", [
@@ -215,7 +216,7 @@ def test_vllm_serve_over_http_takes_a_version(models, tmp_path):
     # the server's module is the same server.
     server = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", models["dense"],
                                "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-                               "--enforce-eager", "--max-model-len", "256",
+                               "--enforce-eager", "--max-model-len", "128",
                                "--weight-transfer-config", '{"backend": "weightport"}'],
                               stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     base = f"http://127.0.0.1:{port}"

@@ -35,7 +35,7 @@ def save_tokenizer(path: str, vocab_size: int) -> None:
 
 
 def make_model(kind: str, path: str, hidden: int = 128, layers: int = 2, vocab: int = 256,
-               seed: int = 0) -> str:
+               seed: int = 0, positions: int = 512) -> str:
     """Writes a random model of `kind` ("dense": Qwen2 with tied embeddings and qkv bias; "llama";
     "moe": Qwen3-MoE with 4 experts, 2 per token) into `path`; returns `path`."""
     import torch
@@ -43,7 +43,7 @@ def make_model(kind: str, path: str, hidden: int = 128, layers: int = 2, vocab: 
 
     torch.manual_seed(seed)
     common = dict(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=512, torch_dtype="float32",
+                  num_key_value_heads=2, max_position_embeddings=positions, torch_dtype="float32",
                   bos_token_id=1, eos_token_id=2)
     if kind == "dense":
         config = transformers.Qwen2Config(intermediate_size=hidden * 2, tie_word_embeddings=True, **common)
