@@ -87,9 +87,9 @@ def bench_weightport(llm, params, versions):
     for v in range(1, versions + 1):
         perturb(params, v)
         r = sync.send_weights(v)
+        phases = {f"worker_{k}": r.get("worker_build", {}).get(k, float("nan")) for k in ("alloc_s", "copy_s", "process_s")}
         rows.append({"update_s": r["update_s"], "pause_s": r["pause_s"], "transfer_s": r["transfer_s"],
-                     "build_s": r["build_s"],
-                     "bytes": r["bytes"]})
+                     "build_s": r["build_s"], **phases, "bytes": r["bytes"]})
     sync.shutdown()
     return rows
 
@@ -146,13 +146,19 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", help="model directory (default: a ~560 MB Llama made here)")
     ap.add_argument("--versions", type=int, default=5, help="versions per method (default 5)")
+    ap.add_argument("--methods", default="weightport,filesystem,gloo",
+                    help="comma-separated methods to run, in order (default all three)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
+    unknown = set(a.methods.split(",")) - {"weightport", "filesystem", "gloo"}
+    if unknown:
+        ap.error(f"--methods: unknown {', '.join(sorted(unknown))} (weightport, filesystem, gloo)")
 
     import torch
     import transformers
     from vllm import LLM
 
+    from weightport.hf import context_length
     import trainer_process  # tests/vllm: the trainer's own greedy tokens
 
     work = tempfile.mkdtemp(prefix="wp-vllm-bench-")
@@ -161,25 +167,30 @@ def main(argv=None) -> int:
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     params = dict(model.named_parameters())
     size = sum(p.numel() * 4 for p in params.values())
-    llm = LLM(model=model_dir, dtype="float32", enforce_eager=True, max_model_len=256, seed=0,
-              weight_transfer_config={"backend": "weightport"})
+    llm = LLM(model=model_dir, dtype="float32", enforce_eager=True, max_model_len=context_length(model_dir, cap=256),
+              seed=0, weight_transfer_config={"backend": "weightport"})
     prompt_ids = [llm.get_tokenizer().encode(p) for p in PROMPTS]
     results = {}
-    for name, fn in [("weightport", lambda: bench_weightport(llm, params, a.versions)),
-                     ("filesystem", lambda: bench_filesystem(llm, params, a.versions, model_dir)),
-                     ("gloo", lambda: bench_gloo(llm, params, a.versions))]:
+    methods = {"weightport": lambda: bench_weightport(llm, params, a.versions),
+               "filesystem": lambda: bench_filesystem(llm, params, a.versions, model_dir),
+               "gloo": lambda: bench_gloo(llm, params, a.versions)}
+    for name in a.methods.split(","):
+        fn = methods[name]
         rows = fn()
         match = vllm_tokens(llm) == trainer_process.greedy(model, prompt_ids, 8)
         results[name] = dict(summarize(rows), tokens_match=match, runs=len(rows))
         if not a.json:
             r = results[name]
+            phases = (f"  (transfer {r['transfer_s']:.3f} s, build {r['build_s']:.3f} s: allocation "
+                      f"{r['worker_alloc_s']:.3f}, copies {r['worker_copy_s']:.3f}, processing "
+                      f"{r['worker_process_s']:.3f})" if name == "weightport" else "")
             print(f"{name:11s} update {r['update_s']:.3f} s  pause {r['pause_s']:.4f} s  tokens "
-                  f"{'match' if match else 'DIFFER'}", flush=True)
-    best_update = min(results[m]["update_s"] for m in ("filesystem", "gloo"))
-    best_pause = min(results[m]["pause_s"] for m in ("filesystem", "gloo"))
-    out = {"model_bytes": size, "versions": a.versions, "methods": results,
-           "update_ratio": results["weightport"]["update_s"] / best_update,
-           "pause_ratio": results["weightport"]["pause_s"] / best_pause}
+                  f"{'match' if match else 'DIFFER'}{phases}", flush=True)
+    out = {"model_bytes": size, "versions": a.versions, "methods": results}
+    baselines = [m for m in ("filesystem", "gloo") if m in results]
+    if "weightport" in results and baselines:
+        out["update_ratio"] = results["weightport"]["update_s"] / min(results[m]["update_s"] for m in baselines)
+        out["pause_ratio"] = results["weightport"]["pause_s"] / min(results[m]["pause_s"] for m in baselines)
     print(json.dumps(out, indent=None if a.json else 1))
     llm.llm_engine.engine_core.shutdown()
     return 0 if all(r["tokens_match"] for r in results.values()) else 1

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 from weightport.vllm.placement import Run  # noqa: E402
-from weightport.vllm.shadow import copy_runs, shadow_of, swap_in  # noqa: E402
+from weightport.vllm.shadow import FreshSet, copy_runs, shadow_of, snapshot, swap_in  # noqa: E402
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA device here (scripts/gpu-check runs this on one)"))]
@@ -71,3 +71,76 @@ def test_tied_parameters_are_copied_once():
         swap_in(layer, shadow, copied)
     assert a.weight is b.weight and torch.equal(a.weight, new)
     assert copied == {id(new)}
+
+
+class Template:
+    """What FreshSet reads of a parameter's loading layout."""
+
+    def __init__(self, shape, group, zero=False):
+        self.shape, self.group, self.zero = shape, group, zero
+
+
+def fresh_set(templates):
+    made, bound = [], []
+
+    def make(tpl, layer):
+        made.append(layer)
+        return torch.zeros(tpl.shape) if tpl.zero else torch.empty(tpl.shape)
+
+    def rebind(t, tpl, layer):
+        bound.append(layer)
+
+    return FreshSet(templates, make, rebind), made, bound
+
+
+def test_versions_are_built_into_the_same_tensors_rebound_to_each_versions_shadows():
+    live = {"a": Packed("cpu"), "b": torch.nn.Linear(4, 4, bias=False)}
+    live["b"].weight.requires_grad_(False)
+    templates = {("a", "bias"): Template((4,), "ab"), ("b", "weight"): Template((4, 4), "bw", zero=True)}
+    fs, made, bound = fresh_set(templates)
+    fs.prepare(live)
+    assert len(made) == 2 and fs.nbytes == (4 + 16) * 4
+    first, fresh, alloc_s = fs.shadows(live)
+    assert alloc_s == 0.0, "prepare allocated everything"
+    fresh[("b", "weight")][0, 0] = 5.0  # processing wrote where no box lands
+    second, fresh2, _ = fs.shadows(live)
+    assert all(fresh2[k] is fresh[k] for k in fresh), "the same memory, version after version"
+    assert second["a"] is not first["a"], "each version has its own shadow layers"
+    assert bound == [first["a"], first["b"], second["a"], second["b"]], "bound to each version's shadows"
+    assert torch.equal(fresh2[("b", "weight")], torch.zeros(4, 4)), "a zero-filled layout starts from zeros again"
+    assert fresh2[("a", "bias")] is second["a"]._parameters["bias"]
+
+
+def test_a_tensor_a_swap_made_live_leaves_the_set():
+    live = {"b": torch.nn.Linear(4, 4, bias=False)}
+    fs, made, _ = fresh_set({("b", "weight"): Template((2, 8), "bw")})  # a layout the live one lacks
+    fs.prepare(live)
+    shadows, fresh, _ = fs.shadows(live)
+    adopted = swap_in(live["b"], shadows["b"], set())
+    assert adopted == [fresh[("b", "weight")]] and live["b"].weight is fresh[("b", "weight")]
+    fs.release(adopted)
+    _, fresh2, _ = fs.shadows(live)
+    assert len(made) == 2 and fresh2[("b", "weight")] is not live["b"].weight, "live memory is never refilled"
+    copied_only = {"c": torch.nn.Linear(4, 4, bias=False)}
+    fs2, _, _ = fresh_set({("c", "weight"): Template((4, 4), "cw")})
+    fs2.prepare(copied_only)
+    shadows, fresh, _ = fs2.shadows(copied_only)
+    assert swap_in(copied_only["c"], shadows["c"], set()) == [], "a same-layout tensor is copied, not adopted"
+
+
+def test_a_snapshot_taken_at_the_swap_puts_the_replaced_version_back():
+    live = Packed("cpu")
+    live.bias.data.fill_(1.0)
+    bias_address, x = live.bias.data_ptr(), torch.ones(1, 3)
+    before = live(x)
+    shadow = shadow_of(live)
+    shadow._parameters["weight"] = torch.full((4, 3), 2.0)
+    shadow._parameters["bias"] = torch.full((4,), 3.0)
+    shadow.process()
+    kept = snapshot(live, shadow, {})
+    swap_in(live, shadow, set())
+    assert not torch.equal(live(x), before)
+    assert torch.equal(kept.bias, torch.ones(4)), "the copied-into tensor was cloned before the copy"
+    swap_in(live, kept, set())
+    assert torch.equal(live(x), before), "the packed kernel and the bias of the version before"
+    assert live.bias.data_ptr() == bias_address, "a rollback keeps live addresses too"

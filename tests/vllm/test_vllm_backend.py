@@ -88,14 +88,14 @@ def generate(llm):
 class Trainer:
     """trainer_process.run in a spawned process; joins the vLLM workers through `llm`."""
 
-    def __init__(self, llm, model_dir, seed):
+    def __init__(self, llm, model_dir, seed, keep_versions=0):
         import threading
 
         import trainer_process
 
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=trainer_process.run, args=(child, model_dir, seed, "tcp"))
+        self.proc = ctx.Process(target=trainer_process.run, args=(child, model_dir, seed, "tcp", keep_versions))
         self.proc.start()
         assert self.conn.poll(120), "the trainer did not start"
         info = self.conn.recv()
@@ -158,6 +158,35 @@ def test_delta_then_a_killed_trainer_leaves_the_previous_version_serving(llm, bi
     assert expect_v3 != expect_v1
     apply(llm, 3)
     assert generate(llm) == expect_v3
+
+
+def test_the_workers_roll_back_to_a_kept_version_without_the_trainer(llm, big_dense):
+    from weightport.vllm import LLMWeightSyncClient, rollback_fleet
+
+    trainer = Trainer(llm, big_dense, seed=4, keep_versions=1)
+    expect = {}
+    for v in (1, 2):
+        expect[v], _ = trainer.version(v)
+        apply(llm, v)
+        assert generate(llm) == expect[v]
+    trainer.die_during(3)  # the trainer is gone; version 3 never commits
+    client = LLMWeightSyncClient(llm)
+    with pytest.raises(Exception, match="version 0 is not kept.*kept: 1; keep_versions=1"):
+        rollback_fleet(client, 0)  # one kept version: the one before version 2
+    assert generate(llm) == expect[2], "a refused rollback changes nothing"
+    rollback_fleet(client, 1)
+    assert generate(llm) == expect[1]
+    with pytest.raises(Exception, match="version 1 is not kept.*kept: none"):
+        rollback_fleet(client, 1)  # used up
+    assert generate(llm) == expect[1]
+    llm.collective_rpc("start_weight_update")
+    with pytest.raises(Exception, match="version 2 was rolled back from"):
+        llm.collective_rpc("update_weights", args=({"version": 2, "timeout": 5.0},))
+
+    second = Trainer(llm, big_dense, seed=5)  # a new trainer: its versions go through
+    expect[3], _ = second.version(1)
+    apply(llm, 1)
+    assert generate(llm) == expect[3]
 
 
 def _refusal(llm, model_dir, mutate):

@@ -22,7 +22,7 @@ def greedy(model, prompt_ids, max_tokens):
     return out
 
 
-def run(conn, model_dir: str, seed: int, transport: str) -> None:
+def run(conn, model_dir: str, seed: int, transport: str, keep_versions: int = 0) -> None:
     """Commands: ("version", v, prompt_ids, max_tokens[, only]) -> perturbs every tensor (or only the
     one named `only`), publishes, waits for the commit, answers (greedy tokens, bytes moved);
     ("die", v) -> perturbs, publishes and kills itself at once."""
@@ -37,7 +37,7 @@ def run(conn, model_dir: str, seed: int, transport: str) -> None:
     pub = weightport.Publisher("127.0.0.1:0", secret=os.urandom(32), transport=transport, timeout=120)
     tensors = [[n, list(p.shape), "f32"] for n, p in params.items()]
     conn.send({"coordinator": pub.coordinator, "secret_hex": pub._secret.hex(), "tensors": tensors,
-               "transport": transport})
+               "transport": transport, "keep_versions": keep_versions})
     pub.register(params)
     conn.send("joined")
     while True:

@@ -134,8 +134,15 @@ def fresh_tensor(template: ParamTemplate, layer: torch.nn.Module, dtype: torch.d
     t = (torch.full(template.shape, fill, dtype=dt, device=device) if fill is not None
          else torch.empty(template.shape, dtype=dt, device=device))
     t.__class__ = template.like.__class__
-    t.__dict__ = template.like.__dict__.copy()
     t.requires_grad_(False)
+    return bind_to_layer(t, template, layer)
+
+
+def bind_to_layer(t: torch.Tensor, template: ParamTemplate, layer: torch.nn.Module) -> torch.Tensor:
+    """Gives `t` the template's attributes with its weight loaders bound to `layer`."""
+    from vllm.model_executor.model_loader.reload.sanitize import restore_layer_refs
+
+    t.__dict__ = template.like.__dict__.copy()
     return restore_layer_refs(t, layer)
 
 

@@ -4,8 +4,9 @@ are made only once there is nothing left to do but swap.
 vLLM's sync-client protocol has four calls, all of which block the engine; a worker builds a
 committed version in the background, and a trainer that called ``update_weights`` right after the
 commit would hold generation for the build. So the trainer (rank 0) listens on a small TCP port and
-each worker sends one line per built version: ``rank world version hmac``, the HMAC-SHA256 of
-``rank world version`` under the session's secret. Lines that do not verify are dropped. Without
+each worker sends one line per built version: ``rank world version phases hmac``, where `phases`
+is the build's seconds per phase in microseconds (``build,alloc,copy,process``) and `hmac` the
+HMAC-SHA256 of the rest of the line under the session's secret. Lines that do not verify are dropped. Without
 this channel (a notice lost, a firewall) nothing breaks: the trainer waits up to its timeout and
 ``update_weights`` then waits for the build itself.
 """
@@ -20,10 +21,16 @@ import time
 
 MAX_LINE = 256
 MAX_CONNECTIONS = 4096
+PHASES = ("build_s", "alloc_s", "copy_s", "process_s")  # a worker's build, in the line's order
 
 
-def _mac(secret: bytes, rank: int, world: int, version: int) -> str:
-    return hmac.new(secret, f"{rank} {world} {version}".encode(), hashlib.sha256).hexdigest()
+def _mac(secret: bytes, body: str) -> str:
+    return hmac.new(secret, body.encode(), hashlib.sha256).hexdigest()
+
+
+def _body(rank: int, world: int, version: int, phases: dict[str, float]) -> str:
+    micros = ",".join(str(max(0, round(phases.get(k, 0.0) * 1e6))) for k in PHASES)
+    return f"{rank} {world} {version} {micros}"
 
 
 class ReadyListener:
@@ -34,6 +41,7 @@ class ReadyListener:
         self._sock = socket.create_server((host, 0))
         self._sock.settimeout(0.5)
         self._built: dict[int, int] = {}  # worker rank -> newest version built
+        self._phases: dict[int, dict[str, float]] = {}  # worker rank -> that build's phases
         self._world = 0
         self._cond = threading.Condition()
         self._closed = False
@@ -81,15 +89,20 @@ class ReadyListener:
 
     def _take(self, line: bytes) -> None:
         try:
-            rank, world, version, mac = line.decode().split()
+            body, mac = line.decode().rsplit(" ", 1)
+            rank, world, version, micros = body.split(" ")
             rank, world, version = int(rank), int(world), int(version)
+            values = [int(x) for x in micros.split(",")]
         except ValueError:
             return
-        if not hmac.compare_digest(mac, _mac(self._secret, rank, world, version)) or not 0 <= rank < world:
+        if (not hmac.compare_digest(mac, _mac(self._secret, body)) or not 0 <= rank < world
+                or len(values) != len(PHASES)):
             return
         with self._cond:
             self._world = max(self._world, world)
-            self._built[rank] = max(version, self._built.get(rank, 0))
+            if version > self._built.get(rank, 0):
+                self._built[rank] = version
+                self._phases[rank] = {k: v / 1e6 for k, v in zip(PHASES, values)}
             self._cond.notify_all()
 
     def wait(self, version: int, timeout: float) -> bool:
@@ -103,6 +116,13 @@ class ReadyListener:
                 if left <= 0:
                     return False
                 self._cond.wait(left)
+
+    def phases(self, version: int) -> dict[str, float]:
+        """The slowest worker's seconds per build phase of `version` (each phase's maximum over the
+        workers whose newest build it is); empty when none reported it."""
+        with self._cond:
+            got = [p for r, p in self._phases.items() if self._built.get(r) == version]
+        return {k: max(p[k] for p in got) for k in PHASES} if got else {}
 
     def close(self) -> None:
         self._closed = True
@@ -118,8 +138,9 @@ class ReadyNotifier:
         self._sock: socket.socket | None = None
         self._log = log
 
-    def built(self, version: int) -> None:
-        line = f"{self._rank} {self._world} {version} {_mac(self._secret, self._rank, self._world, version)}\n"
+    def built(self, version: int, phases: dict[str, float] | None = None) -> None:
+        body = _body(self._rank, self._world, version, phases or {})
+        line = f"{body} {_mac(self._secret, body)}\n"
         for _ in range(2):  # one reconnect
             try:
                 if self._sock is None:

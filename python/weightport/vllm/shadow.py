@@ -7,6 +7,8 @@ and on a GPU by ``scripts/gpu-check``.
 from __future__ import annotations
 
 import copy
+import time
+from typing import Any, Callable
 
 import torch
 
@@ -52,25 +54,118 @@ def post_process(layer: torch.nn.Module) -> None:
             layer.update_param_tp_status()
 
 
-def swap_in(live: torch.nn.Module, shadow: torch.nn.Module, copied: set[int]) -> None:
+def _copies_into(cur: torch.Tensor | None, t: torch.Tensor) -> bool:
+    """Whether swap_in copies `t` into the live tensor `cur` (the layout stayed) or replaces it."""
+    return (cur is not None and cur.numel() > 0 and cur.shape == t.shape and cur.dtype == t.dtype
+            and cur.device == t.device)
+
+
+def snapshot(live: torch.nn.Module, shadow: torch.nn.Module, memo: dict[int, torch.Tensor]) -> torch.nn.Module:
+    """The state of `live` that swapping `shadow` in overwrites, as a layer swap_in can put back:
+    clones of the tensors the swap copies into, the very objects of those it replaces, and every
+    attribute as it is now (packed GEMM handles included). `memo`: clones already made, by the id
+    of the live tensor (tied parameters are cloned once)."""
+    kept = copy.copy(live)
+    for table in ("_parameters", "_buffers"):
+        live_table, shadow_table = getattr(live, table), getattr(shadow, table)
+        saved = dict(live_table)
+        for name, t in shadow_table.items():
+            cur = live_table.get(name)
+            if t is not None and cur is not t and _copies_into(cur, t):
+                if id(cur) not in memo:
+                    memo[id(cur)] = cur.detach().clone()
+                saved[name] = memo[id(cur)]
+        setattr(kept, table, saved)
+    return kept
+
+
+def swap_in(live: torch.nn.Module, shadow: torch.nn.Module, copied: set[int]) -> list[torch.Tensor]:
     """Makes `live` compute with `shadow`'s state. A tensor whose layout did not change is copied
     into the live one (its address stays: CUDA graphs and kernels that cached it hold it, as vLLM's
     own reload keeps it); any other is replaced, and so are the attributes post-processing set
-    (packed GEMM handles). `copied`: tensors already copied (tied parameters are copied once)."""
+    (packed GEMM handles). `copied`: tensors already copied (tied parameters are copied once).
+    Returns the shadow's tensors that are now live themselves (the replaced ones)."""
+    adopted = []
     for table in ("_parameters", "_buffers"):
         live_table, shadow_table = getattr(live, table), getattr(shadow, table)
         for name, t in shadow_table.items():
             cur = live_table.get(name)
             if t is None or cur is t:
                 continue
-            if (cur is not None and cur.numel() > 0 and cur.shape == t.shape and cur.dtype == t.dtype
-                    and cur.device == t.device):
+            if _copies_into(cur, t):
                 if id(t) not in copied:
                     cur.data.copy_(t)
                     copied.add(id(t))
             else:
                 live_table[name] = t
+                adopted.append(t)
     state = live.__dict__
     for key, value in shadow.__dict__.items():
         if key not in ("_parameters", "_buffers") and state.get(key) is not value:
             state[key] = value
+    return adopted
+
+
+class FreshSet:
+    """The tensors each version is built into, in the parameters' loading layout, kept from one
+    version to the next: allocating a model's worth of memory per version and faulting its pages in
+    cost more than the copies into it, and varied with the host's memory pressure. One set: the
+    worker builds a version only while no swap is reading the set. A tensor a swap made live (its
+    layout differed from the live one's) leaves the set; the next build allocates it again.
+
+    `templates`: (layer, parameter) -> its loading layout (``group``: tied parameters share one
+    tensor; ``zero``: the loader wrote zeros where no box lands, so it starts from zeros).
+    `make(template, layer)` allocates one bound to a shadow layer, `rebind(tensor, template, layer)`
+    binds a kept one to the next version's shadow layer (its weight loaders refer to the layer)."""
+
+    def __init__(self, templates: dict[tuple[str, str], Any],
+                 make: Callable[[Any, torch.nn.Module], torch.Tensor],
+                 rebind: Callable[[torch.Tensor, Any, torch.nn.Module], None]):
+        self.templates = templates
+        self._make, self._rebind = make, rebind
+        self._by_group: dict[Any, torch.Tensor] = {}
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self._by_group.values())
+
+    def prepare(self, layers: dict[str, torch.nn.Module]) -> float:
+        """Allocates every tensor and touches its pages, before the first version; returns seconds."""
+        t0 = time.perf_counter()
+        for (lname, _), tpl in self.templates.items():
+            if tpl.group not in self._by_group:
+                self._by_group[tpl.group] = self._make(tpl, layers[lname]).zero_()
+        return time.perf_counter() - t0
+
+    def shadows(self, layers: dict[str, torch.nn.Module]) -> tuple[dict[str, torch.nn.Module],
+                                                                   dict[tuple[str, str], torch.Tensor], float]:
+        """Shadow layers of `layers` holding the set's tensors, ready to be filled: (shadows by layer,
+        tensors by (layer, parameter), seconds spent allocating tensors the set did not hold)."""
+        shadows: dict[str, torch.nn.Module] = {}
+        fresh: dict[tuple[str, str], torch.Tensor] = {}
+        bound: set[Any] = set()
+        alloc_s = 0.0
+        for (lname, pname), tpl in self.templates.items():
+            shadow = shadows.get(lname)
+            if shadow is None:
+                shadow = shadows[lname] = shadow_of(layers[lname])
+            t = self._by_group.get(tpl.group)
+            if t is None:
+                t0 = time.perf_counter()
+                t = self._by_group[tpl.group] = self._make(tpl, shadow)
+                alloc_s += time.perf_counter() - t0
+            elif tpl.group not in bound:
+                self._rebind(t, tpl, shadow)
+                if tpl.zero:  # processing may have written where no box lands
+                    t.zero_()
+            bound.add(tpl.group)
+            shadow._parameters[pname] = t
+            fresh[(lname, pname)] = t
+        return shadows, fresh, alloc_s
+
+    def release(self, adopted: list[torch.Tensor]) -> None:
+        """Drops the tensors whose memory a swap made live (`adopted`, or views of them)."""
+        live = {t.untyped_storage().data_ptr() for t in adopted if t.numel() > 0}
+        for group, t in list(self._by_group.items()):
+            if t.untyped_storage().data_ptr() in live:
+                del self._by_group[group]

@@ -35,7 +35,9 @@ logger = logging.getLogger("weightport.vllm")
 class WeightportTrainerInitInfo(TrainerInitInfo):
     """``coordinator``: "host:port" rank 0 listens on (port 0: a free one, shared with the other
     ranks over torch.distributed). ``world_size``: trainer ranks. ``host``: the address vLLM's
-    workers reach the coordinator and this rank at."""
+    workers reach the coordinator and this rank at. ``keep_versions``: replaced versions every vLLM
+    worker keeps, processed, to roll back to (:meth:`WeightportTrainerEngine.rollback`); each costs
+    about the worker's weights in memory."""
 
     backend: ClassVar[str] = "weightport"
     coordinator: str = "127.0.0.1:0"
@@ -46,6 +48,7 @@ class WeightportTrainerInitInfo(TrainerInitInfo):
     chunk_bytes: int = 0
     timeout: float = 120.0
     secret: bytes | None = None  # default: 32 random bytes from rank 0
+    keep_versions: int = 0
 
 
 def _state_of(source: Any) -> Mapping[str, Any]:
@@ -121,7 +124,7 @@ class WeightportTrainerEngine(TrainerWeightTransferEngine[WeightportTrainerInitI
                 client.init_weight_transfer_engine({
                     "coordinator": coordinator, "secret_hex": secret.hex(), "tensors": tensors,
                     "transport": init_info.transport, "delta": init_info.delta, "timeout": init_info.timeout,
-                    "notify": ready.address})
+                    "notify": ready.address, "keep_versions": init_info.keep_versions})
             except BaseException as e:
                 joined.append(e)
 
@@ -142,7 +145,9 @@ class WeightportTrainerEngine(TrainerWeightTransferEngine[WeightportTrainerInitI
         """Publishes the source's current values as `version` (default: the next one) and, on rank 0,
         has vLLM swap them in; returns rank 0's report: version, bytes, update_s (publish to live),
         transfer_s (publish to committed everywhere), build_s (committed to built by every worker,
-        while vLLM may generate) and pause_s (the swap calls, during which vLLM does not)."""
+        while vLLM may generate), pause_s (the swap calls, during which vLLM does not) and
+        worker_build: the slowest worker's seconds per build phase (build_s, alloc_s, copy_s,
+        process_s: its whole build, allocating, the box copies, vLLM's post-processing)."""
         version = self.version + 1 if version is None else int(version)
         t0 = time.perf_counter()
         self.publisher.publish(version)
@@ -169,14 +174,45 @@ class WeightportTrainerEngine(TrainerWeightTransferEngine[WeightportTrainerInitI
         self.version = version
         report = {"version": version, "bytes": int(outcome.get("bytes", 0)), "update_s": t2 - t0,
                   "transfer_s": t_commit - t0, "build_s": t1 - t_commit, "pause_s": t2 - t1,
-                  "built_before_swap": built}
+                  "built_before_swap": built, "worker_build": self.ready.phases(version) if built else {}}
         self.reports.append(report)
         return report
+
+    def rollback(self, version: int) -> dict[str, Any]:
+        """Makes the kept `version` live again on every vLLM worker, or on none: a worker that does
+        not keep it refuses before any swaps (rank 0 only; nothing moves, the trainer's publisher is
+        not involved). The next version sent must be newer than the one rolled back from."""
+        if not self.is_sender:
+            raise RuntimeError("weightport trainer: rollback is called on rank 0, which drives vLLM")
+        rollback_fleet(self.client, version, self.info.timeout)
+        return {"version": version, "rolled_back_from": self.version}
 
     def shutdown(self) -> None:
         if self.ready is not None:
             self.ready.close()
         self.publisher.close()
+
+
+def rollback_fleet(client: Any, version: int, timeout: float = 120.0) -> float:
+    """Rolls every vLLM worker behind `client` (a ``VLLMWeightSyncClient``) back to the kept
+    `version`, all or none, in one of vLLM's update sessions: every worker first checks that it
+    keeps the version (one that does not raises, and the session closes with nothing swapped
+    anywhere), then takes its kept layers and swaps them in at ``finish_weight_update``. Works
+    without a trainer. Returns the seconds it took."""
+    t0 = time.perf_counter()
+    info = {"version": int(version), "timeout": timeout, "rollback": True}
+    client.start_weight_update()
+    try:
+        client.update_weights({**info, "check_only": True})
+    except BaseException:
+        try:  # closes the session on the workers that passed the check; they have nothing to swap
+            client.finish_weight_update()
+        except BaseException:  # the workers that refused have closed theirs already
+            pass
+        raise
+    client.update_weights(info)
+    client.finish_weight_update(str(version))
+    return time.perf_counter() - t0
 
 
 class LLMWeightSyncClient:

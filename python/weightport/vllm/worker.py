@@ -5,11 +5,13 @@ run of the model's own loader (:mod:`.placement`), which box of which checkpoint
 binds exactly those boxes (in the dtype its parameters have: a bf16 trainer into an fp32 engine is
 converted in flight) and joins the trainer's group. Versions then arrive in the background while
 vLLM keeps generating; a background thread builds each committed version into *shadow* layers:
-fresh parameters in vLLM's loading layout filled by direct box copies (or, for what a box cannot
-express, by the parameter's own weight loader), then vLLM's post-processing (repacking for the CPU
-GEMMs, quantization) run on the shadow. ``finish_weight_update`` only swaps the shadows in (copying
-into live tensors whose layout did not change, replacing the rest), so generation pauses for the
-swap, not for the transfer or the processing. A version that fails or never commits leaves the live model untouched.
+parameters in vLLM's loading layout (one set, allocated when the worker joins and refilled every
+version: :class:`.shadow.FreshSet`) filled by direct box copies (or, for what a box cannot express,
+by the parameter's own weight loader), then vLLM's post-processing (repacking for the CPU GEMMs,
+quantization) run on the shadow. ``finish_weight_update`` only swaps the shadows in (copying into
+live tensors whose layout did not change, replacing the rest), so generation pauses for the swap,
+not for the transfer or the processing. A version that fails or never commits leaves the live
+model untouched.
 """
 
 from __future__ import annotations
@@ -28,9 +30,9 @@ from vllm.distributed.weight_transfer.base import (WeightTransferEngine, WeightT
 from .. import errors
 from ..layouts import Layout
 from ..subscriber import Subscriber
-from .placement import ModelPlacement, TensorMeta, fresh_tensor, learn_placement
+from .placement import ModelPlacement, TensorMeta, bind_to_layer, fresh_tensor, learn_placement
 from .ready import ReadyNotifier
-from .shadow import copy_runs, post_process, shadow_of, swap_in
+from .shadow import FreshSet, copy_runs, post_process, snapshot, swap_in
 
 logger = init_logger("vllm.weightport")  # under vLLM's logger: its handlers and level
 
@@ -49,14 +51,19 @@ class WeightportInitInfo(WeightTransferInitInfo):
     delta: bool = True
     timeout: float = 120.0
     notify: str = ""  # "host:port" the trainer hears "version built" on (ready.py); empty: none
+    keep_versions: int = 0  # replaced versions each worker keeps to roll back to (each about its weights)
 
 
 @dataclass
 class WeightportUpdateInfo(WeightTransferUpdateInfo):
-    """``update_weights({"version": v})``: apply version `v` (or a newer committed one)."""
+    """``update_weights({"version": v})``: apply version `v` (or a newer committed one);
+    ``{"version": v, "rollback": True}``: go back to the kept version `v` (no trainer involved);
+    with ``"check_only": True`` only raise if this worker does not keep it."""
 
     version: int
     timeout: float = 120.0
+    rollback: bool = False
+    check_only: bool = False
 
 
 class _Boxes(Layout):
@@ -76,6 +83,8 @@ class _Prepared:
     seconds: float
     copy_s: float = 0.0  # of `seconds`: the box copies, and vLLM's post-processing
     process_s: float = 0.0
+    alloc_s: float = 0.0  # of `seconds`: allocating what the fresh set did not hold
+    rollback: bool = False  # `shadows` are a kept version's layers
 
 
 class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, WeightportUpdateInfo]):
@@ -94,7 +103,11 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
         self._lock = threading.Condition()
         self._prepared: _Prepared | None = None
         self._error: BaseException | None = None
-        self._pending: _Prepared | None = None
+        self._pending: _Prepared | None = None  # taken by update_weights: the swap reads the fresh set
+        self._fresh: FreshSet | None = None
+        self._keep_versions = 0
+        self._kept: list[tuple[int, dict[str, torch.nn.Module]]] = []  # (version, its layers), oldest first
+        self._rolled_back_from = 0
         self.applied_version = 0
         self._intra_op_threads = 1
         self.reports: list[dict[str, Any]] = []
@@ -112,6 +125,7 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
             t0 = time.perf_counter()
             self._placement = learn_placement(self.model, metas)
             self._placement_key = key
+            self._fresh = None  # made for this placement below
             logger.info("weightport: placement learned in %.2f s: %s", time.perf_counter() - t0,
                         self._placement.summary())
             if self._placement.unused:  # vLLM's loader took them and wrote them nowhere
@@ -124,7 +138,17 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
         if not init_info.coordinator:
             return
         self.shutdown()
+        # A new trainer numbers its versions afresh: what was kept, or rolled back from, was numbered
+        # by the one before (roll back before a new trainer joins).
+        self._keep_versions = max(0, int(init_info.keep_versions))
+        self._kept, self._rolled_back_from = [], 0
         placement = self._placement
+        if self._fresh is None:
+            device = self.device
+            self._fresh = FreshSet(
+                placement.templates,
+                make=lambda tpl, layer: fresh_tensor(tpl, layer, device=device, fill=0.0 if tpl.zero else None),
+                rebind=bind_to_layer)
         rank, world = self._subscriber_rank()
         fake = [(name, torch.empty(1, dtype=placement.dtypes[name]).expand(*box[2]))
                 for name, box in placement.boxes.items()]
@@ -144,7 +168,15 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
     def start_weight_update(self) -> None:
         if self._sub is None:
             raise RuntimeError("weightport: init_weight_transfer_engine was not called")
-        self._pending = None
+        self._release_pending()
+
+    def _release_pending(self, adopted: list[torch.Tensor] = ()) -> None:
+        """The swap is done (or abandoned): the builder may refill the fresh set."""
+        with self._lock:
+            if adopted:
+                self._fresh.release(adopted)
+            self._pending = None
+            self._lock.notify_all()
 
     def update_weights(self, update_info: dict[str, Any]) -> None:
         # The base class synchronizes the accelerator unconditionally, which raises on a machine
@@ -157,6 +189,15 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
         """Waits until `version` is committed and built into shadows (normally it already is)."""
         deadline = time.monotonic() + update_info.timeout
         with self._lock:
+            if update_info.rollback:
+                kept = self._kept_version(update_info.version)
+                if not update_info.check_only:
+                    self._pending = kept
+                return
+            newest = self._prepared.version if self._prepared is not None else 0
+            if update_info.version <= self._rolled_back_from and newest < update_info.version:
+                raise ValueError(f"weightport: version {update_info.version} was rolled back from; the next "
+                                 f"version to apply must be newer than {self._rolled_back_from}")
             while True:
                 if self._error is not None:
                     raise RuntimeError(f"weightport: version {update_info.version} cannot be applied: "
@@ -171,31 +212,68 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
                                        f"{self._sub.live_version if self._sub else 0})")
                 self._lock.wait(min(left, 0.5))
 
+    def _kept_version(self, version: int) -> _Prepared:
+        for v, layers in self._kept:
+            if v == version:
+                return _Prepared(version, layers, 0.0, rollback=True)
+        kept = ", ".join(str(v) for v, _ in self._kept) or "none"
+        raise ValueError(f"weightport: version {version} is not kept on this worker, so it cannot be rolled "
+                         f"back to (kept: {kept}; keep_versions={self._keep_versions})")
+
     def finish_weight_update(self) -> None:
-        """Swaps the received version in (nothing happens when no version was received)."""
-        pending, self._pending = self._pending, None
+        """Swaps the received (or kept) version in (nothing happens when no version was received)."""
+        pending = self._pending
         if pending is None:
             return
         t0 = time.perf_counter()
         modules = dict(self.model.named_modules())
         copied: set[int] = set()
-        for lname, shadow in pending.shadows.items():
-            swap_in(modules[lname], shadow, copied)
+        adopted: list[torch.Tensor] = []
+        keep = self._keep_versions > 0 and not pending.rollback and bool(pending.shadows)
+        kept: dict[str, torch.nn.Module] = {}
+        memo: dict[int, torch.Tensor] = {}
+        keep_s = 0.0
+        try:
+            for lname, shadow in pending.shadows.items():
+                if keep:
+                    k0 = time.perf_counter()
+                    kept[lname] = snapshot(modules[lname], shadow, memo)
+                    keep_s += time.perf_counter() - k0
+                adopted += swap_in(modules[lname], shadow, copied)
+        finally:
+            self._release_pending(adopted)
         swap_s = time.perf_counter() - t0
+        if pending.rollback:
+            self._rolled_back(pending.version, swap_s)
+            return
+        if keep:
+            self._kept = (self._kept + [(self.applied_version, kept)])[-self._keep_versions:]
         self.applied_version = pending.version
         placement = self._placement
         copy_s, process_s = pending.copy_s, pending.process_s
-        report = {"version": pending.version, "build_s": pending.seconds, "copy_s": copy_s,
-                  "process_s": process_s, "swap_s": swap_s, "direct": len(placement.runs),
-                  "fallback": len(placement.fallback)}
+        report = {"version": pending.version, "build_s": pending.seconds, "alloc_s": pending.alloc_s,
+                  "copy_s": copy_s, "process_s": process_s, "swap_s": swap_s, "keep_s": keep_s,
+                  "direct": len(placement.runs), "fallback": len(placement.fallback)}
         self.reports.append(report)
-        logger.info("weightport: version %d live (built in %.3f s off the serving path: copies %.3f s, "
-                    "vLLM's processing %.3f s; swapped in %.4f s; %d direct copies, %d through the "
-                    "weight loader)", pending.version, pending.seconds, copy_s, process_s, swap_s,
-                    report["direct"], report["fallback"])
+        logger.info("weightport: version %d live (built in %.3f s off the serving path: allocation "
+                    "%.3f s, copies %.3f s, vLLM's processing %.3f s; swapped in %.4f s; %d direct "
+                    "copies, %d through the weight loader)", pending.version, pending.seconds,
+                    pending.alloc_s, copy_s, process_s, swap_s, report["direct"], report["fallback"])
         with self._lock:
             if self._prepared is pending:
                 self._prepared = _Prepared(pending.version, {}, pending.seconds, copy_s, process_s)
+
+    def _rolled_back(self, version: int, swap_s: float) -> None:
+        """A kept version is live again: it and every newer kept one are used up, and the version
+        rolled back from is never applied again (the trainer's next one must be newer)."""
+        self._kept = [(v, layers) for v, layers in self._kept if v < version]
+        self._rolled_back_from = max(self._rolled_back_from, self.applied_version)
+        rolled_from, self.applied_version = self.applied_version, version
+        with self._lock:
+            self._prepared = None
+        self.reports.append({"version": version, "rollback_from": rolled_from, "swap_s": swap_s})
+        logger.info("weightport: rolled back from version %d to the kept version %d in %.4f s",
+                    rolled_from, version, swap_s)
 
     def shutdown(self) -> None:
         self._stop.set()
@@ -211,7 +289,7 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
         with self._lock:
             self._prepared = None
             self._error = None
-        self._pending = None
+            self._pending = None
 
     # -- background -------------------------------------------------------------------------------
 
@@ -228,6 +306,16 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
 
         built = 0  # version numbers belong to the trainer's session: a new trainer may restart them
         torch.set_num_threads(self._intra_op_threads)
+        fresh = self._fresh
+        try:  # the set's memory is allocated and touched now, not while the first version waits
+            with set_current_vllm_config(self.vllm_config), torch.no_grad():
+                seconds = fresh.prepare(dict(self.model.named_modules()))
+            logger.info("weightport: %.0f MiB to build versions into, prepared in %.2f s",
+                        fresh.nbytes / 2**20, seconds)
+        except BaseException as e:
+            logger.exception("weightport: preparing the memory to build versions into failed")
+            self._fail(e)
+            return
         while not self._stop.is_set():
             sub = self._sub
             try:
@@ -237,12 +325,14 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
             except BaseException as e:  # the session ended (the trainer went away): say so at receive
                 self._fail(e)
                 return
+            if not self._claim_fresh_set():
+                return
             try:
                 t0 = time.perf_counter()
                 with sub.pinned() as pin, set_current_vllm_config(self.vllm_config), torch.no_grad():
-                    shadows, copy_s, process_s = self._build(pin.tensors)
+                    shadows, alloc_s, copy_s, process_s = self._build(pin.tensors)
                     version = pin.version
-                prepared = _Prepared(version, shadows, time.perf_counter() - t0, copy_s, process_s)
+                prepared = _Prepared(version, shadows, time.perf_counter() - t0, copy_s, process_s, alloc_s)
             except BaseException as e:
                 logger.exception("weightport: building a received version failed")
                 self._fail(e)
@@ -252,7 +342,20 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
                 self._prepared = prepared
                 self._lock.notify_all()
             if self._notifier is not None:
-                self._notifier.built(version)
+                self._notifier.built(version, {"build_s": prepared.seconds, "alloc_s": alloc_s,
+                                               "copy_s": copy_s, "process_s": process_s})
+
+    def _claim_fresh_set(self) -> bool:
+        """Waits until no swap reads the fresh set, then takes it for the next build (a built version
+        not yet swapped in is dropped: the newer one replaces it). False once the engine stops."""
+        with self._lock:
+            while self._pending is not None and not self._stop.is_set():
+                self._lock.wait(0.5)
+            if self._stop.is_set():
+                return False
+            if self._prepared is not None and self._prepared.shadows:
+                self._prepared = None
+            return True
 
     def _fail(self, error: BaseException) -> None:
         """Ends the background thread's session: the next update_weights raises `error`."""
@@ -264,26 +367,11 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
     def _on_device(self) -> bool:
         return self.device.type not in ("cpu", "meta")
 
-    def _build(self, received: dict[str, torch.Tensor]) -> tuple[dict[str, torch.nn.Module], float, float]:
+    def _build(self, received: dict[str, torch.Tensor]) -> tuple[dict[str, torch.nn.Module], float, float, float]:
         """Shadow layers holding the received version, post-processed like vLLM's own loading, and
-        the seconds the copies and the processing took."""
+        the seconds allocation, the copies and the processing took."""
         placement = self._placement
-        modules = dict(self.model.named_modules())
-        shadows: dict[str, torch.nn.Module] = {}
-        fresh: dict[tuple[str, str], torch.Tensor] = {}
-        by_group: dict[Any, torch.Tensor] = {}  # tied parameters stay one tensor
-        for (lname, pname), tpl in placement.templates.items():
-            layer = modules[lname]
-            shadow = shadows.get(lname)
-            if shadow is None:
-                shadow = shadow_of(layer)
-                shadows[lname] = shadow
-            t = by_group.get(tpl.group)
-            if t is None:
-                t = fresh_tensor(tpl, shadow, device=self.device, fill=0.0 if tpl.zero else None)
-                by_group[tpl.group] = t
-            shadow._parameters[pname] = t
-            fresh[(lname, pname)] = t
+        shadows, fresh, alloc_s = self._fresh.shadows(dict(self.model.named_modules()))
         t0 = time.perf_counter()
         copy_runs(placement.runs, placement.boxes, received, fresh)
         for c in placement.fallback:
@@ -296,4 +384,4 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
         t1 = time.perf_counter()
         for shadow in shadows.values():
             post_process(shadow)
-        return shadows, t1 - t0, time.perf_counter() - t1
+        return shadows, alloc_s, t1 - t0, time.perf_counter() - t1
