@@ -4,30 +4,38 @@ from __future__ import annotations
 
 import socket
 
-from weightport.vllm.ready import ReadyListener, ReadyNotifier
+import pytest
+
+from weightport.vllm.ready import ReadyListener, ReadyNotifier, _body, _mac
+
+SECRET = b"s" * 32
 
 
-def test_trainer_waits_for_every_worker_and_drops_forged_lines():
-    secret = b"s" * 32
-    listener = ReadyListener("127.0.0.1", secret)
-    try:
-        a = ReadyNotifier(listener.address, secret, 0, 2)
-        b = ReadyNotifier(listener.address, secret, 1, 2)
-        a.built(3)
-        assert not listener.wait(3, 0.3), "one of two workers is not enough"
-        host, port = listener.address.rsplit(":", 1)
-        with socket.create_connection((host, int(port))) as s:
-            s.sendall(b"1 2 3 0,0,0,0 " + b"0" * 64 + b"\n")  # a forged line: wrong MAC
-        assert not listener.wait(3, 0.3), "a line without the secret's MAC must not count"
-        forger = ReadyNotifier(listener.address, b"x" * 32, 1, 2)
-        forger.built(3)
-        assert not listener.wait(3, 0.3)
-        b.built(4)
-        assert listener.wait(3, 5) and not listener.wait(5, 0.2)
-        for n in (a, b, forger):
-            n.close()
-    finally:
-        listener.close()
+@pytest.fixture
+def two_workers():
+    """A trainer's listener and the notifiers of two workers."""
+    listener = ReadyListener("127.0.0.1", SECRET)
+    workers = [ReadyNotifier(listener.address, SECRET, r, 2) for r in (0, 1)]
+    yield listener, workers
+    for n in workers:
+        n.close()
+    listener.close()
+
+
+def test_trainer_waits_for_every_worker_and_drops_forged_lines(two_workers):
+    listener, (a, b) = two_workers
+    a.built(3)
+    assert not listener.wait(3, 0.3), "one of two workers is not enough"
+    host, port = listener.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port))) as s:
+        s.sendall(b"1 2 3 0,0,0,0 " + b"0" * 64 + b"\n")  # a forged line: wrong MAC
+    assert not listener.wait(3, 0.3), "a line without the secret's MAC must not count"
+    forger = ReadyNotifier(listener.address, b"x" * 32, 1, 2)
+    forger.built(3)
+    assert not listener.wait(3, 0.3)
+    b.built(4)
+    assert listener.wait(3, 5) and not listener.wait(5, 0.2)
+    forger.close()
 
 
 def test_a_worker_without_a_trainer_does_not_raise():
@@ -39,25 +47,16 @@ def test_a_worker_without_a_trainer_does_not_raise():
     assert messages and "could not tell the trainer" in messages[0][0]
 
 
-def test_the_trainer_hears_the_slowest_workers_build_phases_and_no_altered_ones():
-    secret = b"s" * 32
-    listener = ReadyListener("127.0.0.1", secret)
-    try:
-        a = ReadyNotifier(listener.address, secret, 0, 2)
-        b = ReadyNotifier(listener.address, secret, 1, 2)
-        a.built(2, {"build_s": 0.5, "alloc_s": 0.0, "copy_s": 0.125, "process_s": 0.25})
-        b.built(2, {"build_s": 0.375, "alloc_s": 0.0625, "copy_s": 0.25, "process_s": 0.0625})
-        assert listener.wait(2, 5)
-        assert listener.phases(2) == {"build_s": 0.5, "alloc_s": 0.0625, "copy_s": 0.25, "process_s": 0.25}
-        assert listener.phases(1) == {}, "no worker's newest build is version 1"
-        host, port = listener.address.rsplit(":", 1)
-        from weightport.vllm.ready import _body, _mac
-        body = _body(1, 2, 3, {"build_s": 1.0})
-        altered = body.replace("1000000,", "9000000,")
-        with socket.create_connection((host, int(port))) as s:  # a MAC made for other phases
-            s.sendall(f"{altered} {_mac(secret, body)}\n".encode())
-        assert not listener.wait(3, 0.3) and listener.phases(3) == {}
-        for n in (a, b):
-            n.close()
-    finally:
-        listener.close()
+def test_the_trainer_hears_the_slowest_workers_build_phases_and_no_altered_ones(two_workers):
+    listener, (a, b) = two_workers
+    a.built(2, {"build_s": 0.5, "alloc_s": 0.0, "copy_s": 0.125, "process_s": 0.25})
+    b.built(2, {"build_s": 0.375, "alloc_s": 0.0625, "copy_s": 0.25, "process_s": 0.0625})
+    assert listener.wait(2, 5)
+    assert listener.phases(2) == {"build_s": 0.5, "alloc_s": 0.0625, "copy_s": 0.25, "process_s": 0.25}
+    assert listener.phases(1) == {}, "no worker's newest build is version 1"
+    host, port = listener.address.rsplit(":", 1)
+    body = _body(1, 2, 3, {"build_s": 1.0})
+    altered = body.replace("1000000,", "9000000,")
+    with socket.create_connection((host, int(port))) as s:  # a MAC made for other phases
+        s.sendall(f"{altered} {_mac(SECRET, body)}\n".encode())
+    assert not listener.wait(3, 0.3) and listener.phases(3) == {}
