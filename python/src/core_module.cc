@@ -13,6 +13,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -172,35 +173,43 @@ class PyService {
 class PyPublisher {
  public:
   PyPublisher(nb::bytes secret, const MemberArgs& args) : pub_(JoinAs<PlanPublisher>(secret, args, true)) {}
-  size_t num_shards() const { return pub_->num_shards(); }
-  ShardInfo shard_info(size_t i) { return InfoOf(pub_->shard(CheckShard(i, num_shards()))); }
+  size_t num_shards() const { return live().num_shards(); }
+  ShardInfo shard_info(size_t i) { return InfoOf(live().shard(CheckShard(i, num_shards()))); }
   ByteArray shard_array(nb::handle self, size_t i) {
-    return ArrayOver(pub_->shard(CheckShard(i, num_shards())).bytes, self);
+    return ArrayOver(live().shard(CheckShard(i, num_shards())).bytes, self);
   }
   void WaitIdle(double timeout_s) {
     nb::gil_scoped_release release;
-    ThrowIfError(pub_->WaitIdle(Millis(timeout_s)));
+    ThrowIfError(live().WaitIdle(Millis(timeout_s)));
   }
   void Publish(uint64_t version) {
     nb::gil_scoped_release release;
-    ThrowIfError(pub_->Publish(version));
+    ThrowIfError(live().Publish(version));
   }
   void Wait(uint64_t version, double timeout_s) {
     nb::gil_scoped_release release;
-    ThrowIfError(pub_->Wait(version, Millis(timeout_s)));
+    ThrowIfError(live().Wait(version, Millis(timeout_s)));
   }
   void Rollback(uint64_t version, double timeout_s) {
     nb::gil_scoped_release release;
-    ThrowIfError(pub_->Rollback(version, Millis(timeout_s)));
+    ThrowIfError(live().Rollback(version, Millis(timeout_s)));
   }
-  std::string PlanJson() const { return pub_->plan().ToJson().dump(); }
+  std::string PlanJson() const { return live().plan().ToJson().dump(); }
   void Close() {
     nb::gil_scoped_release release;
     pub_->Close();
+    closed_ = true;
   }
 
  private:
+  // Close leaves the member without its rank: every later call raises instead of reaching it.
+  PlanPublisher& live() const {
+    if (closed_) throw StatusError{StatusCode::kFailedPrecondition, "this publisher was closed"};
+    return *pub_;
+  }
+
   std::unique_ptr<PlanPublisher> pub_;
+  std::atomic<bool> closed_{false};
 };
 
 class PyPin {
@@ -221,32 +230,41 @@ class PySubscriber {
  public:
   PySubscriber(nb::bytes secret, const MemberArgs& args)
       : sub_(JoinAs<PlanSubscriber>(secret, args, false)) {}
-  size_t num_shards() const { return sub_->num_shards(); }
-  ShardInfo shard_info(size_t i) const { return InfoOf(sub_->shard_info(CheckShard(i, sub_->num_shards()))); }
+  size_t num_shards() const { return live().num_shards(); }
+  ShardInfo shard_info(size_t i) const {
+    return InfoOf(live().shard_info(CheckShard(i, live().num_shards())));
+  }
   // A shard quantised in flight: (where its f32 scales start in its bytes, its scale grid's lengths:
   // one per 128x128 block, or [1, 1] for one per tensor); None for any other shard.
   std::optional<std::pair<uint64_t, std::vector<int64_t>>> shard_scales(size_t i) const {
-    const PlanShardView v = sub_->shard_info(CheckShard(i, sub_->num_shards()));
+    const PlanShardView v = live().shard_info(CheckShard(i, live().num_shards()));
     if (!v.quantized) return std::nullopt;
     return std::make_pair(v.scale_offset, v.scale_blocks.box().length);
   }
-  uint64_t live_version() const { return sub_->live_version(); }
-  std::vector<uint64_t> kept_versions() const { return sub_->kept_versions(); }
-  uint64_t kept_bytes() const { return sub_->kept_bytes(); }
+  uint64_t live_version() const { return live().live_version(); }
+  std::vector<uint64_t> kept_versions() const { return live().kept_versions(); }
+  uint64_t kept_bytes() const { return live().kept_bytes(); }
   void WaitForVersion(uint64_t version, double timeout_s) {
     nb::gil_scoped_release release;
-    ThrowIfError(sub_->WaitForVersion(version, Millis(timeout_s)));
+    ThrowIfError(live().WaitForVersion(version, Millis(timeout_s)));
   }
-  PyPin* Acquire() { return new PyPin(Take(sub_->Acquire())); }
-  bool ended() const { return sub_->ended(); }
-  std::string PlanJson() const { return sub_->plan().ToJson().dump(); }
+  PyPin* Acquire() { return new PyPin(Take(live().Acquire())); }
+  bool ended() const { return live().ended(); }
+  std::string PlanJson() const { return live().plan().ToJson().dump(); }
   void Close() {
     nb::gil_scoped_release release;
     sub_->Close();
+    closed_ = true;
   }
 
  private:
+  PlanSubscriber& live() const {
+    if (closed_) throw StatusError{StatusCode::kFailedPrecondition, "this subscriber was closed"};
+    return *sub_;
+  }
+
   std::unique_ptr<PlanSubscriber> sub_;
+  std::atomic<bool> closed_{false};
 };
 
 }  // namespace

@@ -273,6 +273,26 @@ def test_misuse_gives_typed_errors(secret, tmp_path):
     pub.close()
 
 
+def test_every_call_on_a_closed_member_raises_instead_of_crashing(secret):
+    trainer, infer = make_model(0), make_model(1)
+    pub = weightport.Publisher(secret=secret, transport="shm", timeout=TIMEOUT)
+    sub = weightport.Subscriber(pub.coordinator, secret=secret, transport="shm", timeout=TIMEOUT)
+    assert join_all(lambda: pub.register(trainer), lambda: sub.bind(infer)) == [None, None]
+    pub.publish(1)
+    pub.wait(1)
+    sub.wait(1)
+    sub.close()
+    pub.close()
+    pub.close()  # idempotent
+    calls = {"publish": lambda: pub.publish(2), "wait": lambda: pub.wait(1), "rollback": lambda: pub.rollback(1),
+             "plan_json": pub.plan_json, "sub.wait": lambda: sub.wait(1), "swap": sub.swap,
+             "live_version": lambda: sub.live_version, "pinned": lambda: sub.pinned().__enter__()}
+    for name, call in calls.items():  # each was a SIGSEGV in the engine: the member had no rank left
+        with pytest.raises(weightport.FailedPrecondition, match="(publisher|subscriber) was closed"):
+            call()
+        print(name, "raises")
+
+
 def test_sharded_layout_matches_torch_chunk():
     for length in (7, 8, 1, 3):
         for parts in (2, 3, 4):
