@@ -239,4 +239,6 @@ Result<TensorMeta> ReadTensor(const Json& tj, const std::string& path) {
   return meta;
 }
 
+std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
 }  // namespace weightport::json_util

@@ -48,5 +48,11 @@ TEST(JsonUtil, AnEndlessDeviceIsReadOnlyUpToTheLimit) {
   ASSERT_FALSE(small.ok());
 }
 
+TEST(JsonUtil, DumpNeverThrowsOnBytesThatAreNotUtf8) {
+  EXPECT_EQ(Dump(Json{{"event", std::string("peer said \xff\xfe")}}),
+            "{\"event\":\"peer said \xef\xbf\xbd\xef\xbf\xbd\"}");
+  EXPECT_EQ(Dump(Json{{"n", 1}}), "{\"n\":1}");
+}
+
 }  // namespace
 }  // namespace weightport::json_util

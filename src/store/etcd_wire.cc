@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "base64.h"
+#include "weightport/core/printable.h"
 
 namespace weightport::store_internal {
 namespace {
@@ -60,22 +61,7 @@ Status FromGrpcCode(int64_t code, std::string message) {
 
 }  // namespace
 
-std::string PrintableKey(std::string_view key) {
-  constexpr size_t kMax = 120;
-  std::string out;
-  for (char c : key) {
-    if (out.size() >= kMax) return out + "...";
-    auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u < 0x7f && c != '\\') {
-      out += c;
-    } else {
-      char buf[5];
-      std::snprintf(buf, sizeof(buf), "\\x%02x", u);
-      out += buf;
-    }
-  }
-  return out;
-}
+std::string PrintableKey(std::string_view key) { return Printable(key, 120); }
 
 std::string PrefixEnd(std::string_view prefix) {
   std::string end(prefix);

@@ -20,6 +20,8 @@ using Json = nlohmann::json;
 
 // Parses text; never throws. `what` names the source in errors ("placement.json").
 Result<Json> Parse(std::string_view text, std::string_view what);
+// `j` as one line of JSON; never throws: bytes that are not UTF-8 (text a peer sent) become U+FFFD.
+std::string Dump(const Json& j);
 // The largest JSON file ParseFile reads by default (parsed, JSON takes several times its text).
 inline constexpr uint64_t kMaxJsonFileBytes = uint64_t{256} << 20;
 // Reads a file of at most `max_bytes`: a regular file's size is checked before reading, anything

@@ -1,0 +1,15 @@
+// Text from outside (a peer's refusal reason, a store's key or answer) made safe to log: every byte
+// that is not printable ASCII, and the backslash, is written as \xNN, so no such text can forge a
+// log line, move the terminal or break a JSON log; long text is cut. Internal to the library.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace weightport {
+
+// `text` with its unprintable bytes escaped, at most `max_bytes` of it (then "...").
+std::string Printable(std::string_view text, size_t max_bytes);
+
+}  // namespace weightport
