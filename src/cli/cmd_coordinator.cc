@@ -10,6 +10,7 @@
 #include "cli_common.h"
 #include "option_checks.h"
 #include "pubsub_common.h"
+#include "weightport/core/json_util.h"
 #include "weightport/engine/session/plan_service.h"
 
 namespace weightport::cli {
@@ -42,9 +43,9 @@ int RunCoordinator(const CoordinatorCliOptions& o) {
     std::lock_guard<std::mutex> lock(log_mu);
     if (o.json) {
       fields["event"] = event;
-      std::cout << fields.dump() << std::endl;
+      std::cout << json_util::Dump(fields) << std::endl;
     } else {
-      std::cout << event << (fields.empty() ? "" : " " + fields.dump()) << std::endl;
+      std::cout << event << (fields.empty() ? "" : " " + json_util::Dump(fields)) << std::endl;
     }
   };
   PlanServiceOptions so;

@@ -10,6 +10,7 @@
 #include "pubsub_common.h"
 #include "weightport/control/metrics.h"
 #include "weightport/control/metrics_server.h"
+#include "weightport/core/json_util.h"
 #include "weightport/engine/pubsub/coordinator.h"
 
 namespace weightport::cli {
@@ -52,7 +53,7 @@ int RunServe(const ServeOptions& o) {
   co.log = [&](std::string line) {
     std::lock_guard<std::mutex> lock(log_mu);
     if (o.json)
-      std::cout << nlohmann::json({{"time", Now()}, {"event", line}}).dump() << std::endl;
+      std::cout << json_util::Dump({{"time", Now()}, {"event", line}}) << std::endl;
     else
       std::cout << Now() << " " << line << std::endl;
   };

@@ -11,6 +11,7 @@
 
 #include "cli_common.h"
 #include "weightport/control/channel.h"
+#include "weightport/core/json_util.h"
 #include "weightport/cuda/device_memory.h"
 #include "weightport/engine/rank/source_replicas.h"
 #include "weightport/engine/session/reshard_coordinator.h"
@@ -290,9 +291,10 @@ Status RunReshardRank(const ReshardOptions& o) {
   report["ok"] = s.ok();
   if (!s.ok()) report["error"] = s.message();
   if (o.json) {
-    std::cout << report.dump() << std::endl;
+    std::cout << json_util::Dump(report) << std::endl;
   } else {
-    for (const auto& v : report["versions"]) std::cout << me.ToString() << ": " << v.dump() << std::endl;
+    for (const auto& v : report["versions"])
+      std::cout << me.ToString() << ": " << json_util::Dump(v) << std::endl;
   }
   member = Status(Cancelled("done"));  // closes the control connection before the rank goes
   rank.reset();

@@ -263,6 +263,24 @@ TEST(ControlChannelTest, GarbageInsteadOfProofRefused) {
   EXPECT_TRUE(raw.PeerClosed());
 }
 
+// A refusal can arrive before the peer has proved anything: its reason reaches the log escaped, so
+// no raw byte (a newline that forges a log line, invalid UTF-8 that breaks a JSON log) gets through.
+TEST(ControlChannelTest, AnUnauthenticatedRefusalIsLoggedEscaped) {
+  const Secret secret = MakeSecret('s');
+  Fixture f(secret);
+  auto accepted = f.AcceptAsync();
+  RawClient raw(f.listener->port());
+  const std::string reason = "\xff\xfe\n{\"event\":\"version\",\"committed\":true}";
+  raw.Write(raw.Frame(MessageType::kRefused, RefusedMsg{reason}.Encode(), kHandshakeKey));
+  auto server = accepted.get();
+  ASSERT_FALSE(server.ok());
+  EXPECT_TRUE(f.server_log.Contains("\\xff\\xfe\\x0a{\"event\":\"version\",\"committed\":true}"));
+  std::lock_guard<std::mutex> lock(f.server_log.mu);
+  for (const std::string& line : f.server_log.lines) {
+    for (char c : line) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "a raw byte reached the log: " << line;
+  }
+}
+
 TEST(ControlChannelTest, TamperedFrameRefused) {
   const Secret secret = MakeSecret('s');
   Fixture f(secret);

@@ -2,6 +2,7 @@
 #include "weightport/control/handshake.h"
 
 #include "codec_io.h"
+#include "weightport/core/printable.h"
 
 namespace weightport {
 
@@ -73,7 +74,9 @@ Result<WelcomeMsg> WelcomeMsg::Decode(ByteView payload) {
 Bytes RefusedMsg::Encode() const { return EncodeString(reason); }
 Result<RefusedMsg> RefusedMsg::Decode(ByteView payload) {
   WP_ASSIGN_OR_RETURN(std::string reason, DecodeString(payload, "Refused", "reason", kMaxReasonSize));
-  return RefusedMsg{std::move(reason)};
+  // A refusal may come before the peer has proved the secret: its text reaches logs escaped, cut
+  // so that even all escapes (4 bytes each) fit a reason's bound when it is passed on.
+  return RefusedMsg{Printable(reason, (kMaxReasonSize - 3) / 4)};
 }
 
 Result<HeartbeatMsg> HeartbeatMsg::Decode(ByteView payload) {

@@ -41,5 +41,15 @@ TEST(HandshakeMessagesTest, DecodersRefuseBadFields) {
   EXPECT_FALSE(RefusedMsg::Decode(RefusedMsg{std::string(kMaxReasonSize + 1, 'r')}.Encode()).ok());
 }
 
+TEST(HandshakeMessagesTest, ARefusalReasonIsDecodedEscapedAndFitsItsBound) {
+  auto got = RefusedMsg::Decode(RefusedMsg{"no\xff\n"}.Encode());
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->reason, "no\\xff\\x0a");
+  auto worst = RefusedMsg::Decode(RefusedMsg{std::string(kMaxReasonSize, '\n')}.Encode());
+  ASSERT_TRUE(worst.ok());
+  EXPECT_LE(worst->reason.size(), kMaxReasonSize);  // it can be sent on as a reason again
+  EXPECT_TRUE(RefusedMsg::Decode(worst->Encode()).ok());
+}
+
 }  // namespace
 }  // namespace weightport
