@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "weightport/core/printable.h"
+
 namespace weightport::json_util {
 namespace {
 
@@ -17,11 +19,40 @@ std::string Ctx(std::string_view ctx, std::string_view key) {
   return s;
 }
 
+// True when `text` opens more than `limit` arrays or objects inside one another. Brackets inside
+// strings do not count; the scan stops at the first excess, so it is linear and cheap.
+bool NestedDeeperThan(std::string_view text, size_t limit) {
+  size_t depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character, whatever it is
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return true;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 Result<Json> Parse(std::string_view text, std::string_view what) {
+  if (NestedDeeperThan(text, kMaxJsonDepth)) {
+    return InvalidArgument(std::string(what) + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+                           " levels: " + Printable(text, 80));
+  }
   Json j = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidArgument(std::string(what) + ": not valid JSON");
+  if (j.is_discarded())
+    return InvalidArgument(std::string(what) + ": not valid JSON: " + Printable(text, 80));
   return j;
 }
 
@@ -240,5 +271,7 @@ Result<TensorMeta> ReadTensor(const Json& tj, const std::string& path) {
 }
 
 std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+std::string Excerpt(const Json& j, size_t max_bytes) { return Printable(Dump(j), max_bytes); }
 
 }  // namespace weightport::json_util

@@ -54,5 +54,44 @@ TEST(JsonUtil, DumpNeverThrowsOnBytesThatAreNotUtf8) {
   EXPECT_EQ(Dump(Json{{"n", 1}}), "{\"n\":1}");
 }
 
+bool IsPrintableAscii(std::string_view s) {
+  for (char c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) return false;
+  return true;
+}
+
+TEST(JsonUtil, TextNestedTooDeepIsRefusedBeforeItIsParsed) {
+  // 100,000 levels: parsed, then dumped or freed recursively, this overflowed the stack.
+  const std::string deep = "{\"x\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  auto r = Parse(deep, "the answer");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("the answer: JSON nested deeper than 100 levels"), std::string::npos)
+      << r.status().message();
+  EXPECT_LT(r.status().message().size(), 200u);  // an excerpt, not the whole text
+
+  const auto nested = [](size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+  EXPECT_TRUE(Parse(nested(kMaxJsonDepth), "t").ok());
+  EXPECT_FALSE(Parse(nested(kMaxJsonDepth + 1), "t").ok());
+  // Brackets inside strings, escaped quotes included, are text, not nesting.
+  const std::string in_string = "[\"" + std::string(500, '[') + "\\\"{{\"]";
+  auto text = Parse(in_string, "t");
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_EQ((*text)[0].get<std::string>(), std::string(500, '[') + "\"{{");
+}
+
+TEST(JsonUtil, AnErrorQuotesAShortPrintableExcerpt) {
+  for (const std::string& bad :
+       {std::string("{\"a\": \"\xff\xfe\"}"), std::string("\x1b[31m not json") + std::string(10000, 'x'),
+        std::string("{\"a\":\n{\"event\":1}")}) {
+    auto r = Parse(bad, "etcd answer");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_TRUE(IsPrintableAscii(r.status().message())) << r.status().message();
+    EXPECT_LT(r.status().message().size(), 200u);
+    EXPECT_NE(r.status().message().find("etcd answer: not valid JSON: "), std::string::npos);
+  }
+  EXPECT_EQ(Excerpt(Json{{"k", std::string("\x1b\xff")}}, 100), "{\"k\":\"\\x5cu001b\\xef\\xbf\\xbd\"}");
+}
+
 }  // namespace
 }  // namespace weightport::json_util

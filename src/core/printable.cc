@@ -21,4 +21,13 @@ std::string Printable(std::string_view text, size_t max_bytes) {
   return out;
 }
 
+std::string ReplaceUnprintable(std::string_view text, size_t max_bytes) {
+  std::string out(text.substr(0, max_bytes));
+  for (char& c : out) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u >= 0x7f) c = '?';
+  }
+  return out;
+}
+
 }  // namespace weightport

@@ -19,5 +19,13 @@ TEST(Printable, CutsLongTextAtTheLimit) {
   EXPECT_EQ(Printable("", 0), "");
 }
 
+TEST(Printable, ReplaceUnprintableIsIdempotent) {
+  const std::string hostile = "ok \xff\n{\"event\":1}\x1b[2J\\";
+  const std::string once = ReplaceUnprintable(hostile, 100);
+  EXPECT_EQ(once, "ok ??{\"event\":1}?[2J\\");
+  EXPECT_EQ(ReplaceUnprintable(once, 100), once);
+  EXPECT_EQ(ReplaceUnprintable("abcdef", 3), "abc");
+}
+
 }  // namespace
 }  // namespace weightport

@@ -18,10 +18,18 @@ namespace weightport::json_util {
 
 using Json = nlohmann::json;
 
-// Parses text; never throws. `what` names the source in errors ("placement.json").
+// The deepest nesting of arrays and objects Parse accepts. weightport's own documents nest less
+// than ten deep; text nested deeper is refused before it is parsed, so no tree built from outside
+// input is deep enough for a recursive walk (dump, compare) to exhaust the stack.
+inline constexpr size_t kMaxJsonDepth = 100;
+// Parses text; never throws. `what` names the source in errors ("placement.json"), which quote
+// the start of the text made printable. Refuses text nested deeper than kMaxJsonDepth and strings
+// that are not UTF-8.
 Result<Json> Parse(std::string_view text, std::string_view what);
 // `j` as one line of JSON; never throws: bytes that are not UTF-8 (text a peer sent) become U+FFFD.
 std::string Dump(const Json& j);
+// The start of `j` for an error message: at most `max_bytes`, printable ASCII (see Printable).
+std::string Excerpt(const Json& j, size_t max_bytes = 200);
 // The largest JSON file ParseFile reads by default (parsed, JSON takes several times its text).
 inline constexpr uint64_t kMaxJsonFileBytes = uint64_t{256} << 20;
 // Reads a file of at most `max_bytes`: a regular file's size is checked before reading, anything

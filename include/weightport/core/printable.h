@@ -11,5 +11,8 @@ namespace weightport {
 
 // `text` with its unprintable bytes escaped, at most `max_bytes` of it (then "...").
 std::string Printable(std::string_view text, size_t max_bytes);
+// `text` cut at `max_bytes` with every byte outside printable ASCII replaced by '?'. Unlike
+// Printable it is idempotent, for text that is stored and compared after a round trip.
+std::string ReplaceUnprintable(std::string_view text, size_t max_bytes);
 
 }  // namespace weightport
