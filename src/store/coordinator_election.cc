@@ -31,8 +31,9 @@ Result<std::unique_ptr<CoordinatorElection>> CoordinatorElection::Campaign(EtcdC
   std::unique_ptr<CoordinatorElection> election(new CoordinatorElection(
       client, std::string(session), std::string(my_address), ttl, std::move(options)));
   std::string holder;
-  WP_ASSIGN_OR_RETURN(bool won, election->TryOnce(holder));
-  (void)won;
+  auto won = election->TryOnce(holder);
+  if (election->options_.on_store_call) election->options_.on_store_call(won.status());
+  if (!won.ok()) return won.status();
   return election;
 }
 
@@ -120,6 +121,7 @@ Status CoordinatorElection::WaitForLeadership(std::chrono::milliseconds timeout)
   for (int64_t i = 0; i < max_tries; ++i) {
     if (is_leader()) return Status::Ok();
     auto won = TryOnce(holder);
+    if (options_.on_store_call) options_.on_store_call(won.status());
     if (won.ok() && *won) return Status::Ok();
     if (!won.ok()) {
       if (won.status().code() == StatusCode::kFailedPrecondition) return won.status();
@@ -173,6 +175,8 @@ void CoordinatorElection::RenewLoop() {
     const auto sent = Clock::now();
     lock.Unlock();
     auto ttl = client_.KeepAliveOnce(lease);
+    if (options_.on_store_call)
+      options_.on_store_call(ttl.status().code() == StatusCode::kNotFound ? Status::Ok() : ttl.status());
     lock.Lock();
     if (lease != lease_) continue;  // resigned, or replaced, meanwhile
     if (ttl.ok()) {

@@ -1,12 +1,16 @@
 #include "weightport/store/etcd_client.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <netinet/in.h>
 
 #include <cctype>
 #include <charconv>
 #include <mutex>
 
 #include "etcd_wire.h"
+#include "weightport/core/json_util.h"
+#include "weightport/core/printable.h"
 #include "weightport/core/thread_annotations.h"
 
 namespace weightport {
@@ -48,6 +52,23 @@ std::string LeaseCtx(std::string_view op, int64_t lease) {
   return std::string(op) + " lease " + std::to_string(lease);
 }
 
+// A DNS name or an IPv4 address: dot-separated labels of 1-63 letters, digits, '-' or '_', none
+// starting or ending with '-' ("-", "a..b" and "-x" cannot be resolved; curl would try anyway).
+bool IsHostName(std::string_view host) {
+  if (host.empty() || host.size() > 253) return false;
+  size_t start = 0;
+  while (start <= host.size()) {
+    size_t end = host.find('.', start);
+    if (end == std::string_view::npos) end = host.size();
+    const std::string_view label = host.substr(start, end - start);
+    if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-') return false;
+    for (char c : label)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') return false;
+    start = end + 1;
+  }
+  return true;
+}
+
 }  // namespace
 
 Result<std::string> ParseEtcdEndpoint(std::string_view text) {
@@ -65,13 +86,13 @@ Result<std::string> ParseEtcdEndpoint(std::string_view text) {
   if (colon == std::string_view::npos) return bad("expected host:port");
   std::string_view host = rest.substr(0, colon), port_text = rest.substr(colon + 1);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    for (char c : host.substr(1, host.size() - 2))
-      if (!std::isxdigit(static_cast<unsigned char>(c)) && c != ':' && c != '.')
-        return bad("bad IPv6 address");
-  } else if (host.empty() ||
-             host.find_first_not_of(".-_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") !=
-                 std::string_view::npos) {
-    return bad("bad host name");
+    const std::string_view inner = host.substr(1, host.size() - 2);
+    in6_addr parsed{};
+    if (inet_pton(AF_INET6, std::string(inner).c_str(), &parsed) != 1) return bad("bad IPv6 address");
+  } else if (!IsHostName(host)) {
+    return bad(
+        "bad host name (letters, digits, '-' and '_' in dot-separated labels, none starting "
+        "or ending with '-')");
   }
   unsigned port = 0;
   auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
@@ -143,16 +164,14 @@ struct EtcdClient::Impl {
     std::string_view text = response;
     if (stream && http == 200) text = text.substr(0, text.find('\n'));
     if (http != 200) return store_internal::GatewayError(http, text, ctx);
-    Json answer = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-    if (!answer.is_object())
-      return DataLoss(ctx + ": the answer is not a JSON object: " + std::string(text.substr(0, 200)));
+    WP_ASSIGN_OR_RETURN(Json answer, store_internal::ParseAnswer(text, ctx));
     // A streaming call reports its error inside a 200 answer, as an object; a lease grant's answer
     // has a field "error" of text, empty (left out) unless the grant failed.
     auto err = answer.find("error");
     if (err != answer.end()) {
       if (!err->is_string()) return store_internal::GatewayError(http, text, ctx);
       if (!err->get_ref<const std::string&>().empty())
-        return Unavailable(ctx + ": " + err->get<std::string>());
+        return Unavailable(ctx + ": " + Printable(err->get_ref<const std::string&>(), 300));
     }
     return answer;
   }
@@ -266,7 +285,7 @@ Result<int64_t> EtcdClient::KeepAliveOnce(int64_t lease) {
                                   /*stream=*/true));
   auto result = answer.find("result");  // a streaming call's message is wrapped
   if (result == answer.end() || !result->is_object())
-    return DataLoss(impl_->Ctx(what) + ": the answer has no result: " + store_internal::Dump(answer));
+    return DataLoss(impl_->Ctx(what) + ": the answer has no result: " + json_util::Excerpt(answer));
   WP_ASSIGN_OR_RETURN(int64_t ttl, store_internal::Int64Field(*result, "TTL", impl_->Ctx(what)));
   // An unknown or expired lease is answered 200 with no TTL (proto3 leaves a 0 out), not an error.
   if (ttl <= 0) return NotFound(impl_->Ctx(what) + ": the lease has expired or was revoked");

@@ -30,8 +30,10 @@ TEST(EtcdEndpointTest, AcceptsHostPortAndItsSchemes) {
   EXPECT_EQ(*ParseEtcdEndpoint("etcd://etcd-0.fleet:2379"), "etcd-0.fleet:2379");
   EXPECT_EQ(*ParseEtcdEndpoint("http://127.0.0.1:2379/"), "127.0.0.1:2379");
   EXPECT_EQ(*ParseEtcdEndpoint("[::1]:2379"), "[::1]:2379");
-  for (const char* bad : {"", "127.0.0.1", "127.0.0.1:", "h:0", "h:65536", "h:12x", "https://h:2379", "a b:1",
-                          "h:1/v3", "::1:2379"}) {
+  EXPECT_EQ(*ParseEtcdEndpoint("etcd_0.fleet-a:2379"), "etcd_0.fleet-a:2379");
+  for (const char* bad :
+       {"", "127.0.0.1", "127.0.0.1:", "h:0", "h:65536", "h:12x", "https://h:2379", "a b:1", "h:1/v3",
+        "::1:2379", "etcd://[]:2379", "etcd://-:1", "a..b:1", "-a:1", "a-:1", "[1:2:z]:1", "[::1:1"}) {
     auto r = ParseEtcdEndpoint(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "base64.h"
+#include "weightport/core/json_util.h"
 #include "weightport/core/printable.h"
 
 namespace weightport::store_internal {
@@ -76,7 +77,15 @@ std::string PrefixEnd(std::string_view prefix) {
   return std::string(1, '\0');
 }
 
-std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+std::string Dump(const Json& j) { return json_util::Dump(j); }
+
+Result<Json> ParseAnswer(std::string_view text, std::string_view ctx) {
+  auto answer = json_util::Parse(text, ctx);
+  if (!answer.ok()) return DataLoss(answer.status().message());
+  if (!answer->is_object())
+    return DataLoss(std::string(ctx) + ": the answer is not a JSON object: " + Printable(text, 200));
+  return answer;
+}
 
 Json RangeRequest(std::string_view key, std::string_view range_end) {
   Json req = {{"key", Base64Encode(key)}};
@@ -122,12 +131,13 @@ Result<int64_t> Int64Field(const Json& obj, std::string_view field, std::string_
     auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
     if (ec == std::errc() && end == s.data() + s.size() && !s.empty()) return v;
   }
-  return DataLoss(FieldCtx(ctx, field) + " is not an int64: " + Dump(*it));
+  return DataLoss(FieldCtx(ctx, field) + " is not an int64: " + json_util::Excerpt(*it));
 }
 
 Result<int64_t> HeaderRevision(const Json& answer, std::string_view ctx) {
   const Json* header = ObjectField(answer, "header");
-  if (header == nullptr) return DataLoss(std::string(ctx) + ": the answer has no header: " + Dump(answer));
+  if (header == nullptr)
+    return DataLoss(std::string(ctx) + ": the answer has no header: " + json_util::Excerpt(answer));
   return Int64Field(*header, "revision", ctx);
 }
 
@@ -166,7 +176,7 @@ Result<EtcdTxnResult> ParseTxnAnswer(const Json& answer, size_t reads, std::stri
   size_t n = responses != answer.end() && responses->is_array() ? responses->size() : 0;
   if (n != reads)
     return DataLoss(std::string(ctx) + ": " + std::to_string(n) + " responses for " + std::to_string(reads) +
-                    " reads: " + Dump(answer));
+                    " reads: " + json_util::Excerpt(answer));
   for (size_t i = 0; i < n; ++i) {
     const Json* range = ObjectField((*responses)[i], "response_range");
     if (range == nullptr)
@@ -183,13 +193,16 @@ Result<EtcdTxnResult> ParseTxnAnswer(const Json& answer, size_t reads, std::stri
 
 Status GatewayError(long http_status, std::string_view body, std::string_view ctx) {
   std::string prefix = std::string(ctx) + ": ";
-  Json j = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  auto parsed = json_util::Parse(body, ctx);
+  const Json j = parsed.ok() ? *std::move(parsed) : Json();
   if (j.is_object()) {
     // {"error": "text", "code": n}; a streaming call (lease keepalive) nests an object in "error".
     const Json* err = &j;
     if (const Json* nested = ObjectField(j, "error")) err = nested;
     auto message = err->find("message");
-    std::string text = message != err->end() && message->is_string() ? message->get<std::string>() : Dump(j);
+    std::string text = message != err->end() && message->is_string()
+                           ? Printable(message->get_ref<const std::string&>(), 300)
+                           : json_util::Excerpt(j, 300);
     auto code = Int64Field(*err, err == &j ? "code" : "grpc_code", ctx);
     if (code.ok() && *code != 0) return FromGrpcCode(*code, prefix + text);
   }

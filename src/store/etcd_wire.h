@@ -28,6 +28,10 @@ std::string PrefixEnd(std::string_view prefix);
 // Serialises without throwing (invalid UTF-8 in a string is replaced).
 std::string Dump(const Json& j);
 
+// The JSON object of an answer with HTTP 200: depth-bounded (json_util::Parse); anything else is
+// DataLoss quoting a short printable excerpt. `ctx` leads the message.
+Result<Json> ParseAnswer(std::string_view text, std::string_view ctx);
+
 Json RangeRequest(std::string_view key, std::string_view range_end = {});
 Json PutRequest(std::string_view key, std::string_view value, int64_t lease);
 Json TxnRequest(const EtcdTxn& txn);
@@ -42,7 +46,8 @@ Result<std::vector<EtcdKeyValue>> ParseKvs(const Json& range_answer, std::string
 Result<EtcdTxnResult> ParseTxnAnswer(const Json& answer, size_t reads, std::string_view ctx);
 
 // The Status for an answer that is not HTTP 200: the gateway's error body mapped from its gRPC
-// code, or the HTTP status and the start of the body when it is not one. `ctx` leads the message.
+// code, or the HTTP status and the start of the body when it is not one. `ctx` leads the message;
+// what the gateway said is quoted printable and short (it may be anything a hostile endpoint sent).
 Status GatewayError(long http_status, std::string_view body, std::string_view ctx);
 
 }  // namespace weightport::store_internal

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "weightport/core/json_util.h"
+#include "weightport/core/printable.h"
 #include "weightport/store/session_keys.h"
 
 namespace weightport {
@@ -18,17 +19,11 @@ using Json = nlohmann::json;
 constexpr int kMaxTries = 64;
 constexpr size_t kMaxReasonBytes = 4096;
 
-std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
-
-// `text` as it reads back once stored: invalid UTF-8 (a cut reason's last character, say) replaced.
-std::string StoredText(std::string_view text) {
-  Json j = Json::parse(Dump(Json(std::string(text))), nullptr, /*allow_exceptions=*/false);
-  return j.is_string() ? j.get<std::string>() : std::string();
-}
+using json_util::Dump;
 
 // A stored value that is not what this class writes: DataLoss, naming the key.
 Status Corrupt(const EtcdClient& client, std::string_view key, const Status& why) {
-  return DataLoss("etcd " + client.endpoint() + ": '" + std::string(key) + "': " + why.message());
+  return DataLoss("etcd " + client.endpoint() + ": '" + Printable(key, 120) + "': " + why.message());
 }
 
 Result<Json> ParseValue(const EtcdClient& client, const EtcdKeyValue& kv) {
@@ -64,11 +59,11 @@ Result<DecisionRecord> ParseDecision(const EtcdClient& client, const EtcdKeyValu
   } else if (*outcome == OutcomeName(Outcome::kAborted)) {
     d.outcome = Outcome::kAborted;
   } else {
-    return Corrupt(client, kv.key, InvalidArgument("unknown outcome '" + *outcome + "'"));
+    return Corrupt(client, kv.key, InvalidArgument("unknown outcome '" + Printable(*outcome, 60) + "'"));
   }
   auto reason = json_util::GetString(j, "reason", "the value");
   if (!reason.ok()) return Corrupt(client, kv.key, reason.status());
-  d.reason = std::move(*reason);
+  d.reason = ReplaceUnprintable(*reason, kMaxReasonBytes);  // it reaches logs and every rank's errors
   return d;
 }
 
@@ -99,7 +94,8 @@ Result<FleetRecord> FleetRecord::Open(EtcdClient& client, std::string_view sessi
 }
 
 Result<DecisionRecord> FleetRecord::Decide(uint64_t version, Outcome outcome, std::string_view reason) {
-  const DecisionRecord mine{version, outcome, StoredText(reason.substr(0, kMaxReasonBytes))};
+  // As every reader of the record will see it (ParseDecision), so a winner and a loser agree.
+  const DecisionRecord mine{version, outcome, ReplaceUnprintable(reason, kMaxReasonBytes)};
   const std::string key = session_keys::Decision(session_, version);
   const std::string live_key = session_keys::Live(session_);
   for (int i = 0; i < kMaxTries; ++i) {

@@ -191,6 +191,22 @@ TEST_F(FleetRecordTest, AReasonReadsBackAsDecided) {
   auto bad_utf8 = record_->Decide(2, Outcome::kAborted, "rank \xff lost");
   ASSERT_TRUE(bad_utf8.ok()) << bad_utf8.status().ToString();
   EXPECT_EQ(**record_->Decision(2), *bad_utf8);
+  EXPECT_EQ(bad_utf8->reason, "rank ? lost");
+}
+
+TEST_F(FleetRecordTest, AHostileStoredReasonReadsBackPrintable) {
+  // Written by someone else: a line break that would forge a log line, an escape sequence.
+  ASSERT_TRUE(client_
+                  ->Put(session_keys::Decision("s", 3),
+                        R"({"version":3,"outcome":"aborted","reason":"x\n{\"event\":\"version\"}\u001b[2J"})")
+                  .ok());
+  auto d = record_->Decision(3);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ((*d)->reason, "x?{\"event\":\"version\"}?[2J");
+  ASSERT_TRUE(client_->Put(session_keys::Decision("s", 4), "{\"version\":4,\"outcome\":\"\x1b]0;\"}").ok());
+  auto bad = record_->Decision(4);
+  EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(bad.status().message().find('\x1b'), std::string::npos) << bad.status().message();
 }
 
 TEST_F(FleetRecordTest, AMalformedValueIsDataLossNamingItsKey) {

@@ -38,6 +38,11 @@ struct ElectionOptions {
   std::chrono::milliseconds poll_interval{250};
   // Called once each time this candidate stops leading other than by Resign, with the reason.
   std::function<void(const Status&)> on_lost;
+  // Called after every call to the store while campaigning, waiting or renewing the lease: OK when
+  // it answered (whatever it answered), its error otherwise. For reporting the store's health
+  // (engine/session/store_health.h); called with no lock held, from the caller's thread or the
+  // renewer's.
+  std::function<void(const Status&)> on_store_call;
 };
 
 class CoordinatorElection {
