@@ -100,7 +100,7 @@ def main() -> int:
     args = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix="weightport-fsdp2-")
     secret = os.path.join(workdir, "secret")
-    with open(secret, "wb") as f:
+    with open(os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:  # readable by us only
         f.write(os.urandom(32))
     coordinator = f"127.0.0.1:{free_port()}"
     ctx = mp.get_context("spawn")

@@ -68,7 +68,7 @@ def main() -> int:
 
     workdir = tempfile.mkdtemp(prefix="weightport-rl-")
     secret_path = os.path.join(workdir, "secret")
-    with open(secret_path, "wb") as f:
+    with open(os.open(secret_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:  # readable by us only
         f.write(os.urandom(32))
     policy = make_policy(0)
     optimizer = torch.optim.Adam(policy.parameters(), lr=1e-2)

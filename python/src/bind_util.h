@@ -36,7 +36,12 @@ T Take(Result<T> r) {
   return std::move(*r);
 }
 
+// Seconds as milliseconds; a value no duration means (NaN, infinite, negative, past a year) is
+// InvalidArgument here rather than undefined behaviour in the conversion.
 inline std::chrono::milliseconds Millis(double seconds) {
+  if (!(seconds >= 0 && seconds <= 86400.0 * 366))
+    throw StatusError{StatusCode::kInvalidArgument,
+                      "a timeout must be finite seconds from 0 to a year, not " + std::to_string(seconds)};
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
 

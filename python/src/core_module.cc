@@ -20,6 +20,7 @@
 
 #include "bind_util.h"
 #include "weightport/core/dtype.h"
+#include "weightport/core/option_bounds.h"
 #include "weightport/engine/session/plan_member.h"
 #include "weightport/engine/session/plan_publisher.h"
 #include "weightport/engine/session/plan_service.h"
@@ -279,6 +280,26 @@ NB_MODULE(_core, m) {
 
   // Exception classes are created in Python (weightport/errors.py) and handed over here once.
   m.def(
+      "check_option",
+      [](const std::string& name, double value) {
+        for (const OptionBound& b : kOptionBounds) {
+          if (b.name == name) return ThrowIfError(CheckOption(b, value));
+        }
+        throw StatusError{StatusCode::kInternal, "no bound for option '" + name + "'"};
+      },
+      "name"_a, "value"_a,
+      "Raises InvalidArgument unless `value` is within option `name`'s bound (the CLI's table).");
+  m.def(
+      "load_secret_file",
+      [](const std::string& path) {
+        Secret secret = Take(Secret::LoadFromFile(path));
+        const auto bytes = secret.bytes();
+        return nb::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+      },
+      "path"_a,
+      "The secret in a file, read as the CLI reads --secret-file: a regular file of mode 600 or\n"
+      "stricter, one trailing newline dropped, at least 16 bytes.");
+  m.def(
       "_set_exception_types",
       [](nb::dict types) {
         static const std::map<std::string, StatusCode> by_name = {
@@ -310,7 +331,11 @@ NB_MODULE(_core, m) {
       std::rethrow_exception(p);
     } catch (const StatusError& e) {
       auto it = ExceptionTypes().find(e.code);
-      PyErr_SetString(it != ExceptionTypes().end() ? it->second : PyExc_RuntimeError, e.message.c_str());
+      // A message may quote bytes a peer or a store sent; never let them turn into a decode error.
+      PyObject* text = PyUnicode_DecodeUTF8(e.message.data(), static_cast<Py_ssize_t>(e.message.size()),
+                                            "backslashreplace");
+      PyErr_SetObject(it != ExceptionTypes().end() ? it->second : PyExc_RuntimeError, text);
+      Py_XDECREF(text);
     }
   });
 

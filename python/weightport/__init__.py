@@ -10,7 +10,7 @@ every subscriber has all of it.
 from . import _core, naming
 from .errors import (AlreadyExists, Cancelled, DataLoss, Error, FailedPrecondition, Internal, InvalidArgument,
                      IoError, NotFound, OutOfRange, PermissionDenied, ResourceExhausted, Timeout, Unavailable,
-                     Unimplemented)
+                     Unimplemented, WrongType)
 from .federated import FedClient, FedServer
 from .layouts import Layout, Sharded, TensorParallel, Whole
 from .naming import Rename
@@ -24,4 +24,4 @@ __version__ = "0.1.0"
 __all__ = ["Publisher", "Coordinator", "Subscriber", "PinnedVersion", "FedServer", "FedClient", "Layout", "Whole", "Sharded", "TensorParallel", "Rename", "naming", "Error",
            "InvalidArgument", "NotFound", "AlreadyExists", "OutOfRange", "FailedPrecondition", "DataLoss",
            "IoError", "Timeout", "Unavailable", "PermissionDenied", "ResourceExhausted", "Cancelled",
-           "Unimplemented", "Internal"]
+           "Unimplemented", "Internal", "WrongType"]

@@ -6,37 +6,36 @@ import os
 import socket
 from typing import Any
 
-from . import _core
+from . import _core, _options
 from ._tensors import dtype_name, local_of, named_tensors, placement_json
-from .errors import FailedPrecondition
+from .errors import FailedPrecondition, InvalidArgument, WrongType
 from .layouts import Layout, Whole, dtensor_slice
 from .naming import Rename, Rule, as_rename
 
 
 def load_secret(secret: bytes | str | os.PathLike) -> bytes:
-    """The shared secret: bytes as given, or the contents of a file named by a path."""
+    """The shared secret: bytes as given, or the contents of a file named by a path, read as the
+    CLI reads --secret-file (one reader, one rule): a regular file others cannot read (mode 600),
+    one trailing newline dropped, at least 16 bytes."""
     if isinstance(secret, (bytes, bytearray)):
         return bytes(secret)
     if isinstance(secret, (str, os.PathLike)):
-        try:
-            with open(secret, "rb") as f:
-                return f.read()
-        except OSError as e:
-            raise FileNotFoundError(f"secret file {secret}: {e.strerror}") from e
-    raise TypeError(f"secret: expected bytes or a path, got {type(secret).__name__}")
+        return _core.load_secret_file(os.fsdecode(secret))
+    raise WrongType(f"secret: expected bytes or a path, got {type(secret).__name__}")
 
 
 def member_args(coordinator: str, rank: int, world_size: int, host: str | None, transport: str,
                 timeout: float) -> Any:
+    rank, world_size = _options.whole("rank", rank), _options.whole("world_size", world_size)
     if not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} is outside 0..{world_size - 1}")
+        raise InvalidArgument(f"rank {rank} is outside 0..{world_size - 1}")
     args = _core.MemberArgs()
     args.coordinator = coordinator
     args.rank = rank
     args.side_ranks = world_size
     args.host = host or socket.gethostname()
     args.transport = transport
-    args.timeout_s = float(timeout)
+    args.timeout_s = _options.number("timeout", timeout)
     return args
 
 
@@ -93,8 +92,8 @@ class Member:
                  rename: Rename | Rule | None = None):
         self._secret = load_secret(secret)
         self._rename = as_rename(rename)
-        self._timeout = float(timeout)
-        store = coordinator if coordinator.startswith("etcd://") else ""
+        self._timeout = _options.number("timeout", timeout)
+        store = _options.coordinator(coordinator)
         # With a store the coordinator is wherever the session's leader is now (it may change).
         self._args = member_args("" if store else coordinator, rank, world_size, host, transport, timeout)
         self._args.store = store
@@ -111,7 +110,7 @@ class Member:
         match_shards(self._core, self._bound)
 
     def _seconds(self, timeout: float | None) -> float:
-        return self._timeout if timeout is None else float(timeout)
+        return self._timeout if timeout is None else _options.wait_seconds(timeout)
 
     def _need_core(self) -> Any:
         if self._core is None:

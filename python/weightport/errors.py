@@ -14,6 +14,10 @@ class InvalidArgument(Error, ValueError):
     """A value given to weightport is not valid (names the value)."""
 
 
+class WrongType(InvalidArgument, TypeError):
+    """A value of the wrong type was given (a TypeError too)."""
+
+
 class NotFound(Error, LookupError):
     """A tensor, file or rank that was named does not exist."""
 
@@ -34,8 +38,8 @@ class DataLoss(Error):
     """Data failed a check (hash mismatch after every retry)."""
 
 
-class IoError(Error):
-    """An operating-system call failed."""
+class IoError(Error, OSError):
+    """An operating-system call failed (a file that cannot be read, say)."""
 
 
 class Timeout(Error, TimeoutError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable
 
-from . import _core
+from . import _core, _options
 from ._session import Member, load_secret
 from ._tensors import copy_into, dtype_name, local_of
 from .layouts import Layout
@@ -22,10 +22,12 @@ class Coordinator:
     def __init__(self, address: str = "127.0.0.1:0", *, secret: bytes | str | os.PathLike, chunk_bytes: int = 0,
                  relay_fanout: int = 1, timeout: float = 60.0, quorum: int = 0, rotate_keys: bool = False,
                  store: str = "", session: str = "default", rejoin: bool = False):
-        host, _, port = address.rpartition(":")
-        self._core = _core.Service(load_secret(secret), host or "127.0.0.1", int(port or 0), int(chunk_bytes),
-                                   int(relay_fanout), float(timeout), int(quorum), bool(rotate_keys), str(store),
-                                   str(session), bool(rejoin))
+        host, port = _options.address(address, "the coordinator's address")
+        self._core = _core.Service(load_secret(secret), host or "127.0.0.1", port,
+                                   _options.whole("chunk_bytes", chunk_bytes),
+                                   _options.whole("relay_fanout", relay_fanout), _options.number("timeout", timeout),
+                                   _options.whole("quorum", quorum), bool(rotate_keys), str(store), str(session),
+                                   bool(rejoin))
 
     @property
     def address(self) -> str:
@@ -34,7 +36,8 @@ class Coordinator:
 
     def wait_outcome(self, version: int, timeout: float, rollback: bool = False, from_index: int = 0) -> dict:
         """The report of `version` once it is committed or aborted (see :meth:`Publisher.wait`)."""
-        return self._core.wait_outcome(int(version), float(timeout), rollback, int(from_index))
+        return self._core.wait_outcome(_options.version(version), _options.wait_seconds(timeout), rollback,
+                                       int(from_index))
 
     def outcome_count(self) -> int:
         """How many versions (and rollbacks) have an outcome so far."""
@@ -95,8 +98,11 @@ class Publisher(Member):
                  timeout: float = 60.0, quorum: int = 0, rotate_keys: bool = False,
                  session: str = "default", rename: Rename | Rule | None = None, rejoin: bool = False):
         secret = load_secret(secret)
+        # Checked on every rank, whether it serves or not: a value no rank could use is refused.
+        chunk_bytes = _options.whole("chunk_bytes", chunk_bytes)
+        relay_fanout, quorum = _options.whole("relay_fanout", relay_fanout), _options.whole("quorum", quorum)
         self._service = None
-        store = coordinator if coordinator.startswith("etcd://") else ""
+        store = _options.coordinator(coordinator)
         if serve is None:
             serve = rank == 0 and not store  # with a store the coordinators run on their own
         if serve:
@@ -134,7 +140,7 @@ class Publisher(Member):
         for b in self._bound:
             if b.shard >= 0:
                 copy_into(core.shard_array(b.shard), b.tensor)
-        core.publish(int(version))
+        core.publish(_options.version(version))
         if wait:
             self.wait(version)
 
@@ -166,7 +172,7 @@ class Publisher(Member):
         missing = [n for n in by_name if n not in seen]
         if missing:
             raise ValueError(f"{len(missing)} registered tensors were not given, the first '{missing[0]}'")
-        core.publish(int(version))
+        core.publish(_options.version(version))
         if wait:
             self.wait(version)
 
@@ -176,7 +182,7 @@ class Publisher(Member):
         that runs the coordinator, returns its report: bytes moved, seconds, ``rekey_seconds`` (the
         move to new keys after it, with ``rotate_keys``), ``dropped`` (the subscribers left out,
         with why) and ``rejoined`` (the ranks let back in before it, with ``rejoin``)."""
-        self._need_core().wait(int(version), self._seconds(timeout))
+        self._need_core().wait(_options.version(version), self._seconds(timeout))
         if self._service is not None:
             return self._service.wait_outcome(int(version), self._seconds(timeout))
         return None
@@ -191,7 +197,7 @@ class Publisher(Member):
         coordinator, returns its report (``rollback`` True, ``bytes`` 0: nothing crosses a link)."""
         core = self._need_core()
         start = self._service.outcome_count() if self._service is not None else 0
-        core.rollback(int(version), self._seconds(timeout))
+        core.rollback(_options.version(version), self._seconds(timeout))
         if self._service is not None:
             return self._service.wait_outcome(int(version), self._seconds(timeout), True, start)
         return None

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 from typing import Any, Iterator
 
-from . import _core
+from . import _core, _options
 from ._session import Bound, Member
 from ._tensors import is_torch, shard_views
+from .errors import InvalidArgument
 from .layouts import Layout
 from .naming import Rename, Rule
 
@@ -83,17 +83,13 @@ class Subscriber(Member):
                  rotate_keys: bool = False, session: str = "default", rename: Rename | Rule | None = None,
                  keep_versions: int = 0, max_gbps: float = 0.0, priority: str = "normal"):
         super().__init__(coordinator, secret, rank, world_size, host, transport, timeout, session, rename)
-        self._args.pin_timeout_s = float(pin_timeout)
+        self._args.pin_timeout_s = _options.number("pin_timeout", pin_timeout)
         self._args.delta = bool(delta)
         self._args.rotate_keys = bool(rotate_keys)
-        if keep_versions < 0:
-            raise ValueError(f"keep_versions must be 0 or more, got {keep_versions}")
-        self._args.keep_versions = int(keep_versions)
-        if not (max_gbps >= 0 and math.isfinite(max_gbps)):
-            raise ValueError(f"max_gbps must be a finite number, 0 or more, got {max_gbps}")
-        self._args.max_gbps = float(max_gbps)
+        self._args.keep_versions = _options.whole("keep_versions", keep_versions)
+        self._args.max_gbps = _options.number("max_gbps", max_gbps)
         if priority not in ("normal", "background"):
-            raise ValueError(f"priority must be 'normal' or 'background', got {priority!r}")
+            raise InvalidArgument(f"priority must be 'normal' or 'background', got {priority!r:.60}")
         self._args.background = priority == "background"
         self._mode = "zero-copy"
         self._model_pin = None
@@ -141,7 +137,7 @@ class Subscriber(Member):
     def wait(self, version: int, timeout: float | None = None) -> None:
         """Waits until `version` (or a newer one) is committed here; raises ``weightport.Timeout``,
         or at once the error that ended the session."""
-        self._need_core().wait_for_version(int(version), self._seconds(timeout))
+        self._need_core().wait_for_version(_options.version(version), self._seconds(timeout))
 
     def swap(self) -> int:
         """Makes the bound model use the newest committed version; returns it."""

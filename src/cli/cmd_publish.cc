@@ -176,7 +176,7 @@ Command AddPublishCommand(CLI::App& app) {
   sub->add_option("--quorum", o->quorum,
                   "Commit a version to the subscribers that verified it when at least this many remain "
                   "(a lost or failing one is dropped from that version); 0: all or nothing")
-      ->check(CLI::Range(size_t{0}, size_t{1} << 20))
+      ->check(Bounded(kQuorumBound))
       ->capture_default_str();
   sub->add_option("--update-timeout", o->update_timeout_s,
                   "Seconds from a version's start to every subscriber verified; a subscriber still "

@@ -127,7 +127,7 @@ Command AddReshardCommand(CLI::App& app) {
                 "sources that hold the same slices, which hold version V then, and check them against it");
   sub->add_option("--keep-versions", o->keep_versions,
                   "A destination: committed versions kept for a rollback, each a copy of its shards")
-      ->check(CLI::Range(0, 16));
+      ->check(Bounded(kKeepVersionsBound));
   sub->add_option(
          "--max-gbps", o->max_gbps,
          "A destination: cap the rate it fetches at (Gbit/s), so that a sync leaves a shared link to "

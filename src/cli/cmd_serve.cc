@@ -88,11 +88,11 @@ Command AddServeCommand(CLI::App& app) {
       ->check(FiniteRange(0.5, 3600.0))
       ->capture_default_str();
   sub->add_option("--update-timeout", o->update_timeout_s, "Seconds a version may take to be verified")
-      ->check(FiniteRange(0.5, 86400.0))
+      ->check(Bounded(kSessionTimeoutBound))
       ->capture_default_str();
   sub->add_option("--quorum", o->quorum,
                   "Commit to the subscribers that verified when at least this many remain; 0: all or nothing")
-      ->check(CLI::Range(size_t{0}, size_t{1} << 20))
+      ->check(Bounded(kQuorumBound))
       ->capture_default_str();
   sub->add_option("--run-for", o->run_for_s, "Stop after this many seconds (0: until a signal)")
       ->check(FiniteRange(0, 86400 * 365));

@@ -271,7 +271,7 @@ Command AddSubscribeCommand(CLI::App& app) {
   sub->add_option("--max-gbps", o->max_gbps,
                   "Cap this subscriber's fetch rate (Gbit/s), so that a weight sync leaves a shared link to "
                   "other traffic; 0: no cap")
-      ->check(FiniteRange(0, 1e6))
+      ->check(Bounded(kMaxGbpsBound))
       ->capture_default_str();
   AddPriorityOption(*sub, o->priority, "This subscriber");
   sub->add_option("--delay-backoff", o->delay_backoff,

@@ -97,6 +97,18 @@ CLI::Validator FiniteRange(double lo, double hi) {
       "FLOAT in " + range.str());
 }
 
+CLI::Validator Bounded(const OptionBound& bound) {
+  return CLI::Validator(
+      [bound](std::string& input) -> std::string {
+        double x = 0;
+        if (!CLI::detail::lexical_cast(input, x)) return "Value " + input + " is not a number";
+        Status s = CheckOption(bound, x);
+        return s.ok() ? std::string() : s.message();
+      },
+      std::string(bound.integer ? "INT" : "FLOAT") + " in [" + CLI::detail::to_string(bound.lo) + ", " +
+          CLI::detail::to_string(bound.hi) + "]");
+}
+
 CLI::Validator NonNegativeInteger() {
   return CLI::Validator(
       [](std::string& input) -> std::string {

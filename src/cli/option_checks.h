@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "weightport/core/option_bounds.h"
 #include "weightport/core/status.h"
 
 namespace weightport::cli {
@@ -23,6 +24,10 @@ CLI::Validator ByteSize(uint64_t lo, uint64_t hi);
 // A check for a floating-point option: finite and within [lo, hi]. CLI::Range lets "nan" through
 // (every comparison with NaN is false), and a NaN reached byte counts, sampling loops and lround().
 CLI::Validator FiniteRange(double lo, double hi);
+
+// A check from the shared table (core/option_bounds.h): the CLI refuses what the Python API
+// refuses, with the same words.
+CLI::Validator Bounded(const OptionBound& bound);
 
 // An integer >= 0 that fits 64 bits (a seed, a version). CLI11 parses "-1" into an unsigned as
 // 2^64 - 1 and saturates 2^64 to 2^64 - 1; CLI::Range and CLI::NonNegativeNumber let it through.

@@ -259,7 +259,7 @@ def test_misuse_gives_typed_errors(secret, tmp_path):
         weightport.Publisher(secret=b"short")
     with pytest.raises(ValueError):
         weightport.Publisher(secret=b"short")
-    with pytest.raises(FileNotFoundError, match="no-such-file"):
+    with pytest.raises(weightport.IoError, match="no-such-file"):
         weightport.Publisher(secret=str(tmp_path / "no-such-file"))
     pub = weightport.Publisher(secret=secret)
     with pytest.raises(weightport.FailedPrecondition, match="register"):

@@ -30,6 +30,7 @@ import torch
 from verl.checkpoint_engine.base import CheckpointEngine, CheckpointEngineRegistry
 
 from .. import ray as wp_ray
+from .._session import load_secret
 from .._tensors import dtype_name
 from ..layouts import Layout, Slice, _chunk, dtensor_slice
 from ..publisher import Coordinator, Publisher
@@ -89,8 +90,7 @@ class WeightportCheckpointEngine(CheckpointEngine):
         self.options = _check_options(options)
         self._secret: bytes | None = None
         if self.options["secret_file"]:
-            with open(self.options["secret_file"], "rb") as f:
-                self._secret = f.read()
+            self._secret = load_secret(self.options["secret_file"])  # as the CLI reads it
         self._coordinator: Coordinator | None = None  # on trainer rank 0
         self._manifest_server: ManifestServer | None = None
         self._group: dict[str, Any] | None = None  # role, rank, world sizes and master of this session

@@ -22,6 +22,8 @@ import torch
 
 from vllm.distributed.weight_transfer.base import TrainerInitInfo, TrainerWeightTransferEngine
 
+from .. import _options
+from ..errors import InvalidArgument
 from ..publisher import Publisher
 from .._tensors import dtype_name, named_tensors
 from .plugin import register
@@ -49,6 +51,17 @@ class WeightportTrainerInitInfo(TrainerInitInfo):
     timeout: float = 120.0
     secret: bytes | None = None  # default: 32 random bytes from rank 0
     keep_versions: int = 0
+
+    def __post_init__(self):
+        # The bounds the Publisher and the CLI use, checked before any worker hears of them.
+        self.world_size = _options.whole("world_size", self.world_size)
+        self.rank = _options.whole("rank", self.rank)
+        if self.rank >= self.world_size:
+            raise InvalidArgument(f"rank {self.rank} is outside 0..{self.world_size - 1}")
+        self.chunk_bytes = _options.whole("chunk_bytes", self.chunk_bytes)
+        self.timeout = _options.number("timeout", self.timeout)
+        self.keep_versions = _options.whole("keep_versions", self.keep_versions)
+        _options.coordinator(self.coordinator)
 
 
 def _state_of(source: Any) -> Mapping[str, Any]:

@@ -27,7 +27,7 @@ from vllm.logger import init_logger
 from vllm.distributed.weight_transfer.base import (WeightTransferEngine, WeightTransferInitInfo,
                                                    WeightTransferUpdateInfo)
 
-from .. import errors
+from .. import _options, errors
 from ..layouts import Layout
 from ..subscriber import Subscriber
 from .placement import ModelPlacement, TensorMeta, bind_to_layer, fresh_tensor, learn_placement
@@ -53,6 +53,10 @@ class WeightportInitInfo(WeightTransferInitInfo):
     notify: str = ""  # "host:port" the trainer hears "version built" on (ready.py); empty: none
     keep_versions: int = 0  # replaced versions each worker keeps to roll back to (each about its weights)
 
+    def __post_init__(self):
+        self.timeout = _options.number("timeout", self.timeout)
+        self.keep_versions = _options.whole("keep_versions", self.keep_versions)
+
 
 @dataclass
 class WeightportUpdateInfo(WeightTransferUpdateInfo):
@@ -64,6 +68,10 @@ class WeightportUpdateInfo(WeightTransferUpdateInfo):
     timeout: float = 120.0
     rollback: bool = False
     check_only: bool = False
+
+    def __post_init__(self):
+        self.version = _options.version(self.version)
+        self.timeout = _options.wait_seconds(self.timeout)
 
 
 class _Boxes(Layout):
