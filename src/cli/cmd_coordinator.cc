@@ -22,11 +22,12 @@ struct CoordinatorCliOptions {
   std::string session = "default";
   std::string secret_file;
   double timeout_s = 120;
-  double lease_ttl_s = 3;
+  int64_t lease_ttl_s = 3;
   uint64_t chunk_bytes = 4ull << 20;
   int relay_fanout = 1;
   size_t quorum = 0;
   double run_for_s = 0;
+  std::string metrics;
   bool json = false;
 };
 
@@ -53,25 +54,27 @@ int RunCoordinator(const CoordinatorCliOptions& o) {
   so.listen_port = listen->second;
   so.store = o.rendezvous;
   so.session = o.session;
-  so.lease_ttl = std::chrono::seconds(static_cast<int64_t>(o.lease_ttl_s));
+  so.lease_ttl = std::chrono::seconds(o.lease_ttl_s);
+  Metrics metrics;
+  so.metrics = &metrics;
+  auto metrics_server = StartMetricsServer(o.metrics, metrics);
+  if (!metrics_server.ok()) return fail(metrics_server.status());
   so.quorum = o.quorum;
-  so.rendezvous.plan.chunk_bytes = o.chunk_bytes;
+  if (o.chunk_bytes != 0) so.rendezvous.plan.chunk_bytes = o.chunk_bytes;  // 0: the plan's default
   so.rendezvous.plan.relay_fanout = o.relay_fanout;
   so.rendezvous.timeout = so.join_timeout = so.update_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1e3));
   so.log = [&](std::string line) { log(line); };
   auto service = PlanService::Start(*secret, so);
   if (!service.ok()) return fail(service.status());
-  log("listening", {{"address", (*service)->address()},
-                    {"session", o.session},
-                    {"rendezvous", o.rendezvous.empty() ? "embedded" : o.rendezvous}});
+  nlohmann::json listening = {{"address", (*service)->address()},
+                              {"session", o.session},
+                              {"rendezvous", o.rendezvous.empty() ? "embedded" : o.rendezvous}};
+  if (*metrics_server) listening["metrics"] = (*metrics_server)->address();
+  log("listening", std::move(listening));
   // Report each version as it is decided; stop on a signal, --run-for, or the service's end.
-  const auto start = std::chrono::steady_clock::now();
   size_t reported = 0;
-  int sig = 0;
-  while (true) {
-    sig = WaitForShutdownSignal(200);
-    if (sig != 0) break;
+  auto report_decided = [&] {
     const auto outcomes = (*service)->outcomes();
     for (; reported < outcomes.size(); ++reported) {
       const PlanVersionOutcome& v = outcomes[reported];
@@ -81,6 +84,13 @@ int RunCoordinator(const CoordinatorCliOptions& o) {
                       {"bytes", v.bytes},
                       {"seconds", v.seconds}});
     }
+  };
+  const auto start = std::chrono::steady_clock::now();
+  int sig = 0;
+  while (true) {
+    sig = WaitForShutdownSignal(200);
+    report_decided();  // on a signal too: versions decided since the last look are not dropped
+    if (sig != 0) break;
     if (!(*service)->error().ok()) return fail((*service)->error());
     if (o.run_for_s > 0 && std::chrono::steady_clock::now() - start >
                                std::chrono::milliseconds(static_cast<int64_t>(o.run_for_s * 1e3)))
@@ -88,6 +98,7 @@ int RunCoordinator(const CoordinatorCliOptions& o) {
   }
   log(sig != 0 ? std::string("stopping on ") + ShutdownSignalName(sig) : "stopping after --run-for");
   (*service)->Stop();
+  report_decided();  // what the service decided while it stopped
   return kExitOk;
 }
 
@@ -112,25 +123,29 @@ Command AddCoordinatorCommand(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--secret-file", o->secret_file, "Shared secret (mode 600)")->required();
   sub->add_option("--timeout", o->timeout_s, "Seconds for every rank to offer and join, and for each version")
-      ->check(FiniteRange(0.5, 86400.0))
+      ->check(Bounded(kSessionTimeoutBound))
       ->capture_default_str();
-  sub->add_option("--lease-ttl", o->lease_ttl_s, "Seconds after a leader dies before another takes over")
-      ->check(FiniteRange(1, 600))
+  sub->add_option("--lease-ttl", o->lease_ttl_s,
+                  "Whole seconds after a leader dies before another takes over")
+      ->check(Bounded(kLeaseTtlBound))
       ->capture_default_str();
   sub->add_option("--chunk-bytes", o->chunk_bytes, "Chunk size of the plan")
-      ->check(CLI::Range(uint64_t{4096}, uint64_t{1} << 30))
+      ->check(Bounded(kChunkBytesBound))
       ->capture_default_str();
   sub->add_option("--relay-fanout", o->relay_fanout,
                   "0: sources feed every replica; 1: a chain; k: a k-ary tree")
-      ->check(CLI::Range(0, 1024))
+      ->check(Bounded(kRelayFanoutBound))
       ->capture_default_str();
   sub->add_option(
          "--quorum", o->quorum,
          "Commit to the destinations that verified when at least this many remain; 0: all or nothing")
-      ->check(CLI::Range(size_t{0}, size_t{1} << 20))
+      ->check(Bounded(kQuorumBound))
       ->capture_default_str();
   sub->add_option("--run-for", o->run_for_s, "Stop after this many seconds (0: until a signal)")
       ->check(FiniteRange(0, 86400 * 365));
+  sub->add_option("--metrics", o->metrics,
+                  "Serve Prometheus metrics at [HOST:]PORT/metrics: the store's health, whether this "
+                  "coordinator leads");
   sub->add_flag("--json", o->json, "Log events as JSON lines");
   return {sub, [o] { return RunCoordinator(*o); }};
 }

@@ -13,8 +13,10 @@
 #include "weightport/core/thread_annotations.h"
 #include "weightport/engine/rank/source_replicas.h"
 #include "weightport/engine/session/reshard_coordinator.h"
+#include "weightport/engine/session/store_health.h"
 #include "weightport/store/coordinator_election.h"
 #include "weightport/store/fleet_record.h"
+#include "weightport/store/session_keys.h"
 
 namespace weightport {
 
@@ -32,6 +34,7 @@ struct PlanService::Impl {
   uint64_t term = 0;
   // With a store: the client, this service's candidacy and the session's record.
   std::unique_ptr<EtcdClient> store;
+  std::unique_ptr<StoreHealth> store_health;
   // Set and reset on the service's thread (and by Stop once it ended) under `mu`, which leading()
   // takes to read it.
   std::unique_ptr<CoordinatorElection> election;
@@ -61,7 +64,15 @@ struct PlanService::Impl {
     ElectionOptions eo;
     eo.on_lost = [this](const Status& why) {
       Log("coordinator: lost the lead of session '" + options.session + "': " + why.message());
+      store_health->SetLeading(false);
       term_over = true;  // another may lead now: this one sends nothing more, not even Bye
+    };
+    eo.on_store_call = [this](const Status& s) {
+      if (s.ok()) {
+        store_health->Answered();
+      } else {
+        store_health->Failed("(session '" + options.session + "')", s);
+      }
     };
     // The address with a term of its own: the ranks tell a new term from the one they lost even
     // when it listens on the same port (plan_member.h, ListenAddressOf).
@@ -95,6 +106,7 @@ struct PlanService::Impl {
         std::this_thread::sleep_for(std::chrono::milliseconds(500));
     }
     Log("coordinator: leading session '" + options.session + "' at " + listener->address());
+    store_health->SetLeading(true);
     WP_ASSIGN_OR_RETURN(FleetRecord r, FleetRecord::Open(*store, options.session));
     record.emplace(std::move(r));
     return Status::Ok();
@@ -123,6 +135,7 @@ struct PlanService::Impl {
       // The lead was lost or the record could not be written: stand by again on a fresh listener
       // (the ranks wait for whoever leads next, perhaps this service again).
       Log("coordinator: the term ended (" + s.message() + "); standing by again");
+      store_health->SetLeading(false);
       {
         MutexLock lock(mu);
         election.reset();
@@ -222,6 +235,8 @@ struct PlanService::Impl {
       outcomes.push_back({report->version, report->committed, report->reason, report->bytes, report->seconds,
                           report->rekey_seconds, report->dropped, report->rollback});
       for (const Endpoint& ep : report->rejoined) outcomes.back().rejoined.push_back(ep.ToString());
+      if (options.metrics != nullptr)
+        options.metrics->Add(kVersionsMetric, {{"outcome", report->committed ? "committed" : "aborted"}});
       cv.notify_all();
     }
     if (!abandoned.load() && !term_over.load()) coordinator.Finish();
@@ -238,8 +253,14 @@ Result<std::unique_ptr<PlanService>> PlanService::Start(const Secret& secret, Pl
   impl->address = impl->listener->address();
   impl->secret = secret;
   if (!options.store.empty()) {
+    WP_RETURN_IF_ERROR(session_keys::CheckSessionName(options.session));
     WP_ASSIGN_OR_RETURN(std::string endpoint, ParseEtcdEndpoint(options.store));
     WP_ASSIGN_OR_RETURN(impl->store, EtcdClient::Create(endpoint));
+    impl->store_health = std::make_unique<StoreHealth>("etcd://" + endpoint, options.metrics, options.log);
+  }
+  if (options.metrics != nullptr) {
+    options.metrics->Describe(kVersionsMetric, MetricType::kCounter, "Versions decided, by outcome")
+        .IgnoreError();
   }
   impl->options = std::move(options);
   Impl* raw = impl.get();
@@ -319,6 +340,8 @@ std::function<Result<std::string>(std::chrono::milliseconds)> CoordinatorFinder(
   return [store, session, client, mu](std::chrono::milliseconds timeout) -> Result<std::string> {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     std::lock_guard<std::mutex> lock(*mu);
+    // A name the store cannot hold is wrong at once, not after the whole timeout.
+    WP_RETURN_IF_ERROR(session_keys::CheckSessionName(session));
     if (!*client) {
       WP_ASSIGN_OR_RETURN(std::string endpoint, ParseEtcdEndpoint(store));
       WP_ASSIGN_OR_RETURN(*client, EtcdClient::Create(endpoint));

@@ -20,11 +20,14 @@
 #include <vector>
 
 #include "weightport/control/auth.h"
+#include "weightport/control/metrics.h"
 #include "weightport/core/status.h"
 #include "weightport/engine/session/plan_rendezvous.h"
 #include "weightport/plan/plan.h"
 
 namespace weightport {
+
+inline constexpr std::string_view kVersionsMetric = "weightport_coordinator_versions_total";
 
 struct PlanServiceOptions {
   std::string listen_host = "127.0.0.1";
@@ -53,6 +56,10 @@ struct PlanServiceOptions {
   std::string store;
   std::string session = "default";
   std::chrono::seconds lease_ttl{3};
+  // Where the service counts the versions it decided (kVersionsMetric, by outcome) and, with a
+  // store, reports the store's health and whether it leads (engine/session/store_health.h); may be
+  // null. It must outlive the service. Failed calls to the store are also logged, rate-limited.
+  Metrics* metrics = nullptr;
 };
 
 // For PlanMemberOptions::find_coordinator: the address of `session`'s coordinator in `store`
