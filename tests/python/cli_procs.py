@@ -7,6 +7,7 @@ import secrets
 import socket
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -54,7 +55,8 @@ def json_line(out):
 
 def join_all(*calls, timeout=120):
     """Runs each call on its own thread (each registration or bind waits for all the others);
-    returns each one's exception or None, in order."""
+    returns each one's exception or None, in order. A call still running after `timeout` seconds
+    (all calls together) is an AssertionError naming it: a hang must not read as success."""
     errors = [None] * len(calls)
 
     def run(i, call):
@@ -63,11 +65,15 @@ def join_all(*calls, timeout=120):
         except BaseException as e:  # noqa: BLE001 - handed back to the test
             errors[i] = e
 
-    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
+    threads = [threading.Thread(target=run, args=(i, c), daemon=True) for i, c in enumerate(calls)]
     for t in threads:
         t.start()
+    deadline = time.monotonic() + timeout
     for t in threads:
-        t.join(timeout)
+        t.join(max(0.0, deadline - time.monotonic()))
+    hung = [i for i, t in enumerate(threads) if t.is_alive()]
+    if hung:
+        raise AssertionError(f"join_all: call(s) {hung} still running after {timeout} s")
     return errors
 
 
