@@ -44,12 +44,21 @@ std::string ShortNumber(double v) {
   return buf;
 }
 
-// A finite number >= 0 (or > 0 when `positive`) at obj[key]; errors name path.key.
-Result<double> Number(const Json& obj, std::string_view key, const std::string& path, bool positive = false) {
+// Upper bounds, far above any real part, that keep every product and sum of the model finite and
+// its dollar figures within what a 64-bit integer prints ($1e308 printed $-9223372036854775808).
+constexpr double kMaxUsd = 1e9;    // per unit of a part
+constexpr double kMaxWatts = 1e7;  // per unit of a part
+constexpr double kMaxCount = 1e4;  // units per GPU, node or cube
+constexpr double kMaxTbps = 1e4;   // per GPU or chip
+
+// A finite number >= 0 (or > 0 when `positive`) and at most `hi` at obj[key]; errors name path.key.
+Result<double> Number(const Json& obj, std::string_view key, const std::string& path, double hi,
+                      bool positive = false) {
   WP_ASSIGN_OR_RETURN(double v, json_util::GetDouble(obj, key, path));
-  if (!std::isfinite(v) || v < 0 || (positive && v == 0)) {
+  if (!std::isfinite(v) || v < 0 || (positive && v == 0) || v > hi) {
     return InvalidArgument(path + "." + std::string(key) + ": must be a number " +
-                           (positive ? "> 0" : ">= 0") + " (got " + ShortNumber(v) + ")");
+                           (positive ? "> 0" : ">= 0") + " and at most " + ShortNumber(hi) + " (got " +
+                           ShortNumber(v) + ")");
   }
   return v;
 }
@@ -65,8 +74,8 @@ Result<CostPart> ParsePart(const Json& obj, const std::string& name) {
   WP_RETURN_IF_ERROR(json_util::CheckKeys(obj, {"usd", "watts", "source"}, path));
   CostPart p;
   p.name = name;
-  WP_ASSIGN_OR_RETURN(p.usd, Number(obj, "usd", path));
-  WP_ASSIGN_OR_RETURN(p.watts, Number(obj, "watts", path));
+  WP_ASSIGN_OR_RETURN(p.usd, Number(obj, "usd", path, kMaxUsd));
+  WP_ASSIGN_OR_RETURN(p.watts, Number(obj, "watts", path, kMaxWatts));
   WP_ASSIGN_OR_RETURN(p.source, Source(obj, path));
   return p;
 }
@@ -76,8 +85,8 @@ Status ParseArchitectures(const Json& a, CostParams& c) {
   std::string path = "architectures.infinitehbd";
   WP_ASSIGN_OR_RETURN(const Json* j, json_util::GetObject(a, "infinitehbd", "architectures"));
   WP_RETURN_IF_ERROR(json_util::CheckKeys(*j, {"ocstrx_per_gpu", "tbps_per_gpu", "source"}, path));
-  WP_ASSIGN_OR_RETURN(c.infinitehbd.ocstrx_per_gpu, Number(*j, "ocstrx_per_gpu", path));
-  WP_ASSIGN_OR_RETURN(c.infinitehbd.tbps_per_gpu, Number(*j, "tbps_per_gpu", path, true));
+  WP_ASSIGN_OR_RETURN(c.infinitehbd.ocstrx_per_gpu, Number(*j, "ocstrx_per_gpu", path, kMaxCount));
+  WP_ASSIGN_OR_RETURN(c.infinitehbd.tbps_per_gpu, Number(*j, "tbps_per_gpu", path, kMaxTbps, true));
   WP_ASSIGN_OR_RETURN(c.infinitehbd.source, Source(*j, path));
 
   path = "architectures.nvl";
@@ -85,28 +94,28 @@ Status ParseArchitectures(const Json& a, CostParams& c) {
   WP_RETURN_IF_ERROR(json_util::CheckKeys(
       *j, {"nvl72_switch_trays", "nvl36_switch_trays", "uplinks_800g_per_gpu", "tbps_per_gpu", "source"},
       path));
-  WP_ASSIGN_OR_RETURN(c.nvl.nvl72_switch_trays, Number(*j, "nvl72_switch_trays", path));
-  WP_ASSIGN_OR_RETURN(c.nvl.nvl36_switch_trays, Number(*j, "nvl36_switch_trays", path));
-  WP_ASSIGN_OR_RETURN(c.nvl.uplinks_800g_per_gpu, Number(*j, "uplinks_800g_per_gpu", path));
-  WP_ASSIGN_OR_RETURN(c.nvl.tbps_per_gpu, Number(*j, "tbps_per_gpu", path, true));
+  WP_ASSIGN_OR_RETURN(c.nvl.nvl72_switch_trays, Number(*j, "nvl72_switch_trays", path, kMaxCount));
+  WP_ASSIGN_OR_RETURN(c.nvl.nvl36_switch_trays, Number(*j, "nvl36_switch_trays", path, kMaxCount));
+  WP_ASSIGN_OR_RETURN(c.nvl.uplinks_800g_per_gpu, Number(*j, "uplinks_800g_per_gpu", path, kMaxCount));
+  WP_ASSIGN_OR_RETURN(c.nvl.tbps_per_gpu, Number(*j, "tbps_per_gpu", path, kMaxTbps, true));
   WP_ASSIGN_OR_RETURN(c.nvl.source, Source(*j, path));
 
   path = "architectures.tpuv4";
   WP_ASSIGN_OR_RETURN(j, json_util::GetObject(a, "tpuv4", "architectures"));
   WP_RETURN_IF_ERROR(json_util::CheckKeys(
       *j, {"chips_per_cube", "optical_links_per_cube", "tbps_per_chip", "source"}, path));
-  WP_ASSIGN_OR_RETURN(c.tpuv4.chips_per_cube, Number(*j, "chips_per_cube", path, true));
-  WP_ASSIGN_OR_RETURN(c.tpuv4.optical_links_per_cube, Number(*j, "optical_links_per_cube", path));
-  WP_ASSIGN_OR_RETURN(c.tpuv4.tbps_per_chip, Number(*j, "tbps_per_chip", path, true));
+  WP_ASSIGN_OR_RETURN(c.tpuv4.chips_per_cube, Number(*j, "chips_per_cube", path, kMaxCount, true));
+  WP_ASSIGN_OR_RETURN(c.tpuv4.optical_links_per_cube, Number(*j, "optical_links_per_cube", path, kMaxCount));
+  WP_ASSIGN_OR_RETURN(c.tpuv4.tbps_per_chip, Number(*j, "tbps_per_chip", path, kMaxTbps, true));
   WP_ASSIGN_OR_RETURN(c.tpuv4.source, Source(*j, path));
 
   path = "architectures.dgx";
   WP_ASSIGN_OR_RETURN(j, json_util::GetObject(a, "dgx", "architectures"));
   WP_RETURN_IF_ERROR(
       json_util::CheckKeys(*j, {"gpus_per_node", "nvswitch_chips_per_node", "tbps_per_gpu", "source"}, path));
-  WP_ASSIGN_OR_RETURN(c.dgx.gpus_per_node, Number(*j, "gpus_per_node", path, true));
-  WP_ASSIGN_OR_RETURN(c.dgx.nvswitch_chips_per_node, Number(*j, "nvswitch_chips_per_node", path));
-  WP_ASSIGN_OR_RETURN(c.dgx.tbps_per_gpu, Number(*j, "tbps_per_gpu", path, true));
+  WP_ASSIGN_OR_RETURN(c.dgx.gpus_per_node, Number(*j, "gpus_per_node", path, kMaxCount, true));
+  WP_ASSIGN_OR_RETURN(c.dgx.nvswitch_chips_per_node, Number(*j, "nvswitch_chips_per_node", path, kMaxCount));
+  WP_ASSIGN_OR_RETURN(c.dgx.tbps_per_gpu, Number(*j, "tbps_per_gpu", path, kMaxTbps, true));
   WP_ASSIGN_OR_RETURN(c.dgx.source, Source(*j, path));
   return Status::Ok();
 }
@@ -160,7 +169,7 @@ Result<CostParams> ParseCostParams(const nlohmann::json& json) {
   WP_ASSIGN_OR_RETURN(const Json* per_gpu, json_util::GetObject(*dcn, "per_gpu", "dcn"));
   for (const auto& [name, value] : per_gpu->items()) {
     if (!KnownPart(name)) return InvalidArgument("dcn.per_gpu: unknown part '" + name + "'");
-    WP_ASSIGN_OR_RETURN(double count, Number(*per_gpu, name, "dcn.per_gpu"));
+    WP_ASSIGN_OR_RETURN(double count, Number(*per_gpu, name, "dcn.per_gpu", kMaxCount));
     c.dcn.per_gpu.emplace(name, count);
   }
   WP_ASSIGN_OR_RETURN(c.dcn.source, Source(*dcn, "dcn"));

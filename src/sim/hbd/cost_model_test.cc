@@ -169,6 +169,31 @@ TEST(CostModel, ArchitectureMustMatchTheParameters) {
   EXPECT_NE(m.status().message().find("'fiber'"), std::string::npos) << m.status().message();
 }
 
+TEST(CostModel, FiguresPastAnyRealPartAreRefused) {
+  // $1e308 a part printed $-9223372036854775808 and inf%; 1e18 transceivers and 2^63 trays passed.
+  json j = SmallParams();
+  j["parts"]["trx_800g"]["usd"] = 1e308;
+  EXPECT_EQ(ErrorOf(j), "parts.trx_800g.usd: must be a number >= 0 and at most 1e+09 (got 1e+308)");
+  j = SmallParams();
+  j["parts"]["nic_400g"]["watts"] = 1e12;
+  EXPECT_NE(ErrorOf(j).find("parts.nic_400g.watts: must be a number >= 0 and at most 1e+07"),
+            std::string::npos);
+  j = SmallParams();
+  j["architectures"]["infinitehbd"]["ocstrx_per_gpu"] = 1e18;
+  EXPECT_NE(ErrorOf(j).find("ocstrx_per_gpu: must be a number >= 0 and at most 10000"), std::string::npos);
+  j = SmallParams();
+  j["architectures"]["nvl"]["nvl72_switch_trays"] = 9223372036854775807.0;
+  EXPECT_NE(ErrorOf(j).find("nvl72_switch_trays: must be a number >= 0 and at most 10000"),
+            std::string::npos);
+  j = SmallParams();
+  j["architectures"]["dgx"]["tbps_per_gpu"] = 1e300;
+  EXPECT_NE(ErrorOf(j).find("dgx.tbps_per_gpu"), std::string::npos);
+  j = SmallParams();
+  j["dcn"]["per_gpu"]["fiber"] = 1e9;
+  EXPECT_NE(ErrorOf(j).find("dcn.per_gpu.fiber: must be a number >= 0 and at most 10000"), std::string::npos)
+      << ErrorOf(j);
+}
+
 TEST(CostModel, ParseErrorsNameTheKey) {
   json j = SmallParams();
   j["extra"] = 1;
@@ -188,7 +213,7 @@ TEST(CostModel, ParseErrorsNameTheKey) {
 
   j = SmallParams();
   j["parts"]["trx_800g"]["usd"] = -5;
-  EXPECT_EQ(ErrorOf(j), "parts.trx_800g.usd: must be a number >= 0 (got -5)");
+  EXPECT_EQ(ErrorOf(j), "parts.trx_800g.usd: must be a number >= 0 and at most 1e+09 (got -5)");
 
   j = SmallParams();
   j["parts"]["ocs_port"]["usd"] = "cheap";
@@ -208,7 +233,7 @@ TEST(CostModel, ParseErrorsNameTheKey) {
 
   j = SmallParams();
   j["architectures"]["tpuv4"]["chips_per_cube"] = 0;
-  EXPECT_EQ(ErrorOf(j), "architectures.tpuv4.chips_per_cube: must be a number > 0 (got 0)");
+  EXPECT_EQ(ErrorOf(j), "architectures.tpuv4.chips_per_cube: must be a number > 0 and at most 10000 (got 0)");
 
   j = SmallParams();
   j["architectures"]["infinitehbd"]["ocstrx_per_gpu"] = -1;
@@ -224,7 +249,7 @@ TEST(CostModel, ParseErrorsNameTheKey) {
 
   j = SmallParams();
   j["dcn"]["per_gpu"]["fiber"] = -2;
-  EXPECT_EQ(ErrorOf(j), "dcn.per_gpu.fiber: must be a number >= 0 (got -2)");
+  EXPECT_EQ(ErrorOf(j), "dcn.per_gpu.fiber: must be a number >= 0 and at most 10000 (got -2)");
 }
 
 }  // namespace
