@@ -388,6 +388,27 @@ TEST_F(CliTest, HbdImpossibleJobsAreNotZeroWaste) {
   EXPECT_NE(r.out.find("--tp 64 is larger than the ring"), std::string::npos) << r.out;
 }
 
+// An empty list is an error for every list option, not an empty table (exit 0 before).
+TEST_F(CliTest, EmptyListsAreRefused) {
+  for (const char* args : {"hbd tor-curve --fault-ratio ''", "hbd mfu --arch ''", "hbd compare --arch ''",
+                           "hbd compare --fault-ratio ''", "hbd tor-curve --arch ''"}) {
+    CliRun r = Cli(args);
+    EXPECT_EQ(r.code, 1) << args << ": " << r.out;
+    EXPECT_NE(r.out.find("give at least one"), std::string::npos) << args << ": " << r.out;
+  }
+}
+
+// hbd mfu reads a trace's mean fault ratio only: it does not sample it, and names no --sample-days.
+TEST_F(CliTest, MfuNamesNoOptionItLacks) {
+  // A trace so long that compare's default sampling (--sample-days 1) would take too many samples.
+  std::ofstream(Path("long.json"))
+      << R"([{"node_id": "n0", "event_time": 1, "event_type": "fault_start", "fault_type": "gpu"},)"
+      << R"( {"node_id": "n0", "event_time": 1e7, "event_type": "fault_end", "fault_type": "gpu"}])";
+  CliRun r = Cli("hbd mfu --gpus 64 --trace " + Path("long.json") + " --trace-nodes 16");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("--sample-days"), std::string::npos) << r.out;
+}
+
 // Size and count options refuse values outside their range when parsed (usage errors, exit 2).
 TEST_F(CliTest, SizeOptionsAreRangeCheckedWhenParsed) {
   for (const char* args :

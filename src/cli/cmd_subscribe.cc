@@ -53,7 +53,11 @@ Status CheckOutPath(const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec))
     return InvalidArgument("--out " + path + " is a directory; --out names the .safetensors file to write");
+  if (!path.empty() && path.back() == '/')
+    return InvalidArgument("--out " + path + " ends with '/'; --out names the .safetensors file to write");
   const fs::path parent = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
+  if (fs::exists(parent, ec) && !fs::is_directory(parent, ec))
+    return InvalidArgument("--out " + path + ": " + parent.string() + " is a file, not a directory");
   if (!fs::is_directory(parent, ec))
     return InvalidArgument("--out " + path + ": directory " + parent.string() + " does not exist");
   const std::string probe = path + ".probe-" + std::to_string(getpid());

@@ -20,8 +20,22 @@ namespace weightport::cli {
 using namespace sim::hbd;
 
 Result<std::vector<double>> ParseFaultRatios(const std::string& text) {
-  return ParseNumberList(text, "--fault-ratio", "not a ratio in [0, 1)",
-                         [](double r) { return r >= 0 && r < 1; });
+  WP_ASSIGN_OR_RETURN(std::vector<double> ratios,
+                      ParseNumberList(text, "--fault-ratio", "not a ratio in [0, 1)",
+                                      [](double r) { return r >= 0 && r < 1; }));
+  if (ratios.empty()) return InvalidArgument("--fault-ratio: give at least one ratio");
+  return ratios;
+}
+
+Result<std::vector<ArchSpec>> ParseArchs(const std::string& text, int k) {
+  std::vector<ArchSpec> archs;
+  for (const std::string& name : SplitList(text)) {
+    auto a = MakeArch(name, k);
+    if (!a.ok()) return a.status().WithContext("--arch");
+    archs.push_back(*a);
+  }
+  if (archs.empty()) return InvalidArgument("--arch: give at least one architecture");
+  return archs;
 }
 
 int ClusterNodes(const ArchSpec& a, int gpus) {
@@ -211,12 +225,9 @@ int RunHbdCompare(HbdOptions o) {
                                 std::to_string(o.gpus) + "): no TP group can be placed"));
   if (o.model != "none" && o.model != "50b")
     return Fail("hbd compare", InvalidArgument("--model: '" + o.model + "' is not one of 50b, none"));
-  std::vector<ArchSpec> archs;
-  for (const std::string& name : SplitList(o.archs)) {
-    auto a = MakeArch(name, o.k);
-    if (!a.ok()) return Fail("hbd compare", a.status());
-    archs.push_back(*a);
-  }
+  auto parsed_archs = ParseArchs(o.archs, o.k);
+  if (!parsed_archs.ok()) return Fail("hbd compare", parsed_archs.status());
+  const std::vector<ArchSpec>& archs = *parsed_archs;
   CostParams prices = DefaultCostParams();
   if (!o.cost.empty()) {
     auto loaded = LoadCostParams(o.cost);

@@ -104,7 +104,7 @@ int RunHbdMfu(const HbdOptions& o) {
   std::string faults = search.fault_ratio > 0 ? "fault ratio " + std::to_string(search.fault_ratio) : "none";
   nlohmann::ordered_json trace_json;
   if (!o.trace.empty()) {
-    auto t = LoadTrace(o.trace, o.trace_nodes, o.gpus_per_trace_node, o.sample_days);
+    auto t = LoadTrace(o.trace, o.trace_nodes, o.gpus_per_trace_node, std::nullopt);  // no sampling here
     if (!t.ok()) return Fail("hbd mfu", t.status());
     // The trace's time-weighted mean of concurrent faulty servers, as each architecture's node
     // fault ratio (the trace is not replayed: see docs/HBD.md).
@@ -114,12 +114,9 @@ int RunHbdMfu(const HbdOptions& o) {
     faults = "the mean fault ratio of " + o.trace + ", " + std::to_string(search.fault_ratio);
     trace_json = {{"path", o.trace}, {"servers", t->servers}, {"mean_fault_ratio", search.fault_ratio}};
   }
-  std::vector<ArchSpec> archs;
-  for (const std::string& name : SplitList(o.archs)) {
-    auto a = MakeArch(name, o.k);
-    if (!a.ok()) return Fail("hbd mfu", a.status().WithContext("--arch"));
-    archs.push_back(*a);
-  }
+  auto parsed_archs = ParseArchs(o.archs, o.k);
+  if (!parsed_archs.ok()) return Fail("hbd mfu", parsed_archs.status());
+  const std::vector<ArchSpec>& archs = *parsed_archs;
   auto dgx = MakeArch("dgx");
   const GpuSpec gpu = DefaultGpu();
   nlohmann::ordered_json points = nlohmann::ordered_json::array();

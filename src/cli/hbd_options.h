@@ -43,8 +43,10 @@ struct HbdOptions {
   std::string out;
 };
 
-// --fault-ratio's list: each in [0, 1), errors name the option.
+// --fault-ratio's list: each in [0, 1), at least one; errors name the option.
 Result<std::vector<double>> ParseFaultRatios(const std::string& text);
+// --arch's list of architectures (K hops for the ring), at least one; errors name the option.
+Result<std::vector<sim::hbd::ArchSpec>> ParseArchs(const std::string& text, int k);
 // Nodes of this architecture for `gpus` GPUs: whole domains where it has them.
 int ClusterNodes(const sim::hbd::ArchSpec& a, int gpus);
 

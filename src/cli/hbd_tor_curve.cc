@@ -76,12 +76,9 @@ int RunHbdTorCurve(const HbdOptions& o) {
   if (!ratios.ok()) return Fail("hbd tor-curve", ratios.status());
   auto borrow = ParseBorrow(o.borrow);
   if (!borrow.ok()) return Fail("hbd tor-curve", borrow.status());
-  std::vector<ArchSpec> archs;
-  for (const std::string& name : SplitList(o.curve_archs)) {
-    auto a = MakeArch(name, o.k);
-    if (!a.ok()) return Fail("hbd tor-curve", a.status().WithContext("--arch"));
-    archs.push_back(*a);
-  }
+  auto parsed_archs = ParseArchs(o.curve_archs, o.k);
+  if (!parsed_archs.ok()) return Fail("hbd tor-curve", parsed_archs.status());
+  const std::vector<ArchSpec>& archs = *parsed_archs;
   if (Status st = CheckSizes(o, archs); !st.ok()) return Fail("hbd tor-curve", st);
   for (const ArchSpec& a : archs) {
     const int64_t work = static_cast<int64_t>(o.samples) * static_cast<int64_t>(ratios->size()) *

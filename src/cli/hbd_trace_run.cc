@@ -40,7 +40,8 @@ std::string Pct(double fraction) {
 
 }  // namespace
 
-Result<TraceInput> LoadTrace(const std::string& path, int servers, int gpus_per_server, double sample_days) {
+Result<TraceInput> LoadTrace(const std::string& path, int servers, int gpus_per_server,
+                             std::optional<double> sample_days) {
   TraceInput in;
   in.path = path;
   in.servers = servers;
@@ -49,8 +50,10 @@ Result<TraceInput> LoadTrace(const std::string& path, int servers, int gpus_per_
   auto t = ParseFaultTrace(j);
   if (!t.ok()) return t.status().WithContext(path);
   in.trace = std::move(t).value();
-  if (auto samples = TraceSamples(in.trace, sample_days); !samples.ok())
-    return samples.status().WithContext("--trace " + path + " with --sample-days");
+  if (sample_days) {  // a command that samples the trace (hbd compare)
+    if (auto samples = TraceSamples(in.trace, *sample_days); !samples.ok())
+      return samples.status().WithContext("--trace " + path + " with --sample-days");
+  }
   auto stats = ComputeTraceStats(in.trace, servers);
   if (!stats.ok()) return stats.status().WithContext("--trace " + path + " with --trace-nodes");
   in.stats = *stats;

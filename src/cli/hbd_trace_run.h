@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -24,7 +25,8 @@ struct TraceInput {
 };
 
 // Reads and checks the trace (errors name the file, or the option at fault).
-Result<TraceInput> LoadTrace(const std::string& path, int servers, int gpus_per_server, double sample_days);
+Result<TraceInput> LoadTrace(const std::string& path, int servers, int gpus_per_server,
+                             std::optional<double> sample_days);
 
 nlohmann::ordered_json TraceStatsJson(const TraceInput& input);
 void PrintTraceStats(const TraceInput& input, int mappings, uint64_t seed, double sample_days);

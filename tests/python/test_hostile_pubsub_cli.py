@@ -88,9 +88,12 @@ def test_publish_refuses_a_meaningless_size_or_count_at_parse_time(tmp_path, opt
 def test_subscribe_checks_out_before_joining(tmp_path):
     secret = write_secret(tmp_path / "s")
     (tmp_path / "d").mkdir()
+    (tmp_path / "f.safetensors").write_bytes(b"")
     port = free_port()  # nobody listens: a check after joining would retry for --wait seconds
     for out, why in [(tmp_path / "d", "is a directory"), (tmp_path / "missing" / "m.safetensors", "does not exist"),
-                     ("/proc/m.safetensors", "cannot create a file")]:
+                     ("/proc/m.safetensors", "cannot create a file"),
+                     (f"{tmp_path}/f.safetensors/", "ends with '/'"),
+                     (tmp_path / "f.safetensors" / "m.safetensors", "is a file, not a directory")]:
         start = time.monotonic()
         r = run("subscribe", "--connect", f"127.0.0.1:{port}", "--secret-file", secret, "--out", out, "--wait", 30)
         assert r.returncode == 1, r.stdout + r.stderr
