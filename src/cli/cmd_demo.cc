@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -167,10 +168,59 @@ Result<nlohmann::ordered_json> Demo(const DemoOptions& o, const fs::path& dir, s
                                 {"within_budget", within}};
 }
 
+// The options each scenario ignores: given explicitly, they are refused instead.
+Status CheckScenarioOptions(const CLI::App& sub, const std::string& scenario) {
+  static const std::vector<std::string> kPlanIgnores = {"--subscribers", "--perturb",    "--mode",
+                                                        "--swap-mode",   "--no-delta",   "--rotate-keys",
+                                                        "--no-verify",   "--model-bytes"};
+  std::vector<std::string> ignored;
+  if (scenario == "publish") ignored = {"--fanout"};
+  if (scenario == "reshard") ignored = kPlanIgnores;
+  if (scenario == "membership") {
+    ignored = kPlanIgnores;
+    ignored.insert(ignored.end(), {"--versions", "--fanout"});
+  }
+  for (const std::string& name : ignored) {
+    if (sub.count(name) == 0) continue;
+    std::string why =
+        name == "--model-bytes" ? " (its plan places a model's named tensors: use --preset or --model)" : "";
+    return InvalidArgument(name + " does nothing in --scenario " + scenario + why);
+  }
+  return Status::Ok();
+}
+
+// Removes the work directory unless --keep; after a failure only the secret goes, and the logs stay
+// when there are any. Returns where the logs are ("" when none were kept).
+std::string CleanUp(const fs::path& dir, bool keep, bool failed) {
+  std::error_code ec;
+  if (keep) return dir.string();
+  if (failed) fs::remove(dir / "secret", ec);  // the logs may explain a failure; the secret goes
+  if (!failed || fs::is_empty(dir, ec)) {
+    fs::remove_all(dir, ec);
+    return "";
+  }
+  return dir.string();
+}
+
 int RunDemo(const DemoOptions& o) {
   std::string tmpl = (fs::temp_directory_path() / "weightport-demo-XXXXXX").string();
+  // SIGINT and SIGTERM go to a watcher that stops the children and removes the work directory
+  // (which holds the secret); blocked before any thread or child starts (children unblock them).
+  BlockShutdownSignals();
   if (!mkdtemp(tmpl.data())) return Fail("demo", ErrnoError("cannot create a temporary directory", errno));
   const fs::path dir = tmpl;
+  std::atomic<bool> finished{false};
+  std::thread watcher([&] {
+    while (!finished.load()) {
+      const int sig = WaitForShutdownSignal(200);
+      if (sig == 0) continue;
+      StopLiveChildren(milliseconds(3000));
+      const std::string kept = CleanUp(dir, o.keep, /*failed=*/false);  // interrupted: nothing to explain
+      std::cerr << "weightport demo: stopped by " << ShutdownSignalName(sig)
+                << (kept.empty() ? "; work directory removed" : "; logs kept in " + kept) << std::endl;
+      std::_Exit(128 + sig);
+    }
+  });
   std::vector<Child> children;
   auto result = Demo(o, dir, children);
   for (Child& c : children)  // on failure: stop whatever still runs
@@ -178,11 +228,11 @@ int RunDemo(const DemoOptions& o) {
       kill(c.pid, SIGTERM);
       Reap(c, milliseconds(5000));
     }
-  if (!o.keep && result.ok()) {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  if (!result.ok()) return Fail("demo", result.status().WithContext("logs in " + dir.string()));
+  finished = true;
+  watcher.join();
+  const std::string kept = CleanUp(dir, o.keep, !result.ok());
+  if (!result.ok())
+    return Fail("demo", kept.empty() ? result.status() : result.status().WithContext("logs in " + kept));
   if (o.json)
     std::cout << result->dump(2) << std::endl;
   else
@@ -240,7 +290,13 @@ Command AddDemoCommand(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--keep", o->keep, "Keep the work directory (secret, subscriber logs)");
   sub->add_flag("--json", o->json, "Print a machine-readable summary");
-  return {sub, [o] { return RunDemo(*o); }};
+  return {sub, [o, sub] {
+            if (Status s = CheckScenarioOptions(*sub, o->scenario); !s.ok()) {
+              std::cerr << "weightport demo: " << s.message() << std::endl;
+              return kExitUsage;
+            }
+            return RunDemo(*o);
+          }};
 }
 
 }  // namespace weightport::cli

@@ -7,6 +7,8 @@
 
 #include <csignal>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -15,6 +17,14 @@
 namespace weightport::cli {
 
 using std::chrono::milliseconds;
+
+namespace {
+
+// The children started and not reaped yet, for StopLiveChildren (a signal's watcher thread).
+std::mutex live_mu;
+std::set<pid_t> live_pids;
+
+}  // namespace
 
 // Starts `weightport subscribe ...` with stdout and stderr into `log`.
 Result<pid_t> Spawn(const std::vector<std::string>& args, const std::string& log) {
@@ -29,13 +39,34 @@ Result<pid_t> Spawn(const std::vector<std::string>& args, const std::string& log
     return ErrnoError("fork", errno);
   }
   if (pid == 0) {
+    sigset_t none;  // the demo's blocked SIGINT and SIGTERM are not the child's
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
     dup2(fd, STDOUT_FILENO);
     dup2(fd, STDERR_FILENO);
     execv("/proc/self/exe", argv.data());
     _exit(127);
   }
   close(fd);
+  std::lock_guard<std::mutex> lock(live_mu);
+  live_pids.insert(pid);
   return pid;
+}
+
+void StopLiveChildren(milliseconds grace) {
+  std::lock_guard<std::mutex> lock(live_mu);
+  for (pid_t pid : live_pids) kill(pid, SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  while (!live_pids.empty() && std::chrono::steady_clock::now() < deadline) {
+    for (auto it = live_pids.begin(); it != live_pids.end();)
+      it = waitpid(*it, nullptr, WNOHANG) != 0 ? live_pids.erase(it) : std::next(it);
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  for (pid_t pid : live_pids) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  live_pids.clear();
 }
 
 // Waits for a child up to `timeout`, then kills it. Records its exit code and peak RSS.
@@ -53,6 +84,10 @@ void Reap(Child& c, milliseconds timeout) {
       break;
     }
     std::this_thread::sleep_for(milliseconds(20));
+  }
+  {
+    std::lock_guard<std::mutex> lock(live_mu);
+    live_pids.erase(c.pid);
   }
   c.pid = -1;
   c.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
