@@ -44,25 +44,28 @@ TEST(JoiningPeersTest, AMutePeerHoldsUpNoOtherAndTimesOutNamed) {
   auto t = talker_client.get();
   ASSERT_TRUE(m.ok() && t.ok());
 
-  JoiningPeers joining(milliseconds(300));
+  // The talker must not wait behind the mute peer: it arrives first, alone, well before the mute
+  // one's timeout (the check at half of it, so a loaded machine cannot fail it), and the mute one
+  // times out after it.
+  const auto mute_timeout = milliseconds(2000);
+  JoiningPeers joining(mute_timeout);
   joining.Add(std::move(mute));
   joining.Add(std::move(talker));
   EXPECT_TRUE(joining.Take().empty());
+  const auto start = Clock::now();
   ASSERT_TRUE((*t)->Send(ByeMsg{}).ok());
   std::vector<JoiningPeers::Arrival> got;
-  const auto start = Clock::now();
-  for (int i = 0; i < 100 && got.empty(); ++i) {
+  while (got.empty() && Clock::now() - start < mute_timeout / 2) {
     got = joining.Take();
     if (got.empty()) std::this_thread::sleep_for(milliseconds(5));
   }
-  EXPECT_LT(Clock::now() - start, milliseconds(250));
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].channel->peer_name(), "talker");
   ASSERT_TRUE(got[0].first.ok());
   EXPECT_EQ(got[0].first->type, MessageType::kBye);
 
   got.clear();
-  for (int i = 0; i < 100 && got.empty(); ++i) {
+  for (int i = 0; i < 1000 && got.empty(); ++i) {  // up to 10 s: the mute one's 2 s timeout, loaded
     got = joining.Take();
     if (got.empty()) std::this_thread::sleep_for(milliseconds(10));
   }

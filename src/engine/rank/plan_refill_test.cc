@@ -7,6 +7,7 @@
 
 #include "plan_rank_test_util.h"
 #include "weightport/engine/rank/plan_rank.h"
+#include "weightport/engine/rank/source_replicas.h"
 
 namespace weightport {
 namespace {
@@ -59,7 +60,10 @@ TEST(PlanRefill, AReplacementSourceRefillsEveryShardFromItsPeersInTurn) {
   EXPECT_EQ(got->not_refilled, 0u);
   // Both holders carried a share, within one 4 MiB block of half each (the blocks alternate).
   ASSERT_EQ(got->bytes_from.size(), 2u);
-  for (const auto& [from, bytes] : got->bytes_from) EXPECT_GT(bytes, 0u) << from.ToString();
+  for (const auto& [from, bytes] : got->bytes_from) {
+    const uint64_t half = total / 2;
+    EXPECT_LE(bytes > half ? bytes - half : half - bytes, kReplicaBlockBytes) << from.ToString();
+  }
   // Its digests are the ones the lost source published for the same bytes.
   EXPECT_EQ(got->digests, old.replica_digests());
   EXPECT_FALSE(got->digests.empty());
@@ -73,6 +77,7 @@ TEST(PlanRefill, ASourceWithNoHolderInTheTableIsNamed) {
   auto got = fresh.rank->Refill(table);
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(got.status().message().find("holds tensor '"), std::string::npos) << got.status().message();
   EXPECT_NE(got.status().message().find("nothing to refill it from"), std::string::npos)
       << got.status().message();
   // A destination has nothing to refill.
