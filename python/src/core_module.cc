@@ -102,8 +102,8 @@ std::unique_ptr<Member> JoinAs(nb::bytes secret, const MemberArgs& a, bool sourc
   if (!source) o.rank.keep_versions = a.keep_versions;
   if (!source) o.rank.max_bytes_per_s = a.max_gbps * 1e9 / 8;
   if (!source && a.background) o.rank.background = std::make_shared<BackgroundYield>();
-  if (!a.store.empty()) o.find_coordinator = CoordinatorFinder(a.store, a.session);
   Secret s = MakeSecret(secret);
+  if (!a.store.empty()) o.find_coordinator = CoordinatorFinder(a.store, a.session, s);
   nb::gil_scoped_release release;
   return Take(Member::Join(s, std::move(o)));
 }

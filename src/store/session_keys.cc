@@ -32,5 +32,6 @@ std::string Decision(std::string_view session, uint64_t version) {
 std::string Live(std::string_view session) { return Prefix(session) + "live"; }
 std::string Members(std::string_view session) { return Prefix(session) + "members"; }
 std::string KeyEpoch(std::string_view session) { return Prefix(session) + "key_epoch"; }
+std::string SecretCheck(std::string_view session) { return Prefix(session) + "secret_check"; }
 
 }  // namespace weightport::session_keys

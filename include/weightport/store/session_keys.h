@@ -8,6 +8,9 @@
 //   /weightport/<session>/live                the highest committed version, JSON
 //   /weightport/<session>/members             the membership and its epoch, JSON
 //   /weightport/<session>/key_epoch           the key epoch, JSON
+//   /weightport/<session>/secret_check        an HMAC of a fixed text under the session's secret,
+//                                             written once by its first coordinator: who may lead
+//                                             it, and which ranks belong (plan_service.h)
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -31,5 +34,6 @@ std::string Decision(std::string_view session, uint64_t version);
 std::string Live(std::string_view session);
 std::string Members(std::string_view session);
 std::string KeyEpoch(std::string_view session);
+std::string SecretCheck(std::string_view session);
 
 }  // namespace weightport::session_keys

@@ -85,7 +85,8 @@ class PlanFailover : public store_test::EtcdTest {
     if (b_) b_->Stop();
   }
 
-  std::unique_ptr<PlanService> StartService() {
+  std::unique_ptr<PlanService> StartService() { return StartServiceWith(secret_); }
+  std::unique_ptr<PlanService> StartServiceWith(const Secret& secret) {
     PlanServiceOptions so;
     so.rendezvous.timeout = so.join_timeout = so.update_timeout = kWait;
     so.rendezvous.plan.chunk_bytes = 512;
@@ -93,7 +94,7 @@ class PlanFailover : public store_test::EtcdTest {
     so.session = "failover";
     so.lease_ttl = std::chrono::seconds(2);
     so.log = [](std::string line) { std::fprintf(stderr, "svc: %s\n", line.c_str()); };
-    auto s = PlanService::Start(secret_, so);
+    auto s = PlanService::Start(secret, so);
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     return s.ok() ? std::move(*s) : nullptr;
   }
@@ -105,7 +106,7 @@ class PlanFailover : public store_test::EtcdTest {
       joining.emplace_back([&, i] {
         PlanMemberOptions o;
         o.offer = Offer(i < 2 ? PlanSide::kSource : PlanSide::kDestination, i % 2);
-        o.find_coordinator = CoordinatorFinder(store_, "failover");
+        o.find_coordinator = CoordinatorFinder(store_, "failover", secret_);
         o.make_transport = [this](const std::string& name) { return MakeFakeTransport(fabric_, name); };
         o.connect_timeout = o.update_timeout = kWait;
         o.rank.timeout = kWait;
@@ -247,6 +248,33 @@ TEST_F(PlanFailover, AVersionCommitsAcrossAnEtcdRestart) {
     ASSERT_TRUE(d.has_value()) << "version " << v;
     EXPECT_EQ(d->outcome, Outcome::kCommitted) << "version " << v;
   }
+}
+
+// A coordinator started with another secret never campaigns: it ends with PermissionDenied naming
+// the session (it used to win the election when the leader died and end the session for every
+// rank). The standby with the session's secret takes over and the next version commits; a rank
+// with another secret is refused at once, not after its timeout.
+TEST_F(PlanFailover, OnlyACoordinatorWithTheSessionsSecretMayLead) {
+  StartSession();
+  std::unique_ptr<PlanService> intruder = StartServiceWith(engine_test::MakeSecret('x'));
+  ASSERT_TRUE(intruder);
+  Status ended;
+  for (int i = 0; i < 200 && (ended = intruder->error()).ok(); ++i)
+    std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_EQ(ended.code(), StatusCode::kPermissionDenied) << ended.ToString();
+  EXPECT_NE(ended.message().find("session 'failover'"), std::string::npos) << ended.ToString();
+  EXPECT_FALSE(intruder->leading());
+
+  a_->Abandon();  // the leader dies: only b_ may take over
+  CommitEverywhere(2);
+  EXPECT_TRUE(b_->leading());
+
+  auto find = CoordinatorFinder(store_, "failover", engine_test::MakeSecret('x'));
+  const auto start = std::chrono::steady_clock::now();
+  auto found = find(std::chrono::milliseconds(30'000));
+  EXPECT_EQ(found.status().code(), StatusCode::kPermissionDenied) << found.status().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(15'000));  // half
+  EXPECT_TRUE(CoordinatorFinder(store_, "failover", secret_)(kWait).ok());
 }
 
 }  // namespace

@@ -85,7 +85,17 @@ struct PlanService::Impl {
       return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kTimeout ||
              s.code() == StatusCode::kIoError;
     };
+    const std::string check = SessionSecretCheck(*secret, options.session);
     while (true) {
+      // Only a coordinator with the session's secret may campaign (SessionSecretCheck).
+      if (Status s = VerifySessionSecret(*store, options.session, check, /*record_if_absent=*/true);
+          !s.ok()) {
+        if (!unreachable(s)) return s;
+        store_health->Failed("(session '" + options.session + "')", s);
+        if (stopping.load()) return Cancelled("stopped while the store was unreachable");
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        continue;
+      }
       auto campaign =
           CoordinatorElection::Campaign(*store, options.session, candidate, options.lease_ttl, eo);
       if (campaign.ok()) {
@@ -121,7 +131,15 @@ struct PlanService::Impl {
     return record->SetMembers(epoch, names).WithContext("recording the members");
   }
 
-  bool Stopping() const { return stopping.load() || term_over.load(); }
+  // A leader whose lease ran out (frozen past its TTL, say) ends its term the moment it looks, before
+  // its renewer hears of the lapse: another may lead by now, so this one must not act.
+  bool Stopping() {
+    if (stopping.load() || term_over.load()) return true;
+    MutexLock lock(mu);
+    if (election == nullptr || election->is_leader()) return false;
+    term_over = true;
+    return true;
+  }
 
   // Terms as the session's coordinator until Stop; without a store, one.
   void Run() {
@@ -333,11 +351,37 @@ bool PlanService::leading() const {
   return impl_->election && impl_->election->is_leader();
 }
 
+std::string SessionSecretCheck(const Secret& secret, std::string_view session) {
+  static constexpr std::string_view kText = "weightport session secret check";
+  auto mac = HmacSha256(secret.bytes(), {std::as_bytes(std::span(kText)), std::as_bytes(std::span(session))});
+  return mac.ok() ? ToHex(*mac) : std::string();  // HMAC cannot fail on valid input; "" never matches
+}
+
+Status VerifySessionSecret(EtcdClient& store, std::string_view session, std::string_view check,
+                           bool record_if_absent) {
+  const std::string key = session_keys::SecretCheck(session);
+  WP_ASSIGN_OR_RETURN(std::optional<EtcdKeyValue> kv, store.Get(key));
+  if (!kv && record_if_absent) {
+    WP_ASSIGN_OR_RETURN(bool written, store.PutIf(key, check, 0));  // the first writer's stands
+    if (!written) {
+      WP_ASSIGN_OR_RETURN(kv, store.Get(key));
+    }
+  }
+  if (kv && (check.empty() || kv->value != check)) {
+    return PermissionDenied("session '" + std::string(session) + "' in etcd " + store.endpoint() +
+                            ": this process's secret is not the session's (its secret check at " + key +
+                            " differs); check --secret-file");
+  }
+  return Status::Ok();
+}
+
 std::function<Result<std::string>(std::chrono::milliseconds)> CoordinatorFinder(std::string store,
-                                                                                std::string session) {
+                                                                                std::string session,
+                                                                                const Secret& secret) {
   auto client = std::make_shared<std::unique_ptr<EtcdClient>>();
   auto mu = std::make_shared<std::mutex>();
-  return [store, session, client, mu](std::chrono::milliseconds timeout) -> Result<std::string> {
+  const std::string check = SessionSecretCheck(secret, session);
+  return [store, session, client, mu, check](std::chrono::milliseconds timeout) -> Result<std::string> {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     std::lock_guard<std::mutex> lock(*mu);
     // A name the store cannot hold is wrong at once, not after the whole timeout.
@@ -348,6 +392,10 @@ std::function<Result<std::string>(std::chrono::milliseconds)> CoordinatorFinder(
     }
     Status last;
     do {
+      // A rank with another secret is told so at once; a leader records the check before it leads.
+      if (Status s = VerifySessionSecret(**client, session, check, false);
+          s.code() == StatusCode::kPermissionDenied)
+        return s;
       auto leader = CoordinatorElection::Leader(**client, session);
       if (leader.ok()) return leader;
       last = leader.status();

@@ -24,6 +24,7 @@
 #include "weightport/core/status.h"
 #include "weightport/engine/session/plan_rendezvous.h"
 #include "weightport/plan/plan.h"
+#include "weightport/store/etcd_client.h"
 
 namespace weightport {
 
@@ -63,9 +64,22 @@ struct PlanServiceOptions {
 };
 
 // For PlanMemberOptions::find_coordinator: the address of `session`'s coordinator in `store`
-// ("etcd://host:port"), asking until there is one or the timeout passes.
+// ("etcd://host:port"), asking until there is one or the timeout passes. A rank whose `secret` is
+// not the session's (the store's secret check differs) is PermissionDenied at once.
 std::function<Result<std::string>(std::chrono::milliseconds)> CoordinatorFinder(std::string store,
-                                                                                std::string session);
+                                                                                std::string session,
+                                                                                const Secret& secret);
+
+// Who may lead a session: its first coordinator records an HMAC of a fixed text under the
+// session's secret (session_keys::SecretCheck); a coordinator or rank whose secret gives another
+// is refused, PermissionDenied naming the session, before it campaigns or connects. So a
+// coordinator started with the wrong secret can never win the election and end the session for
+// every rank. The HMAC reveals nothing of a secret of 16 bytes or more.
+std::string SessionSecretCheck(const Secret& secret, std::string_view session);
+// Compares `check` with the session's; records it first when the session has none and
+// `record_if_absent`. OK when they match, or when none is recorded and not `record_if_absent`.
+Status VerifySessionSecret(EtcdClient& store, std::string_view session, std::string_view check,
+                           bool record_if_absent);
 
 // What one version did, as the coordinator saw it.
 struct PlanVersionOutcome {
