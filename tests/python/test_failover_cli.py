@@ -152,3 +152,54 @@ def test_a_killed_coordinator_is_replaced_and_the_version_in_flight_commits(etcd
     sub.close()
     second.send_signal(signal.SIGTERM)
     assert second.wait(timeout=30) == 0
+
+
+def test_a_frozen_leader_is_replaced_for_the_ranks_and_does_not_act_when_it_wakes(etcd, procs, tmp_path):
+    """The leader is stopped (SIGSTOP) after version 1: its sockets stay open, so only the store
+    says its term is over. The standby leads once the lease runs out, the ranks move to it, and
+    version 2 commits; the old leader, woken, finds its lease gone and stands by instead of acting,
+    and version 3 commits too."""
+    secret = tmp_path / "secret"
+    write_secret(secret)
+    session = "frozen"
+
+    def coordinator():
+        p = procs.start("coordinator", "--rendezvous", etcd.url, "--session", session, "--secret-file", secret,
+                        "--lease-ttl", "2", "--timeout", TIMEOUT, "--chunk-bytes", 4096, "--json")
+        return p, LogWatch(p.stdout)
+
+    first, first_log = coordinator()
+    first_log.wait_for("leading session")
+    second, second_log = coordinator()
+    second_log.wait_for("standing by")
+    w = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)
+    pub = weightport.Publisher(etcd.url, secret=str(secret), session=session, transport="tcp", timeout=TIMEOUT)
+    recv = {"w": np.zeros((64, 32), np.float32)}
+    sub = weightport.Subscriber(etcd.url, secret=str(secret), session=session, transport="tcp", timeout=TIMEOUT)
+    assert join_all(lambda: pub.register({"w": w}), lambda: sub.bind(recv)) == [None, None]
+
+    def version(v):
+        w[:] = v
+        pub.publish(v)
+        pub.wait(v, timeout=TIMEOUT)
+        sub.wait(v, timeout=TIMEOUT)
+        assert sub.swap() == v
+        assert np.array_equal(recv["w"], w)
+
+    version(1)
+    first.send_signal(signal.SIGSTOP)
+    try:
+        second_log.wait_for("leading session", timeout=30)
+        start = time.monotonic()
+        version(2)  # the ranks moved to the new leader although the old one's sockets are open
+        print(f"version 2 under the new leader {time.monotonic() - start:.2f} s after it led")
+    finally:
+        first.send_signal(signal.SIGCONT)
+    first_log.wait_for("standing by again", timeout=30)  # its lease lapsed: it does not act
+    version(3)
+    assert first.poll() is None, "the woken leader exited: " + "".join(first_log.lines)
+    pub.close()
+    sub.close()
+    for p in (first, second):
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=30) == 0

@@ -96,6 +96,19 @@ Result<std::unique_ptr<ReshardMember>> RejoinPlan(PlanRank& rank, const Secret& 
   return last;
 }
 
+TermWatch::TermWatch(std::function<Result<std::string>(std::chrono::milliseconds)> find,
+                     std::chrono::milliseconds interval)
+    : find_(std::move(find)), interval_(interval) {}
+
+bool TermWatch::Replaced(const std::string& current) {
+  if (!find_) return false;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_) return false;
+  next_ = now + interval_;
+  auto found = find_(std::chrono::milliseconds(200));  // none yet (between terms): not replaced
+  return found.ok() && *found != current;
+}
+
 PlanShardView ShardView(const Plan& plan, Endpoint me, size_t i, std::span<std::byte> bytes) {
   const RankBuffer& b = *plan.Buffer(me);
   const PlannedShard& s = b.shards.at(i);

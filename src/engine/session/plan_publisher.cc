@@ -53,6 +53,10 @@ struct PlanPublisher::Impl {
       return Status::Ok();
     };
     hooks.should_stop = [this] { return closing.load(); };
+    // A leader frozen past its lease keeps the connection open: the store says its term is over.
+    TermWatch term(options.find_coordinator);
+    if (options.find_coordinator)
+      hooks.replaced = [this, &term] { return term.Replaced(joined->coordinator); };
     SourceFollower follower(*joined->rank, *joined->member, options.rank.rotate_keys, hooks);
     while (true) {
       auto e = follower.Next(std::chrono::milliseconds(200));

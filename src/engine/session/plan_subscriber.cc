@@ -73,6 +73,9 @@ struct PlanSubscriber::Impl {
       return MoveToFreshTransport(*joined->rank, joined->loop, options.make_transport);
     };
     hooks.should_stop = [this] { return closing.load(); };
+    TermWatch term(options.find_coordinator);
+    if (options.find_coordinator)
+      hooks.replaced = [this, &term] { return term.Replaced(joined->coordinator); };
     if (options.find_coordinator)
       hooks.reconnect = [this]() -> Result<ReshardMember*> {
         WP_ASSIGN_OR_RETURN(auto fresh, RejoinPlan(*joined->rank, *secret, options, joined->coordinator));

@@ -46,7 +46,11 @@ Status FollowAsDestination(PlanRank& rank, ReshardMember& first, std::chrono::mi
   };
   while (true) {
     auto e = member->Next(timeout);
-    if (!e.ok() && e.status().code() == StatusCode::kTimeout && hooks.should_stop && !hooks.should_stop())
+    if (!e.ok() && e.status().code() == StatusCode::kTimeout && hooks.reconnect && hooks.replaced &&
+        hooks.replaced())
+      e = Unavailable("the coordinator's term is over: the store names another");
+    else if (!e.ok() && e.status().code() == StatusCode::kTimeout && hooks.should_stop &&
+             !hooks.should_stop())
       continue;
     if (!e.ok() && hooks.should_stop && hooks.should_stop()) e = Cancelled("the destination is closing");
     if (!e.ok() && hooks.reconnect && e.status().code() != StatusCode::kCancelled) {

@@ -13,7 +13,10 @@ Result<ReshardMember::Event> SourceFollower::Next(std::chrono::milliseconds time
   while (true) {
     if (hooks_.should_stop && hooks_.should_stop()) return Cancelled("the source is closing");
     auto e = member_->Next(timeout);
-    if (!e.ok() && e.status().code() == StatusCode::kTimeout && hooks_.should_stop) continue;
+    if (!e.ok() && e.status().code() == StatusCode::kTimeout && hooks_.replaced && hooks_.replaced())
+      e = Unavailable("the coordinator's term is over: the store names another");
+    else if (!e.ok() && e.status().code() == StatusCode::kTimeout && hooks_.should_stop)
+      continue;
     if (!e.ok()) {
       connection_failed_ = true;
       return e.status();

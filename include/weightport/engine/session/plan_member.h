@@ -90,6 +90,22 @@ std::string_view ListenAddressOf(std::string_view found);
 Result<std::unique_ptr<ReshardMember>> RejoinPlan(PlanRank& rank, const Secret& secret,
                                                   const PlanMemberOptions& options, std::string& coordinator);
 
+// Whether a rank's coordinator was replaced although its connection is still open: a leader frozen
+// (SIGSTOP, a hung host) past its lease keeps its sockets, and only the store tells that the next
+// term began. Asks options.find_coordinator at most once per `interval`, briefly; true when the
+// store names a coordinator other than `current`. Used by one thread.
+class TermWatch {
+ public:
+  explicit TermWatch(std::function<Result<std::string>(std::chrono::milliseconds)> find,
+                     std::chrono::milliseconds interval = std::chrono::milliseconds(1000));
+  bool Replaced(const std::string& current);
+
+ private:
+  std::function<Result<std::string>(std::chrono::milliseconds)> find_;
+  std::chrono::milliseconds interval_;
+  std::chrono::steady_clock::time_point next_{};
+};
+
 // The views of a rank's shards (`bytes` from `shard_bytes`, empty when null).
 PlanShardView ShardView(const Plan& plan, Endpoint me, size_t i, std::span<std::byte> bytes);
 

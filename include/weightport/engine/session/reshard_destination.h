@@ -36,6 +36,9 @@ struct DestinationHooks {
   // coordinator, which sends the verdict on record or runs the version to one. Without it, a lost
   // connection ends the run (and cancels the receive).
   std::function<Result<ReshardMember*>()> reconnect;
+  // With reconnect: asked while no instruction comes; true when the coordinator was replaced
+  // although its connection is open (TermWatch): the rank then reconnects as if it were lost.
+  std::function<bool()> replaced;
 };
 
 // Runs a destination rank until the coordinator says Bye: receives each version it is told to on a

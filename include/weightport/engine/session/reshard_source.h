@@ -27,6 +27,9 @@ struct SourceHooks {
   // Asked before each wait for an instruction: true makes Next return Cancelled. With this hook, a
   // wait that times out is not an error: Next asks again and waits on. Without it, it is.
   std::function<bool()> should_stop;
+  // Asked when a wait times out: true when the coordinator was replaced although its connection is
+  // open (TermWatch); Next then returns Unavailable with connection_failed(), as for a lost one.
+  std::function<bool()> replaced;
 };
 
 // The coordinator's verdicts on a source's versions, one call of Next per verdict.
