@@ -72,6 +72,14 @@ class FetchExecutorTest : public ::testing::Test {
     return future.get();
   }
   Result2 Fetch(FetchOptions options = {}) { return Fetch(options, chunks_); }
+  // The same bytes in chunks of `size` (more batches on the mapped path, which takes 64 at a time).
+  std::vector<ChunkFetch> ChunksOf(uint64_t size) const {
+    std::vector<ChunkFetch> out;
+    for (uint64_t off = 0; off < kBytes; off += size)
+      out.push_back(
+          {off, off, size, Xxh3(source_.data() + off, size), "chunk " + std::to_string(off / size)});
+    return out;
+  }
   // The 11th and later Gets fail for 30 ms, then the fabric heals; retries come back quickly.
   Result2 FetchThroughAnOutage(size_t window) {
     plan_->set_fail_after(10);
@@ -198,6 +206,30 @@ TEST_F(FetchExecutorTest, TheCapHoldsTheRate) {
   EXPECT_EQ(dest_, source_);
 }
 
+// A background priority already yielding to other traffic on its path: requests of a chunk were
+// served in 1 ms with the path to themselves, then took 10 ms (another flow came), so it keeps 5% of
+// that rate until one is served fast again.
+std::shared_ptr<BackgroundYield> YieldingBackground() {
+  using std::chrono::milliseconds;
+  auto bg = std::make_shared<BackgroundYield>();
+  const auto t0 = BackgroundYield::Clock::now() - std::chrono::seconds(1);
+  bg->OnCompleted(kChunk, t0, t0 + milliseconds(1));                               // alone: the round trip
+  for (int i = 2; i <= 4; ++i) bg->OnCompleted(kChunk, t0, t0 + milliseconds(i));  // queued: 1 ms each
+  for (int i = 1; i <= 3; ++i) bg->OnCompleted(kChunk, t0, t0 + milliseconds(4 + 10 * i));  // 10 ms each
+  return bg;
+}
+
+// Where Gets share a path, a yielding background holds them back.
+TEST_F(FetchExecutorTest, AYieldingBackgroundHoldsBackGetsOnItsPath) {
+  FetchOptions options{.window = 8};
+  options.background = YieldingBackground();
+  ASSERT_TRUE(options.background->yielding());
+  auto r = Fetch(options);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_GT(r.stats.capped_waits, 0u);
+  EXPECT_EQ(dest_, source_);
+}
+
 // A peer whose region the connection maps (a same-host peer): the verifier's threads copy and hash.
 class MappedFetchTest : public FetchExecutorTest {
  protected:
@@ -253,6 +285,21 @@ TEST_F(MappedFetchTest, TheCapHoldsTheRateOfCopiesToo) {
   EXPECT_GE(took, (kBytes - kChunk) / kRate);
   EXPECT_GT(r.stats.capped_waits, 0u);
   EXPECT_EQ(r.stats.direct_chunks, chunks_.size());
+  EXPECT_EQ(dest_, source_);
+}
+
+// Copies from a mapped peer share no network path with other traffic: the same yielding background
+// never holds them back (paced, the second of 16 batches of copies would wait for its share).
+TEST_F(MappedFetchTest, BackgroundPriorityNeverPacesCopiesFromAMappedPeer) {
+  FetchOptions options = Options();
+  options.background = YieldingBackground();
+  ASSERT_TRUE(options.background->yielding());
+  const std::vector<ChunkFetch> small = ChunksOf(4096);
+  auto r = Fetch(options, small);
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(r.stats.direct_chunks, small.size());
+  EXPECT_EQ(r.stats.capped_waits, 0u);
+  EXPECT_EQ(r.stats.yields, 0u);
   EXPECT_EQ(dest_, source_);
 }
 
