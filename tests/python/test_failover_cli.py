@@ -79,11 +79,9 @@ def etcd():
 
 
 
-def test_a_killed_coordinator_is_replaced_and_the_version_in_flight_commits(etcd, procs, tmp_path):
-    secret = tmp_path / "secret"
-    write_secret(secret)
-    session = "failover"
-
+def leader_and_standby(etcd, procs, secret, session):
+    """Two `weightport coordinator` processes for `session` (lease TTL 2 s): the first leads, the
+    second stands by. Returns (first, its log, second, its log)."""
     def coordinator():
         p = procs.start("coordinator", "--rendezvous", etcd.url, "--session", session, "--secret-file", secret,
                         "--lease-ttl", "2", "--timeout", TIMEOUT, "--chunk-bytes", 4096, "--json")
@@ -93,6 +91,14 @@ def test_a_killed_coordinator_is_replaced_and_the_version_in_flight_commits(etcd
     first_log.wait_for("leading session")
     second, second_log = coordinator()
     second_log.wait_for("standing by")
+    return first, first_log, second, second_log
+
+
+def test_a_killed_coordinator_is_replaced_and_the_version_in_flight_commits(etcd, procs, tmp_path):
+    secret = tmp_path / "secret"
+    write_secret(secret)
+    session = "failover"
+    first, first_log, second, second_log = leader_and_standby(etcd, procs, secret, session)
 
     full = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)
     shards = [full[:32].copy(), full[32:].copy()]
@@ -162,16 +168,7 @@ def test_a_frozen_leader_is_replaced_for_the_ranks_and_does_not_act_when_it_wake
     secret = tmp_path / "secret"
     write_secret(secret)
     session = "frozen"
-
-    def coordinator():
-        p = procs.start("coordinator", "--rendezvous", etcd.url, "--session", session, "--secret-file", secret,
-                        "--lease-ttl", "2", "--timeout", TIMEOUT, "--chunk-bytes", 4096, "--json")
-        return p, LogWatch(p.stdout)
-
-    first, first_log = coordinator()
-    first_log.wait_for("leading session")
-    second, second_log = coordinator()
-    second_log.wait_for("standing by")
+    first, first_log, second, second_log = leader_and_standby(etcd, procs, secret, session)
     w = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)
     pub = weightport.Publisher(etcd.url, secret=str(secret), session=session, transport="tcp", timeout=TIMEOUT)
     recv = {"w": np.zeros((64, 32), np.float32)}
