@@ -38,12 +38,13 @@ def wait_seconds(value: Any) -> float:
     return number("wait timeout", value)
 
 
-def version(value: Any) -> int:
-    """A version number: a whole number from 1 to 2^63 - 1."""
+def version(value: Any, lowest: int = 1) -> int:
+    """A version number: a whole number from `lowest` (1: one a source publishes; 0 where asking
+    for "the version before any" means something) to 2^63 - 1."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise WrongType(f"a version must be a whole number, not {type(value).__name__} {value!r:.60}")
-    if not 1 <= int(value) < 2**63:
-        raise InvalidArgument(f"a version must be from 1 to 2^63 - 1, not {int(value)}")
+    if not lowest <= int(value) < 2**63:
+        raise InvalidArgument(f"a version must be from {lowest} to 2^63 - 1, not {int(value)}")
     return int(value)
 
 

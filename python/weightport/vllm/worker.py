@@ -70,7 +70,8 @@ class WeightportUpdateInfo(WeightTransferUpdateInfo):
     check_only: bool = False
 
     def __post_init__(self):
-        self.version = _options.version(self.version)
+        # 0 is refused later, by name, where it means something (a rollback: "version 0 is not kept").
+        self.version = _options.version(self.version, lowest=0)
         self.timeout = _options.wait_seconds(self.timeout)
 
 
