@@ -33,6 +33,14 @@ def whole(name: str, value: Any) -> int:
     return int(value)
 
 
+def rank_in(rank: Any, world_size: Any) -> tuple[int, int]:
+    """(rank, world_size) checked: each within its bound, and the rank one of the world's."""
+    rank, world_size = whole("rank", rank), whole("world_size", world_size)
+    if rank >= world_size:
+        raise InvalidArgument(f"rank {rank} is outside 0..{world_size - 1}")
+    return rank, world_size
+
+
 def wait_seconds(value: Any) -> float:
     """A wait's timeout in seconds."""
     return number("wait timeout", value)

@@ -8,7 +8,7 @@ from typing import Any
 
 from . import _core, _options
 from ._tensors import dtype_name, local_of, named_tensors, placement_json
-from .errors import FailedPrecondition, InvalidArgument, WrongType
+from .errors import FailedPrecondition, WrongType
 from .layouts import Layout, Whole, dtensor_slice
 from .naming import Rename, Rule, as_rename
 
@@ -26,9 +26,7 @@ def load_secret(secret: bytes | str | os.PathLike) -> bytes:
 
 def member_args(coordinator: str, rank: int, world_size: int, host: str | None, transport: str,
                 timeout: float) -> Any:
-    rank, world_size = _options.whole("rank", rank), _options.whole("world_size", world_size)
-    if not 0 <= rank < world_size:
-        raise InvalidArgument(f"rank {rank} is outside 0..{world_size - 1}")
+    rank, world_size = _options.rank_in(rank, world_size)
     args = _core.MemberArgs()
     args.coordinator = coordinator
     args.rank = rank

@@ -13,6 +13,7 @@
 #include "weightport/control/pubsub_messages.h"
 #include "weightport/control/validate_payload.h"
 #include "weightport/control/version_messages.h"
+#include "weightport/core/printable.h"
 
 namespace weightport {
 namespace {
@@ -21,6 +22,18 @@ template <typename M>
 void RoundTrip(ByteView payload) {
   Result<M> m = M::Decode(payload);
   if (!m.ok()) return;
+  Bytes again = m->Encode();
+  if (again.size() != payload.size() || !std::equal(again.begin(), again.end(), payload.begin()))
+    std::abort();
+}
+
+// A refusal may come before its sender proved the secret, so its reason is decoded escaped and cut
+// (handshake.cc): not canonical. What decodes must be printable, fit a reason's bound when passed on,
+// and encode to something that decodes; a plain reason short enough to need no cut round-trips.
+void RefusedDecodesPrintable(ByteView payload) {
+  Result<RefusedMsg> m = RefusedMsg::Decode(payload);
+  if (!m.ok()) return;
+  if (m->reason.size() > kMaxReasonSize || !IsPrintableAscii(m->reason)) std::abort();
   Bytes again = m->Encode();
   if (again.size() != payload.size() || !std::equal(again.begin(), again.end(), payload.begin()))
     std::abort();

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "weightport/core/printable.h"
+
 namespace weightport::json_util {
 namespace {
 
@@ -52,12 +54,6 @@ TEST(JsonUtil, DumpNeverThrowsOnBytesThatAreNotUtf8) {
   EXPECT_EQ(Dump(Json{{"event", std::string("peer said \xff\xfe")}}),
             "{\"event\":\"peer said \xef\xbf\xbd\xef\xbf\xbd\"}");
   EXPECT_EQ(Dump(Json{{"n", 1}}), "{\"n\":1}");
-}
-
-bool IsPrintableAscii(std::string_view s) {
-  for (char c : s)
-    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) return false;
-  return true;
 }
 
 TEST(JsonUtil, TextNestedTooDeepIsRefusedBeforeItIsParsed) {

@@ -21,6 +21,12 @@ std::string Printable(std::string_view text, size_t max_bytes) {
   return out;
 }
 
+bool IsPrintableAscii(std::string_view text) {
+  for (char c : text)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) return false;
+  return true;
+}
+
 std::string ReplaceUnprintable(std::string_view text, size_t max_bytes) {
   std::string out(text.substr(0, max_bytes));
   for (char& c : out) {

@@ -122,7 +122,7 @@ struct EtcdClient::Impl {
   Result<Json> Call(std::string_view path, const Json& body, std::string_view what, bool stream = false)
       EXCLUDES(mu) {
     const std::string ctx = Ctx(what);
-    const std::string request = store_internal::Dump(body);
+    const std::string request = json_util::Dump(body);
     const std::string url = base_url + std::string(path);
     std::string response;
     Sink sink{&response, options.max_response_bytes};

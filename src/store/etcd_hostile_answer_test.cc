@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "canned_http_server.h"
+#include "weightport/core/printable.h"
 #include "weightport/store/etcd_client.h"
 
 namespace weightport {
@@ -34,12 +35,7 @@ std::vector<Answer> HostileAnswers() {
   };
 }
 
-bool IsShortPrintableAscii(const std::string& s) {
-  if (s.size() > 1024) return false;
-  for (char c : s)
-    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) return false;
-  return true;
-}
+bool IsShortPrintableAscii(const std::string& s) { return s.size() <= 1024 && IsPrintableAscii(s); }
 
 TEST(EtcdHostileAnswerTest, EveryCallFailsWithAShortPrintableError) {
   for (const Answer& a : HostileAnswers()) {

@@ -77,8 +77,6 @@ std::string PrefixEnd(std::string_view prefix) {
   return std::string(1, '\0');
 }
 
-std::string Dump(const Json& j) { return json_util::Dump(j); }
-
 Result<Json> ParseAnswer(std::string_view text, std::string_view ctx) {
   auto answer = json_util::Parse(text, ctx);
   if (!answer.ok()) return DataLoss(answer.status().message());

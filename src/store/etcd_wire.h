@@ -25,8 +25,6 @@ using Json = nlohmann::json;
 std::string PrintableKey(std::string_view key);
 // The range_end that makes a range read every key starting with `prefix` ("\0": every key).
 std::string PrefixEnd(std::string_view prefix);
-// Serialises without throwing (invalid UTF-8 in a string is replaced).
-std::string Dump(const Json& j);
 
 // The JSON object of an answer with HTTP 200: depth-bounded (json_util::Parse); anything else is
 // DataLoss quoting a short printable excerpt. `ctx` leads the message.

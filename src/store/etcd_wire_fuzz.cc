@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "store/etcd_wire.h"
+#include "weightport/core/printable.h"
 
 namespace weightport::store_internal {
 namespace {
@@ -15,9 +16,7 @@ namespace {
 void CheckMessage(const Status& s) {
   if (s.ok()) return;
   const std::string& m = s.message();
-  if (m.size() > 2048) std::abort();
-  for (char c : m)
-    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) std::abort();
+  if (m.size() > 2048 || !IsPrintableAscii(m)) std::abort();
 }
 
 template <typename T>

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "weightport/core/json_util.h"
+
 namespace weightport::store_internal {
 namespace {
 
@@ -101,7 +103,7 @@ TEST(EtcdWireTest, GatewayErrorsMapTheirGrpcCode) {
 
 TEST(EtcdWireTest, DumpNeverThrowsOnInvalidUtf8) {
   Json j = {{"reason", std::string("bad \xff byte")}};
-  EXPECT_NE(Dump(j).find("bad"), std::string::npos);
+  EXPECT_NE(json_util::Dump(j).find("bad"), std::string::npos);
 }
 
 }  // namespace

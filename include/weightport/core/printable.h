@@ -14,5 +14,7 @@ std::string Printable(std::string_view text, size_t max_bytes);
 // `text` cut at `max_bytes` with every byte outside printable ASCII replaced by '?'. Unlike
 // Printable it is idempotent, for text that is stored and compared after a round trip.
 std::string ReplaceUnprintable(std::string_view text, size_t max_bytes);
+// Whether every byte of `text` is printable ASCII (0x20-0x7e): what Printable's output always is.
+bool IsPrintableAscii(std::string_view text);
 
 }  // namespace weightport

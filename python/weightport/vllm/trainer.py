@@ -23,7 +23,6 @@ import torch
 from vllm.distributed.weight_transfer.base import TrainerInitInfo, TrainerWeightTransferEngine
 
 from .. import _options
-from ..errors import InvalidArgument
 from ..publisher import Publisher
 from .._tensors import dtype_name, named_tensors
 from .plugin import register
@@ -54,10 +53,7 @@ class WeightportTrainerInitInfo(TrainerInitInfo):
 
     def __post_init__(self):
         # The bounds the Publisher and the CLI use, checked before any worker hears of them.
-        self.world_size = _options.whole("world_size", self.world_size)
-        self.rank = _options.whole("rank", self.rank)
-        if self.rank >= self.world_size:
-            raise InvalidArgument(f"rank {self.rank} is outside 0..{self.world_size - 1}")
+        self.rank, self.world_size = _options.rank_in(self.rank, self.world_size)
         self.chunk_bytes = _options.whole("chunk_bytes", self.chunk_bytes)
         self.timeout = _options.number("timeout", self.timeout)
         self.keep_versions = _options.whole("keep_versions", self.keep_versions)

@@ -67,11 +67,12 @@ struct PlanService::Impl {
       store_health->SetLeading(false);
       term_over = true;  // another may lead now: this one sends nothing more, not even Bye
     };
-    eo.on_store_call = [this](const Status& s) {
+    const std::string session_label = "(session '" + options.session + "')";
+    eo.on_store_call = [this, session_label](const Status& s) {
       if (s.ok()) {
         store_health->Answered();
       } else {
-        store_health->Failed("(session '" + options.session + "')", s);
+        store_health->Failed(session_label, s);
       }
     };
     // The address with a term of its own: the ranks tell a new term from the one they lost even
@@ -88,22 +89,20 @@ struct PlanService::Impl {
     const std::string check = SessionSecretCheck(*secret, options.session);
     while (true) {
       // Only a coordinator with the session's secret may campaign (SessionSecretCheck).
-      if (Status s = VerifySessionSecret(*store, options.session, check, /*record_if_absent=*/true);
-          !s.ok()) {
-        if (!unreachable(s)) return s;
-        store_health->Failed("(session '" + options.session + "')", s);
-        if (stopping.load()) return Cancelled("stopped while the store was unreachable");
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));
-        continue;
+      Status s = VerifySessionSecret(*store, options.session, check, /*record_if_absent=*/true).status();
+      if (s.ok()) {
+        auto campaign =
+            CoordinatorElection::Campaign(*store, options.session, candidate, options.lease_ttl, eo);
+        if (campaign.ok()) {
+          MutexLock lock(mu);
+          election = std::move(*campaign);
+          break;
+        }
+        s = campaign.status();  // already reported to store_health through on_store_call
+      } else if (unreachable(s)) {
+        store_health->Failed(session_label, s);
       }
-      auto campaign =
-          CoordinatorElection::Campaign(*store, options.session, candidate, options.lease_ttl, eo);
-      if (campaign.ok()) {
-        MutexLock lock(mu);
-        election = std::move(*campaign);
-        break;
-      }
-      if (!unreachable(campaign.status())) return campaign.status();
+      if (!unreachable(s)) return s;
       if (stopping.load()) return Cancelled("stopped while the store was unreachable");
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
     }
@@ -357,8 +356,8 @@ std::string SessionSecretCheck(const Secret& secret, std::string_view session) {
   return mac.ok() ? ToHex(*mac) : std::string();  // HMAC cannot fail on valid input; "" never matches
 }
 
-Status VerifySessionSecret(EtcdClient& store, std::string_view session, std::string_view check,
-                           bool record_if_absent) {
+Result<bool> VerifySessionSecret(EtcdClient& store, std::string_view session, std::string_view check,
+                                 bool record_if_absent) {
   const std::string key = session_keys::SecretCheck(session);
   WP_ASSIGN_OR_RETURN(std::optional<EtcdKeyValue> kv, store.Get(key));
   if (!kv && record_if_absent) {
@@ -372,7 +371,7 @@ Status VerifySessionSecret(EtcdClient& store, std::string_view session, std::str
                             ": this process's secret is not the session's (its secret check at " + key +
                             " differs); check --secret-file");
   }
-  return Status::Ok();
+  return kv.has_value();
 }
 
 std::function<Result<std::string>(std::chrono::milliseconds)> CoordinatorFinder(std::string store,
@@ -380,8 +379,10 @@ std::function<Result<std::string>(std::chrono::milliseconds)> CoordinatorFinder(
                                                                                 const Secret& secret) {
   auto client = std::make_shared<std::unique_ptr<EtcdClient>>();
   auto mu = std::make_shared<std::mutex>();
+  auto verified = std::make_shared<bool>(false);  // under mu: the record is write-once, so once is enough
   const std::string check = SessionSecretCheck(secret, session);
-  return [store, session, client, mu, check](std::chrono::milliseconds timeout) -> Result<std::string> {
+  return [store, session, client, mu, verified,
+          check](std::chrono::milliseconds timeout) -> Result<std::string> {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     std::lock_guard<std::mutex> lock(*mu);
     // A name the store cannot hold is wrong at once, not after the whole timeout.
@@ -393,9 +394,11 @@ std::function<Result<std::string>(std::chrono::milliseconds)> CoordinatorFinder(
     Status last;
     do {
       // A rank with another secret is told so at once; a leader records the check before it leads.
-      if (Status s = VerifySessionSecret(**client, session, check, false);
-          s.code() == StatusCode::kPermissionDenied)
-        return s;
+      if (!*verified) {
+        auto matched = VerifySessionSecret(**client, session, check, false);
+        if (matched.status().code() == StatusCode::kPermissionDenied) return matched.status();
+        *verified = matched.ok() && *matched;
+      }
       auto leader = CoordinatorElection::Leader(**client, session);
       if (leader.ok()) return leader;
       last = leader.status();

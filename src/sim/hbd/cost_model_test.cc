@@ -174,24 +174,27 @@ TEST(CostModel, FiguresPastAnyRealPartAreRefused) {
   json j = SmallParams();
   j["parts"]["trx_800g"]["usd"] = 1e308;
   EXPECT_EQ(ErrorOf(j), "parts.trx_800g.usd: must be a number >= 0 and at most 1e+09 (got 1e+308)");
-  j = SmallParams();
-  j["parts"]["nic_400g"]["watts"] = 1e12;
-  EXPECT_NE(ErrorOf(j).find("parts.nic_400g.watts: must be a number >= 0 and at most 1e+07"),
-            std::string::npos);
-  j = SmallParams();
-  j["architectures"]["infinitehbd"]["ocstrx_per_gpu"] = 1e18;
-  EXPECT_NE(ErrorOf(j).find("ocstrx_per_gpu: must be a number >= 0 and at most 10000"), std::string::npos);
-  j = SmallParams();
-  j["architectures"]["nvl"]["nvl72_switch_trays"] = 9223372036854775807.0;
-  EXPECT_NE(ErrorOf(j).find("nvl72_switch_trays: must be a number >= 0 and at most 10000"),
-            std::string::npos);
-  j = SmallParams();
-  j["architectures"]["dgx"]["tbps_per_gpu"] = 1e300;
-  EXPECT_NE(ErrorOf(j).find("dgx.tbps_per_gpu"), std::string::npos);
-  j = SmallParams();
-  j["dcn"]["per_gpu"]["fiber"] = 1e9;
-  EXPECT_NE(ErrorOf(j).find("dcn.per_gpu.fiber: must be a number >= 0 and at most 10000"), std::string::npos)
-      << ErrorOf(j);
+  // Each of the others: the key, the value, the start of its error.
+  const struct {
+    const char* a;
+    const char* b;
+    const char* c;
+    double value;
+    const char* error;
+  } cases[] = {
+      {"parts", "nic_400g", "watts", 1e12, "parts.nic_400g.watts: must be a number >= 0 and at most 1e+07"},
+      {"architectures", "infinitehbd", "ocstrx_per_gpu", 1e18,
+       "ocstrx_per_gpu: must be a number >= 0 and at most 10000"},
+      {"architectures", "nvl", "nvl72_switch_trays", 9223372036854775807.0,
+       "nvl72_switch_trays: must be a number >= 0 and at most 10000"},
+      {"architectures", "dgx", "tbps_per_gpu", 1e300, "dgx.tbps_per_gpu"},
+      {"dcn", "per_gpu", "fiber", 1e9, "dcn.per_gpu.fiber: must be a number >= 0 and at most 10000"},
+  };
+  for (const auto& c : cases) {
+    j = SmallParams();
+    j[c.a][c.b][c.c] = c.value;
+    EXPECT_NE(ErrorOf(j).find(c.error), std::string::npos) << ErrorOf(j);
+  }
 }
 
 TEST(CostModel, ParseErrorsNameTheKey) {

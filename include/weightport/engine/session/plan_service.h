@@ -77,9 +77,10 @@ std::function<Result<std::string>(std::chrono::milliseconds)> CoordinatorFinder(
 // every rank. The HMAC reveals nothing of a secret of 16 bytes or more.
 std::string SessionSecretCheck(const Secret& secret, std::string_view session);
 // Compares `check` with the session's; records it first when the session has none and
-// `record_if_absent`. OK when they match, or when none is recorded and not `record_if_absent`.
-Status VerifySessionSecret(EtcdClient& store, std::string_view session, std::string_view check,
-                           bool record_if_absent);
+// `record_if_absent`. True when they match, false when none is recorded (and not
+// `record_if_absent`); PermissionDenied when they differ.
+Result<bool> VerifySessionSecret(EtcdClient& store, std::string_view session, std::string_view check,
+                                 bool record_if_absent);
 
 // What one version did, as the coordinator saw it.
 struct PlanVersionOutcome {
