@@ -35,20 +35,6 @@ void RefusedDecodesPrintable(ByteView payload) {
   if (!m.ok()) return;
   if (m->reason.size() > kMaxReasonSize || !IsPrintableAscii(m->reason)) std::abort();
   Bytes again = m->Encode();
-  if (again.size() != payload.size() || !std::equal(again.begin(), again.end(), payload.begin()))
-    std::abort();
-}
-
-// A refusal may come before its sender proved the secret, so its reason is decoded escaped and cut
-// (handshake.cc): not canonical. What decodes must be printable, fit a reason's bound when passed on,
-// and encode to something that decodes; a plain reason short enough to need no cut round-trips.
-void RefusedDecodesPrintable(ByteView payload) {
-  Result<RefusedMsg> m = RefusedMsg::Decode(payload);
-  if (!m.ok()) return;
-  if (m->reason.size() > kMaxReasonSize) std::abort();
-  for (char c : m->reason)
-    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) std::abort();
-  Bytes again = m->Encode();
   if (!RefusedMsg::Decode(again).ok()) std::abort();
   const bool plain = m->reason.find('\\') == std::string::npos && m->reason.find("...") == std::string::npos;
   if (plain && (again.size() != payload.size() || !std::equal(again.begin(), again.end(), payload.begin())))
