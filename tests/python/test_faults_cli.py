@@ -49,6 +49,8 @@ def run_with_kill(tmp_path, quorum):
         for name, p in (("a", subs["a"]), ("b", subs["b"]), ("victim", restarted)):
             so, se = p.communicate(timeout=TIMEOUT)
             results[name] = (p.returncode, so, se)
+        assert "{" in out, (f"the publisher (exit {pub.returncode}) printed no report:\n{out}\nits log:\n" +
+                            "".join(log.lines) + "".join(f"\n{n} (exit {r[0]}): {r[1]}{r[2]}" for n, r in results.items()))
         report, _ = json.JSONDecoder().raw_decode(out[out.index("{"):])  # UCX may warn after it
         return pub.returncode, report, results, "".join(log.lines)
     finally:
