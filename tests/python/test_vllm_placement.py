@@ -1,104 +1,122 @@
 """How the vLLM backend reads a dry run's tagged stand-ins into box copies (no vLLM needed): the
-loaders are simulated here the way vLLM's fuse, slice, stack and pad, on the same tags."""
+loaders are simulated here the way vLLM's fuse, slice, stack and pad, on the same tags, one
+checkpoint tensor at a time as the dry run feeds them."""
 
 from __future__ import annotations
 
 import pytest
 
 torch = pytest.importorskip("torch")
-from weightport.vllm.placement import TAG, _decompose  # noqa: E402
+from weightport.vllm.dry_run import DryRunError, _lazy_zeros, read, tagged  # noqa: E402
+from weightport.vllm.placement import TensorMeta, _decompose  # noqa: E402
 
 
-def tags(tid: int, shape, dim: int) -> torch.Tensor:
-    """What the dry run feeds the loader for tensor `tid` in pass `dim`."""
-    base = (tid + 1) * TAG
-    if dim >= len(shape):
-        return torch.full(shape, base, dtype=torch.float64)
-    axis = [1] * len(shape)
-    axis[dim] = shape[dim]
-    return (base + torch.arange(shape[dim], dtype=torch.float64)).view(axis).expand(shape).clone()
+def tags(shape, dim: int) -> torch.Tensor:
+    """What the dry run feeds the loader for a tensor of `shape` in pass `dim`."""
+    ((_, t),) = list(tagged(TensorMeta("t", tuple(shape), "f32"), 0, dim, {}))
+    return t
 
 
-def run_passes(param_shape, load, shapes):
-    """The stand-in after each pass, `load(stand_in, tagged_tensors)` playing the loader."""
+def decompose(param_shape, load, shapes):
+    """Per tensor i: _decompose of the parameter's reading after tensor i's passes, where
+    `load(stand_in, i, tagged)` plays the loader writing tensor i."""
     out = []
-    for dim in range(max(len(s) for s in shapes)):
-        p = torch.full(param_shape, float("nan"), dtype=torch.float64)
-        load(p, [tags(i, s, dim) for i, s in enumerate(shapes)])
-        out.append(p)
+    for i, shape in enumerate(shapes):
+        reading = None
+        for dim in range(max(len(shape), 1)):
+            p = torch.zeros(param_shape, dtype=torch.float32)
+            load(p, i, tags(shape, dim))
+            reading = read(p, reading, "layer.weight")
+        out.append(_decompose(reading, len(shape)))
     return out
 
 
 def test_fused_qkv_rows_become_three_box_copies():
-    shapes = [(8, 4), (2, 4), (2, 4)]
+    rows = {0: slice(0, 8), 1: slice(8, 10), 2: slice(10, 12)}
 
-    def load(p, t):
-        p[0:8], p[8:10], p[10:12] = t[0], t[1], t[2]
+    def load(p, i, t):
+        p[rows[i]] = t
 
-    runs, failed, zero = _decompose(run_passes((12, 4), load, shapes), [2, 2, 2])
-    assert not failed and not zero
-    assert sorted(runs) == [(0, (0, 0), (8, 4), (0, 0), (8, 4)), (1, (8, 0), (2, 4), (0, 0), (2, 4)),
-                            (2, (10, 0), (2, 4), (0, 0), (2, 4))]
+    got = decompose((12, 4), load, [(8, 4), (2, 4), (2, 4)])
+    assert got == [([((0, 0), (8, 4), (0, 0), (8, 4))], False, 32), ([((8, 0), (2, 4), (0, 0), (2, 4))], False, 8),
+                   ([((10, 0), (2, 4), (0, 0), (2, 4))], False, 8)]
 
 
 def test_tensor_parallel_slice_of_a_fused_gate_up_tensor_splits_in_two():
     # One checkpoint tensor [gate; up] (8 rows each half 4), TP rank 1 of 2 takes rows 2:4 of each half.
-    shapes = [(8, 3)]
+    def load(p, i, t):
+        p[0:2], p[2:4] = t[2:4], t[6:8]
 
-    def load(p, t):
-        p[0:2], p[2:4] = t[0][2:4], t[0][6:8]
-
-    runs, failed, _ = _decompose(run_passes((4, 3), load, shapes), [2])
+    [(runs, failed, _)] = decompose((4, 3), load, [(8, 3)])
     assert not failed
-    assert sorted(runs) == [(0, (0, 0), (2, 3), (2, 0), (2, 3)), (0, (2, 0), (2, 3), (6, 0), (2, 3))]
+    assert sorted(runs) == [((0, 0), (2, 3), (2, 0), (2, 3)), ((2, 0), (2, 3), (6, 0), (2, 3))]
 
 
 def test_stacked_experts_and_row_parallel_columns():
-    shapes = [(4, 6), (4, 6)]  # two experts' down projections, TP rank 0 of 2 takes columns 0:3
+    def load(p, i, t):  # two experts' down projections, TP rank 0 of 2 takes columns 0:3
+        p[i] = t[:, 0:3]
 
-    def load(p, t):
-        p[0], p[1] = t[0][:, 0:3], t[1][:, 0:3]
-
-    runs, failed, _ = _decompose(run_passes((2, 4, 3), load, shapes), [2, 2])
-    assert not failed
-    assert sorted(runs) == [(0, (0, 0, 0), (1, 4, 3), (0, 0), (4, 3)), (1, (1, 0, 0), (1, 4, 3), (0, 0), (4, 3))]
+    got = decompose((2, 4, 3), load, [(4, 6), (4, 6)])
+    assert [g[0] for g in got] == [[((0, 0, 0), (1, 4, 3), (0, 0), (4, 3))], [((1, 0, 0), (1, 4, 3), (0, 0), (4, 3))]]
 
 
-def test_padded_vocabulary_marks_zeros_and_copies_the_rows():
-    shapes = [(5, 2)]
-
-    def load(p, t):
-        p[:5] = t[0]
+def test_padded_vocabulary_copies_the_rows_and_counts_them():
+    def load(p, i, t):
+        p[:5] = t
         p[5:] = 0
 
-    runs, failed, zero = _decompose(run_passes((8, 2), load, shapes), [2])
-    assert zero and not failed
-    assert runs == [(0, (0, 0), (5, 2), (0, 0), (5, 2))]
+    [(runs, failed, written)] = decompose((8, 2), load, [(5, 2)])
+    assert written == 10 and not failed  # of 16: the fresh copy starts from zeros
+    assert runs == [((0, 0), (5, 2), (0, 0), (5, 2))]
 
 
 def test_a_transposing_loader_is_not_a_box_copy():
-    shapes = [(3, 5)]
+    def load(p, i, t):
+        p[:] = t.t()
 
-    def load(p, t):
-        p[:] = t[0].t()
-
-    runs, failed, _ = _decompose(run_passes((5, 3), load, shapes), [2])
-    assert runs == [] and failed == {0}
+    assert decompose((5, 3), load, [(3, 5)]) == [([], True, 15)]
 
 
 def test_interleaved_rows_of_two_tensors_are_not_box_copies():
-    shapes = [(2, 3), (2, 3)]
+    def load(p, i, t):
+        p[i::2] = t
 
-    def load(p, t):
-        p[0::2], p[1::2] = t[0], t[1]
-
-    runs, failed, _ = _decompose(run_passes((4, 3), load, shapes), [2, 2])
-    assert failed == {0, 1}
+    assert [failed for _, failed, _ in decompose((4, 3), load, [(2, 3), (2, 3)])] == [True, True]
 
 
 def test_a_parameter_nothing_wrote_has_no_runs():
-    runs, failed, zero = _decompose([torch.full((3,), float("nan"), dtype=torch.float64)], [1])
-    assert runs == [] and failed == set() and not zero
+    assert _decompose(read(torch.zeros(3), None, "p"), 1) == ([], False, 0)
+
+
+def test_a_value_no_tag_explains_is_refused_naming_the_parameter():
+    # A loader that computes: fractions, past the largest tag, negative, NaN.
+    for compute in (lambda t: t * 0.5, lambda t: t * 2**23, lambda t: -t, lambda t: t * float("nan")):
+        with pytest.raises(DryRunError, match="'layer.weight'.*no checkpoint tensor's tag"):
+            decompose((4,), lambda p, i, t: p.copy_(compute(t)), [(4,)])
+
+
+def test_a_dimension_too_long_to_tag_is_refused_naming_the_tensor():
+    with pytest.raises(DryRunError, match="'huge'.*longer than"):
+        list(tagged(TensorMeta("huge", (1 << 24, 1), "f32"), 0, 0, {}))
+
+
+def test_a_stand_in_takes_memory_only_once_written_and_clears_to_zeros():
+    import mmap
+
+    t, m = _lazy_zeros((1024, 1024))
+    assert not bool(t.any())
+    t[3:5] = 7.0
+    m.madvise(mmap.MADV_DONTNEED)  # what Recorder.clear does: the pages go back, reading zeros
+    assert not bool(t.any())
+    assert _lazy_zeros((0, 4))[1] is None
+
+
+def test_reading_a_mapped_stand_in_gives_its_pages_back_as_it_goes():
+    t, m = _lazy_zeros((3000, 700))  # 8.4 MB: several read chunks, a page boundary inside rows
+    t[:] = tags((3000, 700), 0)
+    reading = read(t, None, "layer.weight", m)
+    assert not bool(t.any())  # every page went back: zeros again
+    assert torch.equal(reading.idx[0][:, 5], torch.arange(3000, dtype=torch.int32))
 
 
 def _call(untouched, shape=(3, 5)):

@@ -3,29 +3,31 @@
 vLLM's parameters are not the checkpoint's: q, k and v rows are fused into ``qkv_proj``, gate and up
 into ``gate_up_proj``, experts are stacked into ``w13``/``w2``, vocabularies are padded, embeddings
 tied, and each tensor-parallel worker holds a slice. Rather than a table per architecture, this runs
-the model's ``load_weights`` once per checkpoint dimension on *tagged* tensors -- float64 values
-``(tensor id + 1) * 2**32 + index along that dimension`` -- into float64 stand-ins of the parameters in
+the model's ``load_weights`` on one checkpoint tensor at a time, once per dimension of it, *tagged*
+-- float32 values ``index + 1`` along that dimension -- into float32 stand-ins of the parameters in
 their loading layout (before vLLM's post-processing repacks them). Reading the stand-ins back says,
-element by element, which checkpoint element the loader put there. Wherever that is a box of the
+element by element, which element of the tensor the loader put there. Wherever that is a box of the
 tensor copied into a box of the parameter in the same dimension order (TP slices, fused rows, stacked
 experts, padded vocabularies), it becomes a :class:`Run` that needs no loader at update time; anything
 else (a loader that permutes or scales) is replayed through the model's own weight loader with the
 whole tensor (a :class:`LoaderCall`, counted as a fallback).
 
 The same dry run refuses, before any byte moves, a checkpoint name the model does not have and a
-shape the loader disagrees with, naming the tensor and the parameter.
+shape the loader disagrees with, naming the tensor and the parameter. Its memory is bounded by the
+largest checkpoint tensor, not the model (:mod:`.dry_run`).
 """
 
 from __future__ import annotations
 
-import inspect
+import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
-TAG = float(2**32)  # tensor ids above it, indices below: exact in float64 up to 2**21 tensors
+from .dry_run import DryRunError, Reading, Recorder, _Call, tagged
+
 SKIP_PARAMS = {"_expert_map", "expert_mask", "expert_global_to_physical", "expert_physical_to_global",
                "expert_local_to_global"}
 
@@ -78,7 +80,7 @@ class ParamTemplate:
     shape: tuple[int, ...]
     dtype: torch.dtype
     group: Any = None  # parameters tied to one tensor (embeddings and lm_head) share a group
-    zero: bool = False  # the loader wrote constant zeros somewhere (padding): start from zeros
+    zero: bool = False  # some element holds no tensor's value (padding zeroed or left alone): start from zeros
 
 
 @dataclass
@@ -146,97 +148,6 @@ def bind_to_layer(t: torch.Tensor, template: ParamTemplate, layer: torch.nn.Modu
     return restore_layer_refs(t, layer)
 
 
-@dataclass
-class _Call:
-    """One weight-loader call of a dry run: which tensor (id) it was given, in what shape."""
-
-    layer: str
-    param: str
-    loader: Any
-    param_arg: str
-    tensor_arg: str
-    tid: int
-    shape: tuple[int, ...]
-    arguments: dict[str, Any]
-    untouched: bool  # the loader got the very tensor the checkpoint iterator gave (no transpose...)
-
-
-class _Recorder:
-    """Installs float64 stand-ins for every parameter, wraps their loaders to know which parameter a
-    failing load was for and to keep each call for replay, and puts the live parameters back."""
-
-    def __init__(self, model: torch.nn.Module, templates: dict[tuple[str, str], ParamTemplate]):
-        self.model = model
-        self.templates = templates
-        self.modules = dict(model.named_modules())
-        self.saved: dict[str, dict[str, Any]] = {}
-        self.by_group: dict[Any, torch.Tensor] = {}
-        self.calls: list[_Call] = []
-        self.current_param: str | None = None
-        self.progress: dict[str, Any] = {}  # the tensor the checkpoint iterator gave last ("given")
-
-    def install(self) -> None:
-        from vllm.model_executor.model_loader.weight_utils import default_weight_loader
-
-        by_group = self.by_group
-        for (lname, pname), tpl in self.templates.items():
-            layer = self.modules[lname]
-            self.saved.setdefault(lname, dict(layer._parameters))
-            rec = by_group.get(tpl.group)
-            if rec is None:
-                rec = fresh_tensor(tpl, layer, torch.float64, fill=float("nan"))
-                loader = getattr(rec, "weight_loader", default_weight_loader)
-                rec.weight_loader = self._wrap(lname, pname, loader)
-                by_group[tpl.group] = rec
-            layer._parameters[pname] = rec
-
-    def _wrap(self, lname: str, pname: str, loader: Any):
-        signature = inspect.signature(loader)
-        recorder = self
-
-        def recording_loader(*args, **kwargs):
-            bound = signature.bind(*args, **kwargs)
-            recorder.current_param = f"{lname}.{pname}" if lname else pname
-            tensors = [k for k, v in bound.arguments.items() if isinstance(v, torch.Tensor)]
-            if len(tensors) >= 2 and bound.arguments[tensors[1]].numel() > 0:
-                # Kept without the tensors (the tagged ones are as large as the model in float64).
-                loaded = bound.arguments[tensors[1]]
-                others = {k: v for k, v in bound.arguments.items() if k not in tensors[:2]}
-                recorder.calls.append(_Call(lname, pname, loader, tensors[0], tensors[1],
-                                            int(float(loaded.flatten()[0]) // TAG) - 1, tuple(loaded.shape), others,
-                                            loaded is recorder.progress.get("given")))
-            return loader(*args, **kwargs)
-
-        return recording_loader
-
-    def remove(self) -> None:
-        for lname, params in self.saved.items():
-            layer = self.modules[lname]
-            layer._parameters.clear()
-            layer._parameters.update(params)
-
-    def reset(self) -> None:
-        for rec in self.by_group.values():
-            rec.data.fill_(float("nan"))
-        self.calls.clear()
-
-
-def _tags(metas: list[TensorMeta], dim: int, progress: dict[str, Any]) -> Iterator[tuple[str, torch.Tensor]]:
-    for i, m in enumerate(metas):
-        progress["tensor"] = m.name
-        progress["given"] = None
-        base = (i + 1) * TAG
-        if dim < len(m.shape):
-            axis = [1] * len(m.shape)
-            axis[dim] = m.shape[dim]
-            t = (base + torch.arange(m.shape[dim], dtype=torch.float64)).view(axis).expand(m.shape)
-        else:
-            t = torch.full((), base, dtype=torch.float64).expand(m.shape)
-        given = t.contiguous()
-        progress["given"] = given
-        yield m.name, given
-
-
 def _bounding_box(mask: torch.Tensor) -> list[tuple[int, int]]:
     """(start, length) per dim of the smallest box holding every True of `mask`."""
     out = []
@@ -298,94 +209,109 @@ def _affine(idx: list[torch.Tensor], lens: list[int]) -> tuple[tuple[int, ...], 
     return tuple(tstart), tuple(tlen)
 
 
-def _decompose(values: list[torch.Tensor], ndims: list[int]):
-    """One parameter's stand-in after every pass -> (runs as (tensor id, pstart, plen, tstart, tlen),
-    ids of tensors no run expresses, whether the loader wrote constant zeros)."""
-    first = values[0]
-    written = ~torch.isnan(first)
-    if not bool(written.any()):
-        return [], set(), False
-    zero = bool((first == 0).any())
-    ids = torch.where(written & (first != 0), torch.floor(first / TAG), torch.zeros_like(first)).to(torch.int64)
-    runs, failed = [], set()
-    present = torch.bincount(ids.flatten(), minlength=len(ndims) + 1)  # O(n): unique() sorts
-    for tag in [int(x) for x in torch.nonzero(present[1:]).flatten() + 1]:
-        tid = tag - 1
-        mask = ids == tag
-        box = _bounding_box(mask)
-        region = tuple(slice(s, s + n) for s, n in box)
-        lens = [n for _, n in box]
-        if int(mask[region].sum()) != int(torch.tensor(lens).prod()):  # interleaved with another
-            failed.add(tid)
-            continue
-        idx = [values[d][region] - tag * TAG for d in range(ndims[tid])]
-        subs = _split(idx, lens)
-        found = []
-        for rel, sub_lens in subs or []:
-            sub = tuple(slice(s, s + n) for s, n in zip(rel, sub_lens))
-            mapped = _affine([v[sub] for v in idx], sub_lens)
-            if mapped is None:
-                break
-            found.append((tid, tuple(b[0] + r for b, r in zip(box, rel)), tuple(sub_lens), *mapped))
-        else:
-            if subs is not None:
-                runs.extend(found)
-                continue
-        failed.add(tid)
-    return runs, failed, zero
+def _decompose(reading: Reading, ndim: int):
+    """One parameter's reading after a tensor's passes -> (runs as (pstart, plen, tstart, tlen),
+    whether some of the tensor landed there that no run expresses, how many elements of the
+    parameter hold the tensor's values)."""
+    mask = reading.idx[0] >= 0
+    written = int(torch.count_nonzero(mask))
+    if written == 0:
+        return [], False, 0
+    box = _bounding_box(mask)
+    region = tuple(slice(s, s + n) for s, n in box)
+    lens = [n for _, n in box]
+    if written != math.prod(lens):  # interleaved with another tensor's, or scattered
+        return [], True, written
+    del mask
+    idx = [reading.idx[d][region] for d in range(ndim)]
+    subs = _split(idx, lens)
+    if subs is None:
+        return [], True, written
+    runs = []
+    for rel, sub_lens in subs:
+        sub = tuple(slice(s, s + n) for s, n in zip(rel, sub_lens))
+        mapped = _affine([v[sub] for v in idx], sub_lens)
+        if mapped is None:
+            return [], True, written
+        runs.append((tuple(b[0] + r for b, r in zip(box, rel)), tuple(sub_lens), *mapped))
+    return runs, False, written
 
 
 def learn_placement(model: torch.nn.Module, metas: list[TensorMeta]) -> ModelPlacement:
-    """Runs the dry run (one ``load_weights`` per checkpoint dimension) and returns the placement;
-    raises :class:`PlacementError` naming the tensor and parameter the model's loader refused."""
+    """Runs the dry run (``load_weights`` once per dimension of each checkpoint tensor, one tensor at
+    a time) and returns the placement; raises :class:`PlacementError` naming the tensor and the
+    parameter the model's loader refused."""
     templates = _templates(model)
-    ndims = [len(m.shape) for m in metas]
-    passes = max(ndims, default=1) or 1
-    rec = _Recorder(model, templates)
-    passes_read: dict[Any, list[torch.Tensor]] = {}  # stand-in (by tie group) -> its values per pass
-    calls = []
-    rec.install()
-    t0 = time.perf_counter()
-    try:
-        for dim in range(passes):
-            rec.reset()
-            progress: dict[str, Any] = {"tensor": None}
-            rec.progress = progress
-            try:
-                with torch.no_grad():
-                    model.load_weights(_tags(metas, dim, progress))
-            except Exception as e:  # the model's loader refused this checkpoint: say which tensor
-                where = f" into parameter '{rec.current_param}'" if rec.current_param else ""
-                raise PlacementError(f"checkpoint tensor '{progress['tensor']}'{where}: vLLM's "
-                                     f"{type(model).__name__}.load_weights refused it: "
-                                     f"{type(e).__name__}: {e}") from e
-            if dim == 0:
-                calls = list(rec.calls)
-            for group, stand_in in rec.by_group.items():
-                passes_read.setdefault(group, []).append(stand_in.data.clone())
-    finally:
-        rec.remove()
-
-    t1 = time.perf_counter()
-    names = [m.name for m in metas]
-    shape_of = {m.name: list(m.shape) for m in metas}
+    rec = Recorder(model, templates, bind_to_layer)
     keys_of: dict[Any, list[tuple[str, str]]] = {}
     for key, t in templates.items():
         keys_of.setdefault(t.group, []).append(key)
-    runs, fallback_keys, used = [], set(), set()
-    for group, values in passes_read.items():
-        found, failed, zero = _decompose(values, ndims)
-        keys = keys_of[group]
-        if not found and not failed:
-            continue
-        used.update(keys)
-        lname, pname = keys[0]  # tied twins share the tensor: written once, through the first
-        for k in keys:
-            templates[k].zero |= zero
-        runs += [Run(lname, pname, ps, pl, names[tid], ts, tl) for tid, ps, pl, ts, tl in found]
-        fallback_keys |= {(lname, pname, names[tid]) for tid in failed}
+    runs, fallback_keys, used, calls = [], set(), set(), []
+    written: dict[Any, int] = {}  # elements holding a tensor's value, per stand-in, over all tensors
+    load_s = read_s = 0.0
+    rec.install()
+    try:
+        for tid, meta in enumerate(metas):
+            readings: dict[Any, Reading] = {}
+            wrote: set[Any] = set()
+            for dim in range(max(len(meta.shape), 1)):
+                t0 = time.perf_counter()
+                rec.touched.clear()
+                rec.calls.clear()
+                progress: dict[str, Any] = {"tensor": meta.name}
+                rec.progress = progress
+                try:
+                    with torch.no_grad():
+                        model.load_weights(tagged(meta, tid, dim, progress))
+                except DryRunError as e:
+                    raise PlacementError(str(e)) from e
+                except Exception as e:  # the model's loader refused this checkpoint: say which tensor
+                    where = f" into parameter '{rec.current_param}'" if rec.current_param else ""
+                    raise PlacementError(f"checkpoint tensor '{meta.name}'{where}: vLLM's "
+                                         f"{type(model).__name__}.load_weights refused it: "
+                                         f"{type(e).__name__}: {e}") from e
+                progress["given"] = None  # a loader that stopped early leaves the generator holding it
+                t1 = time.perf_counter()
+                if dim == 0:
+                    calls += rec.calls
+                    wrote = set(rec.touched)
+                    if not rec.calls:  # it reached no wrapped loader: the model wrote it (or skipped it)
+                        wrote |= rec.written_elsewhere()
+                for g in wrote:
+                    lname, pname = keys_of[g][0]
+                    try:
+                        readings[g] = rec.read(g, readings.get(g), f"{lname}.{pname}")
+                    except DryRunError as e:
+                        raise PlacementError(f"checkpoint tensor '{meta.name}': {e}") from e
+                rec.clear(rec.touched - wrote)
+                load_s += t1 - t0
+                read_s += time.perf_counter() - t1
+            t1 = time.perf_counter()
+            for g, reading in readings.items():
+                found, failed, count = _decompose(reading, len(meta.shape))
+                if not found and not failed:
+                    continue
+                keys = keys_of[g]
+                used.update(keys)
+                written[g] = written.get(g, 0) + count
+                lname, pname = keys[0]  # tied twins share the tensor: written once, through the first
+                runs += [Run(lname, pname, ps, pl, meta.name, ts, tl) for ps, pl, ts, tl in found]
+                if failed:
+                    fallback_keys.add((lname, pname, meta.name))
+            del readings
+            read_s += time.perf_counter() - t1
+    finally:
+        rec.remove()
+    for key in used:
+        t = templates[key]
+        t.zero |= written[t.group] < math.prod(t.shape)
     fallback = _fallback_calls(calls, fallback_keys, metas)
+    return _placement(metas, templates, runs, fallback, used, load_s, read_s)
 
+
+def _placement(metas, templates, runs, fallback, used, load_s, read_s) -> ModelPlacement:
+    """The boxes each checkpoint tensor is needed in, from its runs and replayed loader calls."""
+    shape_of = {m.name: list(m.shape) for m in metas}
     written = {r.tensor for r in runs} | {c.tensor for c in fallback}
     boxes, dtypes = {}, {}
     for r in runs:
@@ -404,8 +330,7 @@ def learn_placement(model: torch.nn.Module, metas: list[TensorMeta]) -> ModelPla
         dtypes.setdefault(c.tensor, templates[(c.layer, c.param)].dtype)
     return ModelPlacement(boxes=boxes, dtypes=dtypes, runs=runs, fallback=fallback,
                           templates={k: templates[k] for k in used},
-                          unused=[n for n in names if n not in written], load_s=t1 - t0,
-                          read_s=time.perf_counter() - t1)
+                          unused=[m.name for m in metas if m.name not in written], load_s=load_s, read_s=read_s)
 
 
 def _fallback_calls(calls: list[_Call], keys: set[tuple[str, str, str]], metas: list[TensorMeta]) -> list[LoaderCall]:
