@@ -33,11 +33,12 @@ def whole(name: str, value: Any) -> int:
     return int(value)
 
 
-def rank_in(rank: Any, world_size: Any) -> tuple[int, int]:
-    """(rank, world_size) checked: each within its bound, and the rank one of the world's."""
-    rank, world_size = whole("rank", rank), whole("world_size", world_size)
+def rank_in(rank: Any, world_size: Any, names: tuple[str, str] = ("rank", "world_size")) -> tuple[int, int]:
+    """(rank, world_size) checked: each within its bound, and the rank one of the world's (`names`:
+    what the caller calls the two, e.g. a fleet's replica and replicas)."""
+    rank, world_size = whole(names[0], rank), whole(names[1], world_size)
     if rank >= world_size:
-        raise InvalidArgument(f"rank {rank} is outside 0..{world_size - 1}")
+        raise InvalidArgument(f"{names[0]} {rank} is outside 0..{world_size - 1}")
     return rank, world_size
 
 

@@ -40,11 +40,14 @@ inline constexpr OptionBound kMaxGbpsBound{"max_gbps", 0, 1e6, false, "Gbit/s", 
 inline constexpr OptionBound kWorldSizeBound{"world_size", 1, double(1 << 20), true, "", ""};
 inline constexpr OptionBound kRankBound{"rank", 0, double(1 << 20) - 1, true, "", ""};
 inline constexpr OptionBound kPortBound{"port", 0, 65535, true, "", ""};
+// An engine's place in a fleet of alike serving engines (the vLLM backend's replicas).
+inline constexpr OptionBound kReplicasBound{"replicas", 1, double(1 << 20), true, "", ""};
+inline constexpr OptionBound kReplicaBound{"replica", 0, double(1 << 20) - 1, true, "", ""};
 
-inline constexpr std::array<OptionBound, 12> kOptionBounds = {
-    kChunkBytesBound,  kRelayFanoutBound, kQuorumBound,   kSessionTimeoutBound,
-    kWaitTimeoutBound, kPinTimeoutBound,  kLeaseTtlBound, kKeepVersionsBound,
-    kMaxGbpsBound,     kWorldSizeBound,   kRankBound,     kPortBound};
+inline constexpr std::array<OptionBound, 14> kOptionBounds = {
+    kChunkBytesBound, kRelayFanoutBound, kQuorumBound,       kSessionTimeoutBound, kWaitTimeoutBound,
+    kPinTimeoutBound, kLeaseTtlBound,    kKeepVersionsBound, kMaxGbpsBound,        kWorldSizeBound,
+    kRankBound,       kPortBound,        kReplicasBound,     kReplicaBound};
 
 // InvalidArgument naming the option, the value and the bounds unless `value` is finite, within
 // them (or 0 where `zero` gives 0 a meaning), and whole where it must be.

@@ -13,7 +13,8 @@ The names below import vLLM when first used (and register the backend in this pr
 its plugins only in the processes it starts); :mod:`.placement` alone needs only torch.
 """
 
-__all__ = ["LLMWeightSyncClient", "WeightportTrainerEngine", "WeightportTrainerInitInfo", "rollback_fleet"]
+__all__ = ["FleetClient", "LLMWeightSyncClient", "WeightportTrainerEngine", "WeightportTrainerInitInfo",
+           "rollback_fleet"]
 
 
 def __getattr__(name):

@@ -10,6 +10,7 @@ those calls, while vLLM keeps generating, so they pause generation only for the 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -183,9 +184,19 @@ class WeightportTrainerEngine(TrainerWeightTransferEngine[WeightportTrainerInitI
         self.version = version
         report = {"version": version, "bytes": int(outcome.get("bytes", 0)), "update_s": t2 - t0,
                   "transfer_s": t_commit - t0, "build_s": t1 - t_commit, "pause_s": t2 - t1,
-                  "built_before_swap": built, "worker_build": self.ready.phases(version) if built else {}}
+                  "built_before_swap": built, "worker_build": self.ready.phases(version) if built else {},
+                  **self._egress()}
         self.reports.append(report)
         return report
+
+    def _egress(self) -> dict[str, int]:
+        """What a whole version moves by the plan: ``source_bytes`` from the trainer's ranks and
+        ``relayed_bytes`` from one vLLM worker to another (a fleet's replicas feed each other)."""
+        if not hasattr(self, "_plan_egress"):
+            service = getattr(self.publisher, "_service", None)
+            text = service.plan_json() if service is not None else ""
+            self._plan_egress = plan_egress(text) if text else {}
+        return self._plan_egress
 
     def rollback(self, version: int) -> dict[str, Any]:
         """Makes the kept `version` live again on every vLLM worker, or on none: a worker that does
@@ -200,6 +211,14 @@ class WeightportTrainerEngine(TrainerWeightTransferEngine[WeightportTrainerInitI
         if self.ready is not None:
             self.ready.close()
         self.publisher.close()
+
+
+def plan_egress(plan_json: str) -> dict[str, int]:
+    """A plan's bytes per whole version by who sends them: its source ranks, or relaying ranks."""
+    out = {"source_bytes": 0, "relayed_bytes": 0}
+    for step in json.loads(plan_json).get("steps", []):
+        out["source_bytes" if step["from"]["side"] == "src" else "relayed_bytes"] += int(step["bytes"])
+    return out
 
 
 def rollback_fleet(client: Any, version: int, timeout: float = 120.0) -> float:
@@ -222,6 +241,68 @@ def rollback_fleet(client: Any, version: int, timeout: float = 120.0) -> float:
     client.update_weights(info)
     client.finish_weight_update(str(version))
     return time.perf_counter() - t0
+
+
+class FleetClient:
+    """One ``VLLMWeightSyncClient`` over a fleet of alike vLLM engines (data-parallel replicas in
+    their own processes or hosts, each behind its own client): the trainer drives them as one.
+
+    Their workers join the trainer's group as ranks ``replica * engine_world + worker``, so the
+    trainer's rank sends one copy and the replicas relay it to each other (the publisher's relay
+    fan-out). Every version is checked on every engine (built, or kept for a rollback) before any
+    swaps, so the fleet serves one version: an engine that cannot take it fails the update for all,
+    with nothing swapped anywhere. The calls go to the engines at once, each on its own thread."""
+
+    def __init__(self, clients: list[Any]):
+        if not clients:
+            raise ValueError("weightport fleet: at least one engine's client is needed")
+        self.clients = list(clients)
+
+    def _each(self, call, *per_client_args) -> None:
+        """Runs call(client, i) for every client at once; raises the first error (by client order),
+        naming the replica, after all have returned."""
+        errors: list[BaseException | None] = [None] * len(self.clients)
+
+        def one(i):
+            try:
+                call(self.clients[i], i)
+            except BaseException as e:  # carried to the caller's thread below
+                errors[i] = e
+
+        threads = [threading.Thread(target=one, args=(i,), name=f"weightport-fleet-{i}")
+                   for i in range(len(self.clients))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i, e in enumerate(errors):
+            if e is not None:
+                raise type(e)(f"replica {i} of {len(self.clients)}: {e}") from e
+
+    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
+        n = len(self.clients)
+        self._each(lambda c, i: c.init_weight_transfer_engine({**init_info, "replica": i, "replicas": n}))
+
+    def shutdown_weight_transfer_engine(self) -> None:
+        self._each(lambda c, i: c.shutdown_weight_transfer_engine())
+
+    def start_weight_update(self) -> None:
+        self._each(lambda c, i: c.start_weight_update())
+
+    def update_weights(self, update_info: dict[str, Any]) -> None:
+        try:  # every engine first has the version ready (or kept), so none swaps alone
+            self._each(lambda c, i: c.update_weights({**update_info, "check_only": True}))
+        except BaseException:
+            try:  # nothing was taken for the swap: this only ends each engine's update session
+                self.finish_weight_update()
+            except BaseException:
+                pass
+            raise
+        if not update_info.get("check_only"):
+            self._each(lambda c, i: c.update_weights(update_info))
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        self._each(lambda c, i: c.finish_weight_update(weight_version))
 
 
 class LLMWeightSyncClient:

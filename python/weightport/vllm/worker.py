@@ -52,17 +52,22 @@ class WeightportInitInfo(WeightTransferInitInfo):
     timeout: float = 120.0
     notify: str = ""  # "host:port" the trainer hears "version built" on (ready.py); empty: none
     keep_versions: int = 0  # replaced versions each worker keeps to roll back to (each about its weights)
+    replica: int = 0  # this engine's place in a fleet of `replicas` alike engines (trainer.FleetClient)
+    replicas: int = 1
 
     def __post_init__(self):
         self.timeout = _options.number("timeout", self.timeout)
         self.keep_versions = _options.whole("keep_versions", self.keep_versions)
+        self.replica, self.replicas = _options.rank_in(self.replica, self.replicas, ("replica", "replicas"))
 
 
 @dataclass
 class WeightportUpdateInfo(WeightTransferUpdateInfo):
     """``update_weights({"version": v})``: apply version `v` (or a newer committed one);
-    ``{"version": v, "rollback": True}``: go back to the kept version `v` (no trainer involved);
-    with ``"check_only": True`` only raise if this worker does not keep it."""
+    ``{"version": v, "rollback": True}``: go back to the kept version `v` (no trainer involved).
+    With ``"check_only": True`` nothing is taken for the swap: wait until `v` is built (raise if it
+    cannot be), or for a rollback raise if this worker does not keep it; a fleet checks every engine
+    so before any swaps."""
 
     version: int
     timeout: float = 120.0
@@ -159,6 +164,7 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
                 make=lambda tpl, layer: fresh_tensor(tpl, layer, device=device, fill=0.0 if tpl.zero else None),
                 rebind=bind_to_layer)
         rank, world = self._subscriber_rank()
+        rank, world = init_info.replica * world + rank, init_info.replicas * world  # a fleet's engines in turn
         fake = [(name, torch.empty(1, dtype=placement.dtypes[name]).expand(*box[2]))
                 for name, box in placement.boxes.items()]
         sub = Subscriber(init_info.coordinator, secret=bytes.fromhex(init_info.secret_hex), rank=rank,
@@ -212,7 +218,8 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
                     raise RuntimeError(f"weightport: version {update_info.version} cannot be applied: "
                                        f"{self._error}") from self._error
                 if self._prepared is not None and self._prepared.version >= update_info.version:
-                    self._pending = self._prepared
+                    if not update_info.check_only:
+                        self._pending = self._prepared
                     return
                 left = deadline - time.monotonic()
                 if left <= 0:

