@@ -216,14 +216,22 @@ def _decompose(reading: Reading, ndim: int):
     mask = reading.idx[0] >= 0
     written = int(torch.count_nonzero(mask))
     if written == 0:
-        return [], False, 0
-    box = _bounding_box(mask)
+        return [], reading.computed, 0
+    if reading.computed:  # the loader computed what it wrote: only the loader can write it again
+        return [], True, written
+    if written == mask.numel():  # the whole parameter: no box to find (the common case)
+        box = [(0, n) for n in mask.shape]
+    else:
+        box = _bounding_box(mask)
     region = tuple(slice(s, s + n) for s, n in box)
     lens = [n for _, n in box]
     if written != math.prod(lens):  # interleaved with another tensor's, or scattered
         return [], True, written
     del mask
     idx = [reading.idx[d][region] for d in range(ndim)]
+    mapped = _affine(idx, lens)  # one box copy: no need to look for cuts
+    if mapped is not None:
+        return [(tuple(b[0] for b in box), tuple(lens), *mapped)], False, written
     subs = _split(idx, lens)
     if subs is None:
         return [], True, written
@@ -278,11 +286,7 @@ def learn_placement(model: torch.nn.Module, metas: list[TensorMeta]) -> ModelPla
                     if not rec.calls:  # it reached no wrapped loader: the model wrote it (or skipped it)
                         wrote |= rec.written_elsewhere()
                 for g in wrote:
-                    lname, pname = keys_of[g][0]
-                    try:
-                        readings[g] = rec.read(g, readings.get(g), f"{lname}.{pname}")
-                    except DryRunError as e:
-                        raise PlacementError(f"checkpoint tensor '{meta.name}': {e}") from e
+                    readings[g] = rec.read(g, readings.get(g))
                 rec.clear(rec.touched - wrote)
                 load_s += t1 - t0
                 read_s += time.perf_counter() - t1
