@@ -4,6 +4,7 @@ configured, waited for on /health, and stopped by its process group (SIGTERM, th
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import socket
@@ -19,9 +20,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@dataclasses.dataclass
+class Server:
+    base: str  # "http://127.0.0.1:PORT"
+    process: subprocess.Popen  # the leader of its process group (os.killpg ends the engine with it)
+
+
 @contextlib.contextmanager
 def vllm_server(model: str, log_path, start_timeout: float = 240):
-    """Yields the base URL of a `vllm serve` of `model` (float32, 128 positions) whose weight
+    """Yields the Server of a `vllm serve` of `model` (float32, 128 positions) whose weight
     transfer backend is weightport; its output goes to `log_path`."""
     port = free_port()
     env = dict(os.environ, VLLM_SERVER_DEV_MODE="1")  # vLLM serves its weight-sync routes only then
@@ -44,9 +51,12 @@ def vllm_server(model: str, log_path, start_timeout: float = 240):
             except OSError:
                 assert time.monotonic() < deadline, f"vllm serve did not come up: {open(log_path).read()[-3000:]}"
                 time.sleep(1)
-        yield base
+        yield Server(base, server)
     finally:  # SIGTERM first: vLLM then removes its /dev/shm queues; SIGKILL what is left
-        os.killpg(server.pid, 15)
+        try:
+            os.killpg(server.pid, 15)
+        except ProcessLookupError:  # a test killed it
+            pass
         try:
             server.wait(timeout=60)
         except subprocess.TimeoutExpired:

@@ -267,7 +267,8 @@ def test_vllm_serve_over_http_takes_a_version(models, tmp_path):
     from serve_process import completion, vllm_server
     from weightport.vllm import WeightportTrainerInitInfo
 
-    with vllm_server(models["dense"], tmp_path / "serve.log") as base:
+    with vllm_server(models["dense"], tmp_path / "serve.log") as server:
+        base = server.base
         model = transformers.AutoModelForCausalLM.from_pretrained(models["dense"], dtype=torch.float32).eval()
         with torch.no_grad():
             for p in model.parameters():

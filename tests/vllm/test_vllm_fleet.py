@@ -1,11 +1,15 @@
 """A fleet of vLLM engines fed by one trainer: two `vllm serve` replicas (separate processes on this
 host) behind one weightport.vllm.FleetClient. The trainer sends one copy; the replicas relay it to
-each other; both swap only once both have built, and both then generate the trainer's tokens."""
+each other; both swap only once both have built, and both then generate the trainer's tokens. Then
+one replica is killed: under a quorum the next version commits to the other, which serves it, and
+the dead one is dropped from the fleet instead of failing every later update."""
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import time
 
 import pytest
 
@@ -16,9 +20,10 @@ sys.path.insert(0, HERE)
 import tiny_models  # noqa: E402
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+TIMEOUT = 90.0  # the trainer's: how long a version may wait for a replica that never answers
 
 
-def test_two_replicas_take_each_version_from_one_copy_and_serve_it(tmp_path):
+def test_two_replicas_share_one_copy_and_a_dead_one_is_dropped(tmp_path):
     import contextlib
 
     import torch
@@ -31,14 +36,15 @@ def test_two_replicas_take_each_version_from_one_copy_and_serve_it(tmp_path):
 
     model_dir = tiny_models.make_model("llama", str(tmp_path / "llama"), hidden=256, layers=2, positions=128)
     with contextlib.ExitStack() as stack:
-        bases = [stack.enter_context(vllm_server(model_dir, tmp_path / f"serve{i}.log")) for i in range(2)]
+        servers = [stack.enter_context(vllm_server(model_dir, tmp_path / f"serve{i}.log")) for i in range(2)]
         model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-        fleet = FleetClient([HTTPVLLMWeightSyncClient(b) for b in bases])
-        sync = WeightTransferTrainerFactory.trainer_init(WeightportTrainerInitInfo(rank=0, timeout=90),
-                                                         client=fleet, source=model)
+        fleet = FleetClient([HTTPVLLMWeightSyncClient(s.base, timeout=TIMEOUT) for s in servers], min_replicas=1)
+        sync = WeightTransferTrainerFactory.trainer_init(
+            WeightportTrainerInitInfo(rank=0, timeout=TIMEOUT, quorum=1), client=fleet, source=model)
         model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         ids = [1, 5, 9, 14]
-        for version in (1, 2):
+
+        def next_version(version, serving):
             with torch.no_grad():
                 for p in model.parameters():
                     p.add_(torch.randn_like(p) * 0.05)
@@ -46,10 +52,23 @@ def test_two_replicas_take_each_version_from_one_copy_and_serve_it(tmp_path):
             print(f"version {version}: {report['bytes']} bytes to the fleet, {report['source_bytes']} from the "
                   f"trainer, {report['relayed_bytes']} relayed; update {report['update_s']:.2f} s, pause "
                   f"{report['pause_s']:.3f} s")
-            assert report["built_before_swap"], report
             expect = trainer_process.greedy(model, [ids], 6)[0]
-            for b in bases:
-                assert completion(b, model_dir, ids, 6) == expect, b
+            for s in serving:
+                assert completion(s.base, model_dir, ids, 6) == expect, s.base
+            return report
+
+        for version in (1, 2):
+            report = next_version(version, servers)
+            assert report["built_before_swap"], report
         # One copy leaves the trainer; the second replica's comes from the first.
         assert report["source_bytes"] == model_bytes and report["relayed_bytes"] == model_bytes, report
+        assert fleet.lost == {}
+
+        os.killpg(servers[1].process.pid, signal.SIGKILL)
+        servers[1].process.wait(30)
+        started = time.monotonic()
+        report = next_version(3, servers[:1])
+        assert time.monotonic() - started < TIMEOUT / 2, report  # not held for the dead one's timeout
+        assert list(fleet.lost) == [1], fleet.lost
+        next_version(4, servers[:1])  # and the fleet goes on without it
         sync.shutdown()

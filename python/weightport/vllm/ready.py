@@ -41,6 +41,7 @@ class ReadyListener:
         self._sock = socket.create_server((host, 0))
         self._sock.settimeout(0.5)
         self._built: dict[int, int] = {}  # worker rank -> newest version built
+        self._gone: set[int] = set()  # ranks whose connection closed (their engine died or left)
         self._phases: dict[int, dict[str, float]] = {}  # worker rank -> that build's phases
         self._world = 0
         self._cond = threading.Condition()
@@ -70,47 +71,66 @@ class ReadyListener:
     def _serve(self, conn: socket.socket) -> None:
         conn.settimeout(1.0)
         buf = b""
-        with conn:
-            while not self._closed:
-                try:
-                    data = conn.recv(4096)
-                except socket.timeout:
-                    continue
-                except OSError:
-                    return
-                if not data:
-                    return
-                buf += data
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    self._take(line)
-                if len(buf) > MAX_LINE:
-                    return
+        ranks: set[int] = set()  # who spoke on this connection: gone when it closes
+        try:
+            with conn:
+                while not self._closed:
+                    try:
+                        data = conn.recv(4096)
+                    except socket.timeout:
+                        continue
+                    except OSError:
+                        return
+                    if not data:
+                        return
+                    buf += data
+                    while b"\n" in buf:
+                        line, buf = buf.split(b"\n", 1)
+                        rank = self._take(line)
+                        if rank is not None:
+                            ranks.add(rank)
+                    if len(buf) > MAX_LINE:
+                        return
+        finally:
+            with self._cond:
+                self._gone |= ranks
+                self._cond.notify_all()
 
-    def _take(self, line: bytes) -> None:
+    def _take(self, line: bytes) -> int | None:
+        """Takes one notice; returns its rank when it verifies."""
         try:
             body, mac = line.decode().rsplit(" ", 1)
             rank, world, version, micros = body.split(" ")
             rank, world, version = int(rank), int(world), int(version)
             values = [int(x) for x in micros.split(",")]
         except ValueError:
-            return
+            return None
         if (not hmac.compare_digest(mac, _mac(self._secret, body)) or not 0 <= rank < world
                 or len(values) != len(PHASES)):
-            return
+            return None
         with self._cond:
+            self._gone.discard(rank)  # spoke again (it reconnected)
             self._world = max(self._world, world)
             if version > self._built.get(rank, 0):
                 self._built[rank] = version
                 self._phases[rank] = {k: v / 1e6 for k, v in zip(PHASES, values)}
             self._cond.notify_all()
+        return rank
+
+    @property
+    def gone(self) -> set[int]:
+        """Worker ranks whose notice connection closed and did not come back."""
+        with self._cond:
+            return set(self._gone)
 
     def wait(self, version: int, timeout: float) -> bool:
-        """Whether every worker has built `version` (or newer) within `timeout` seconds."""
+        """Whether every worker still there has built `version` (or newer) within `timeout` seconds:
+        one whose connection closed (its engine died) is not waited for."""
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
-                if self._world and sum(v >= version for v in self._built.values()) >= self._world:
+                live = [r for r in range(self._world) if r not in self._gone]
+                if live and all(self._built.get(r, 0) >= version for r in live):
                     return True
                 left = deadline - time.monotonic()
                 if left <= 0:

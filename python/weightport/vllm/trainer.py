@@ -39,7 +39,10 @@ class WeightportTrainerInitInfo(TrainerInitInfo):
     ranks over torch.distributed). ``world_size``: trainer ranks. ``host``: the address vLLM's
     workers reach the coordinator and this rank at. ``keep_versions``: replaced versions every vLLM
     worker keeps, processed, to roll back to (:meth:`WeightportTrainerEngine.rollback`); each costs
-    about the worker's weights in memory."""
+    about the worker's weights in memory. ``quorum`` N > 0: a version commits once every worker
+    still there has it and at least N do (a fleet goes on without an engine that died; 0: every
+    worker or none). ``relay_fanout``: how many workers each receiving worker feeds (1: a chain;
+    0: the trainer feeds every worker itself)."""
 
     backend: ClassVar[str] = "weightport"
     coordinator: str = "127.0.0.1:0"
@@ -51,6 +54,8 @@ class WeightportTrainerInitInfo(TrainerInitInfo):
     timeout: float = 120.0
     secret: bytes | None = None  # default: 32 random bytes from rank 0
     keep_versions: int = 0
+    quorum: int = 0
+    relay_fanout: int = 1
 
     def __post_init__(self):
         # The bounds the Publisher and the CLI use, checked before any worker hears of them.
@@ -58,6 +63,8 @@ class WeightportTrainerInitInfo(TrainerInitInfo):
         self.chunk_bytes = _options.whole("chunk_bytes", self.chunk_bytes)
         self.timeout = _options.number("timeout", self.timeout)
         self.keep_versions = _options.whole("keep_versions", self.keep_versions)
+        self.quorum = _options.whole("quorum", self.quorum)
+        self.relay_fanout = _options.whole("relay_fanout", self.relay_fanout)
         _options.coordinator(self.coordinator)
 
 
@@ -120,7 +127,8 @@ class WeightportTrainerEngine(TrainerWeightTransferEngine[WeightportTrainerInitI
         publisher = Publisher(init_info.coordinator, secret=secret,
                               rank=rank, world_size=world, host=init_info.host,
                               transport=init_info.transport, chunk_bytes=init_info.chunk_bytes,
-                              timeout=init_info.timeout)
+                              timeout=init_info.timeout, quorum=init_info.quorum,
+                              relay_fanout=init_info.relay_fanout)
         coordinator = _share(publisher.coordinator if rank == 0 else None, world)
         if rank != 0:  # other ranks were created before rank 0's port was known: reconnect to it
             publisher._args.coordinator = coordinator
@@ -253,15 +261,21 @@ class FleetClient:
     swaps, so the fleet serves one version: an engine that cannot take it fails the update for all,
     with nothing swapped anywhere. The calls go to the engines at once, each on its own thread."""
 
-    def __init__(self, clients: list[Any]):
+    def __init__(self, clients: list[Any], min_replicas: int | None = None):
         if not clients:
             raise ValueError("weightport fleet: at least one engine's client is needed")
         self.clients = list(clients)
+        # None: every engine or none. k: an engine that cannot be reached (its client fails to
+        # connect or times out) is dropped from the fleet while at least k remain; give the
+        # trainer a quorum too, so versions commit without its workers.
+        self.min_replicas = len(self.clients) if min_replicas is None else _options.whole("replicas", min_replicas)
+        self.lost: dict[int, str] = {}  # replica -> why it was dropped
 
-    def _each(self, call, *per_client_args) -> None:
-        """Runs call(client, i) for every client at once; raises the first error (by client order),
-        naming the replica, after all have returned."""
-        errors: list[BaseException | None] = [None] * len(self.clients)
+    def _each(self, call) -> None:
+        """Runs call(client, i) for every engine still in the fleet at once; drops an unreachable
+        one while enough remain, else raises the first error (by replica), naming the replica."""
+        live = [i for i in range(len(self.clients)) if i not in self.lost]
+        errors: dict[int, BaseException] = {}
 
         def one(i):
             try:
@@ -269,15 +283,25 @@ class FleetClient:
             except BaseException as e:  # carried to the caller's thread below
                 errors[i] = e
 
-        threads = [threading.Thread(target=one, args=(i,), name=f"weightport-fleet-{i}")
-                   for i in range(len(self.clients))]
+        threads = [threading.Thread(target=one, args=(i,), name=f"weightport-fleet-{i}") for i in live]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        for i, e in enumerate(errors):
-            if e is not None:
-                raise type(e)(f"replica {i} of {len(self.clients)}: {e}") from e
+        unreachable = [i for i in sorted(errors) if _unreachable(errors[i])]
+        if unreachable and len(live) - len(unreachable) >= self.min_replicas and len(unreachable) == len(errors):
+            for i in unreachable:
+                self.lost[i] = str(errors[i])[:300]
+                logger.warning("weightport fleet: replica %d of %d cannot be reached, dropped (%d left): %s",
+                               i, len(self.clients), len(live) - len(unreachable), self.lost[i])
+            return
+        for i in sorted(errors):
+            message = f"replica {i} of {len(self.clients)}: {errors[i]}"
+            try:
+                named = type(errors[i])(message)
+            except Exception:  # a type that wants other arguments: the message still names the replica
+                named = RuntimeError(message)
+            raise named from errors[i]
 
     def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
         n = len(self.clients)
@@ -303,6 +327,14 @@ class FleetClient:
 
     def finish_weight_update(self, weight_version: str | None = None) -> None:
         self._each(lambda c, i: c.finish_weight_update(weight_version))
+
+
+def _unreachable(error: BaseException) -> bool:
+    """Whether a client's call failed to reach its engine (refused, reset, timed out), as opposed to
+    the engine answering with an error."""
+    if isinstance(error, (ConnectionError, TimeoutError)):
+        return True
+    return any(c.__name__ in ("ConnectionError", "Timeout") for c in type(error).__mro__)  # requests'
 
 
 class LLMWeightSyncClient:
