@@ -72,3 +72,66 @@ def test_two_replicas_share_one_copy_and_a_dead_one_is_dropped(tmp_path):
         assert list(fleet.lost) == [1], fleet.lost
         next_version(4, servers[:1])  # and the fleet goes on without it
         sync.shutdown()
+
+
+class FakeEngine:
+    """A sync client that records its calls; `fail` maps a call name to the exception it raises."""
+
+    def __init__(self, fail=None):
+        self.calls, self.fail = [], fail or {}
+
+    def _call(self, name, *args):
+        self.calls.append((name, *args))
+        if name in self.fail:
+            raise self.fail[name]
+
+    def init_weight_transfer_engine(self, info):
+        self._call("init", info.get("replica"), info.get("replicas"))
+
+    def start_weight_update(self):
+        self._call("start")
+
+    def update_weights(self, info):
+        self._call("check" if info.get("check_only") else "update", info["version"])
+
+    def finish_weight_update(self, weight_version=None):
+        self._call("finish", weight_version)
+
+    def shutdown_weight_transfer_engine(self):
+        self._call("shutdown")
+
+
+def test_a_fleet_numbers_its_engines_and_none_swaps_unless_all_have_the_version():
+    from weightport.vllm import FleetClient
+
+    good, refusing = FakeEngine(), FakeEngine({"check": ValueError("version 3 is not built")})
+    fleet = FleetClient([good, refusing])
+    fleet.init_weight_transfer_engine({"coordinator": "x"})
+    assert good.calls[0] == ("init", 0, 2) and refusing.calls[0] == ("init", 1, 2)
+    with pytest.raises(ValueError, match="replica 1 of 2: version 3 is not built"):
+        fleet.update_weights({"version": 3})
+    assert ("update", 3) not in good.calls and ("finish", None) in good.calls  # checked, closed, not swapped
+
+
+def test_an_unreachable_engine_is_dropped_only_while_enough_remain():
+    from weightport.errors import Error
+    from weightport.vllm import FleetClient
+
+    def fleet_of(min_replicas):
+        return FleetClient([FakeEngine(), FakeEngine({"check": ConnectionRefusedError("refused")})],
+                           min_replicas=min_replicas)
+
+    tolerant = fleet_of(1)
+    tolerant.update_weights({"version": 2})
+    assert list(tolerant.lost) == [1] and ("update", 2) in tolerant.clients[0].calls
+    tolerant.finish_weight_update("2")
+    assert ("finish", "2") not in tolerant.clients[1].calls  # dropped: not called again
+    with pytest.raises(ConnectionError, match="replica 1 of 2"):
+        fleet_of(None).update_weights({"version": 2})  # every engine or none
+
+    class Odd(Exception):  # an exception type that cannot be rebuilt from a message alone
+        def __init__(self, a, b):
+            super().__init__(f"{a} {b}")
+
+    with pytest.raises(Error, match="replica 0 of 1: odd thing"):
+        FleetClient([FakeEngine({"start": Odd("odd", "thing")})]).start_weight_update()

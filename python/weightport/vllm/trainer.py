@@ -23,7 +23,7 @@ import torch
 
 from vllm.distributed.weight_transfer.base import TrainerInitInfo, TrainerWeightTransferEngine
 
-from .. import _options
+from .. import _options, errors
 from ..publisher import Publisher
 from .._tensors import dtype_name, named_tensors
 from .plugin import register
@@ -118,7 +118,7 @@ class WeightportTrainerEngine(TrainerWeightTransferEngine[WeightportTrainerInitI
         if rank == 0:
             try:
                 client.init_weight_transfer_engine({"tensors": tensors})
-            except BaseException as e:
+            except Exception as e:
                 checked = f"vLLM refused the trainer's checkpoint: {e}"
         checked = _share(checked, world)
         if checked is not None:
@@ -135,7 +135,7 @@ class WeightportTrainerEngine(TrainerWeightTransferEngine[WeightportTrainerInitI
         ready = ReadyListener(init_info.host, secret) if rank == 0 else None
         engine = cls(client=client, source=source, is_sender=rank == 0, publisher=publisher, info=init_info,
                      ready=ready)
-        joined: list[BaseException] = []
+        joined: list[Exception] = []
 
         def init_workers():
             try:
@@ -143,7 +143,7 @@ class WeightportTrainerEngine(TrainerWeightTransferEngine[WeightportTrainerInitI
                     "coordinator": coordinator, "secret_hex": secret.hex(), "tensors": tensors,
                     "transport": init_info.transport, "delta": init_info.delta, "timeout": init_info.timeout,
                     "notify": ready.address, "keep_versions": init_info.keep_versions})
-            except BaseException as e:
+            except Exception as e:  # raised on the caller's thread once the join returns
                 joined.append(e)
 
         rpc = threading.Thread(target=init_workers, name="weightport-init-workers") if rank == 0 else None
@@ -211,7 +211,7 @@ class WeightportTrainerEngine(TrainerWeightTransferEngine[WeightportTrainerInitI
         not keep it refuses before any swaps (rank 0 only; nothing moves, the trainer's publisher is
         not involved). The next version sent must be newer than the one rolled back from."""
         if not self.is_sender:
-            raise RuntimeError("weightport trainer: rollback is called on rank 0, which drives vLLM")
+            raise errors.FailedPrecondition("weightport trainer: rollback is called on rank 0, which drives vLLM")
         rollback_fleet(self.client, version, self.info.timeout)
         return {"version": version, "rolled_back_from": self.version}
 
@@ -243,7 +243,7 @@ def rollback_fleet(client: Any, version: int, timeout: float = 120.0) -> float:
     except BaseException:
         try:  # closes the session on the workers that passed the check; they have nothing to swap
             client.finish_weight_update()
-        except BaseException:  # the workers that refused have closed theirs already
+        except Exception:  # the workers that refused have closed theirs already
             pass
         raise
     client.update_weights(info)
@@ -275,33 +275,33 @@ class FleetClient:
         """Runs call(client, i) for every engine still in the fleet at once; drops an unreachable
         one while enough remain, else raises the first error (by replica), naming the replica."""
         live = [i for i in range(len(self.clients)) if i not in self.lost]
-        errors: dict[int, BaseException] = {}
+        failed: dict[int, Exception] = {}
 
         def one(i):
             try:
                 call(self.clients[i], i)
-            except BaseException as e:  # carried to the caller's thread below
-                errors[i] = e
+            except Exception as e:  # carried to the caller's thread below
+                failed[i] = e
 
         threads = [threading.Thread(target=one, args=(i,), name=f"weightport-fleet-{i}") for i in live]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        unreachable = [i for i in sorted(errors) if _unreachable(errors[i])]
-        if unreachable and len(live) - len(unreachable) >= self.min_replicas and len(unreachable) == len(errors):
+        unreachable = [i for i in sorted(failed) if _unreachable(failed[i])]
+        if unreachable and len(live) - len(unreachable) >= self.min_replicas and len(unreachable) == len(failed):
             for i in unreachable:
-                self.lost[i] = str(errors[i])[:300]
+                self.lost[i] = str(failed[i])[:300]
                 logger.warning("weightport fleet: replica %d of %d cannot be reached, dropped (%d left): %s",
                                i, len(self.clients), len(live) - len(unreachable), self.lost[i])
             return
-        for i in sorted(errors):
-            message = f"replica {i} of {len(self.clients)}: {errors[i]}"
+        for i in sorted(failed):
+            message = f"replica {i} of {len(self.clients)}: {failed[i]}"
             try:
-                named = type(errors[i])(message)
+                named = type(failed[i])(message)
             except Exception:  # a type that wants other arguments: the message still names the replica
-                named = RuntimeError(message)
-            raise named from errors[i]
+                named = errors.Error(message)
+            raise named from failed[i]
 
     def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
         n = len(self.clients)
@@ -319,7 +319,7 @@ class FleetClient:
         except BaseException:
             try:  # nothing was taken for the swap: this only ends each engine's update session
                 self.finish_weight_update()
-            except BaseException:
+            except Exception:
                 pass
             raise
         if not update_info.get("check_only"):
@@ -329,7 +329,7 @@ class FleetClient:
         self._each(lambda c, i: c.finish_weight_update(weight_version))
 
 
-def _unreachable(error: BaseException) -> bool:
+def _unreachable(error: Exception) -> bool:
     """Whether a client's call failed to reach its engine (refused, reset, timed out), as opposed to
     the engine answering with an error."""
     if isinstance(error, (ConnectionError, TimeoutError)):

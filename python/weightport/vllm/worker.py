@@ -36,6 +36,7 @@ from .shadow import FreshSet, copy_runs, post_process, snapshot, swap_in
 
 logger = init_logger("vllm.weightport")  # under vLLM's logger: its handlers and level
 
+_JOIN_TIMEOUT_S = 30.0  # how long shutdown waits for the build thread (a build takes seconds)
 _TORCH_TO_WP = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16",
                 torch.float8_e4m3fn: "f8e4m3"}
 
@@ -116,7 +117,7 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
         self._stop = threading.Event()
         self._lock = threading.Condition()
         self._prepared: _Prepared | None = None
-        self._error: BaseException | None = None
+        self._error: Exception | None = None
         self._pending: _Prepared | None = None  # taken by update_weights: the swap reads the fresh set
         self._fresh: FreshSet | None = None
         self._keep_versions = 0
@@ -152,6 +153,9 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
         if not init_info.coordinator:
             return
         self.shutdown()
+        if self._thread is not None:
+            raise errors.FailedPrecondition("weightport: the previous session's build thread is still running; "
+                                            "try init_weight_transfer_engine again once it has stopped")
         # A new trainer numbers its versions afresh: what was kept, or rolled back from, was numbered
         # by the one before (roll back before a new trainer joins).
         self._keep_versions = max(0, int(init_info.keep_versions))
@@ -182,7 +186,7 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
 
     def start_weight_update(self) -> None:
         if self._sub is None:
-            raise RuntimeError("weightport: init_weight_transfer_engine was not called")
+            raise errors.FailedPrecondition("weightport: init_weight_transfer_engine was not called")
         self._release_pending()
 
     def _release_pending(self, adopted: list[torch.Tensor] = ()) -> None:
@@ -215,7 +219,7 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
                                  f"version to apply must be newer than {self._rolled_back_from}")
             while True:
                 if self._error is not None:
-                    raise RuntimeError(f"weightport: version {update_info.version} cannot be applied: "
+                    raise errors.FailedPrecondition(f"weightport: version {update_info.version} cannot be applied: "
                                        f"{self._error}") from self._error
                 if self._prepared is not None and self._prepared.version >= update_info.version:
                     if not update_info.check_only:
@@ -223,7 +227,7 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
                     return
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError(f"weightport: version {update_info.version} was not committed "
+                    raise errors.Timeout(f"weightport: version {update_info.version} was not committed "
                                        f"within {update_info.timeout:.0f} s (newest committed: "
                                        f"{self._sub.live_version if self._sub else 0})")
                 self._lock.wait(min(left, 0.5))
@@ -294,8 +298,12 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
     def shutdown(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
+            self._thread.join(timeout=_JOIN_TIMEOUT_S)
+            if self._thread.is_alive():  # kept: a new session must not start beside it
+                logger.warning("weightport: the build thread did not stop within %.0f s (a build in "
+                               "progress); a new trainer cannot join until it has", _JOIN_TIMEOUT_S)
+            else:
+                self._thread = None
         if self._sub is not None:
             self._sub.close()
             self._sub = None
@@ -328,7 +336,7 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
                 seconds = fresh.prepare(dict(self.model.named_modules()))
             logger.info("weightport: %.0f MiB to build versions into, prepared in %.2f s",
                         fresh.nbytes / 2**20, seconds)
-        except BaseException as e:
+        except Exception as e:  # recorded: the next update_weights raises it
             logger.exception("weightport: preparing the memory to build versions into failed")
             self._fail(e)
             return
@@ -338,7 +346,7 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
                 sub.wait(built + 1, timeout=0.5)
             except errors.Timeout:
                 continue
-            except BaseException as e:  # the session ended (the trainer went away): say so at receive
+            except Exception as e:  # the session ended (the trainer went away): say so at receive
                 self._fail(e)
                 return
             if not self._claim_fresh_set():
@@ -349,7 +357,7 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
                     shadows, alloc_s, copy_s, process_s = self._build(pin.tensors)
                     version = pin.version
                 prepared = _Prepared(version, shadows, time.perf_counter() - t0, copy_s, process_s, alloc_s)
-            except BaseException as e:
+            except Exception as e:
                 logger.exception("weightport: building a received version failed")
                 self._fail(e)
                 return
@@ -373,7 +381,7 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
                 self._prepared = None
             return True
 
-    def _fail(self, error: BaseException) -> None:
+    def _fail(self, error: Exception) -> None:
         """Ends the background thread's session: the next update_weights raises `error`."""
         with self._lock:
             self._error = error
