@@ -66,19 +66,6 @@ def measure(worker, metas, placement_file):
             "runs": len(placement.runs), "fallback": len(placement.fallback), "tensors": len(placement.boxes)}
 
 
-def checkpoint_metas(model_dir: str) -> list:
-    from safetensors import safe_open
-
-    out = []
-    for name in sorted(os.listdir(model_dir)):
-        if name.endswith(".safetensors"):
-            with safe_open(os.path.join(model_dir, name), "pt") as f:
-                for key in f.keys():
-                    t = f.get_slice(key)
-                    out.append([key, list(t.get_shape()), "f32"])
-    return out
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", help="a Hugging Face model directory (default: a random Llama)")
@@ -90,7 +77,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     from vllm import LLM
-    from tiny_models import make_model
+    from tiny_models import checkpoint_metas, make_model
 
     with tempfile.TemporaryDirectory(prefix="wp-dryrun-") as tmp:
         model_dir = a.model

@@ -88,7 +88,14 @@ def test_a_sync_shares_its_link_and_yields_under_a_cap_or_a_priority(tmp_path, p
     if how == "cap":
         assert mbit >= 0.6 * RATE_MBIT, mbit
         assert sub["fetch_s"] >= 0.9 * version["bytes"] * 8 / (cap_gbps * 1e9), sub
-    elif how == "background":
+    else:
+        assert_share(how == "background", fetched, mbit)
+
+
+def assert_share(background, fetched, mbit):
+    """A background sync yielded and left the competing flow at least 75% of the link; a normal one
+    never yielded and left it at least a quarter (a fair share is half)."""
+    if background:
         assert fetched["yields"] >= 1, fetched
         assert mbit >= 0.75 * RATE_MBIT, mbit
     else:
@@ -142,9 +149,4 @@ def test_a_plan_destination_of_background_priority_yields_to_a_competing_flow(tm
           f"{fetched['seconds']:.2f} s, yielded {fetched['yields']} time(s); outlasted the flow: {outlasted}")
     assert fetched["verified"], fetched
     assert outlasted, "the version landed before the competing flow ended: the two did not share the link"
-    if priority == "background":
-        assert fetched["yields"] >= 1, fetched
-        assert mbit >= 0.75 * RATE_MBIT, mbit
-    else:
-        assert fetched["yields"] == 0, fetched
-        assert mbit >= 0.25 * RATE_MBIT, mbit
+    assert_share(priority == "background", fetched, mbit)

@@ -244,10 +244,7 @@ def test_the_dry_run_learns_fused_parameters_within_the_workers_weights(llm, big
     # One tensor at a time: q, k and v land in one fused parameter from three dry runs.
     import math
 
-    from safetensors import safe_open
-
-    with safe_open(os.path.join(big_dense, "model.safetensors"), "pt") as f:
-        metas = [[k, list(f.get_slice(k).get_shape()), "f32"] for k in f.keys()]
+    metas = tiny_models.checkpoint_metas(big_dense)
     (got,) = llm.collective_rpc(_placement_and_peak, args=(metas,))
     weights = sum(4 * math.prod(shape) for _, shape, _ in metas)
     assert got["boxes"] == len(metas) and got["fallback"] == 0

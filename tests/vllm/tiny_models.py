@@ -71,6 +71,19 @@ def make_model(kind: str, path: str, hidden: int = 128, layers: int = 2, vocab: 
     return path
 
 
+def checkpoint_metas(path: str) -> list[list]:
+    """[[name, shape, "f32"], ...] of every tensor in the model directory's safetensors files (the
+    float32 models made here), as the vLLM backend's init info carries them."""
+    from safetensors import safe_open
+
+    out = []
+    for name in sorted(os.listdir(path)):
+        if name.endswith(".safetensors"):
+            with safe_open(os.path.join(path, name), "pt") as f:
+                out += [[key, list(f.get_slice(key).get_shape()), "f32"] for key in f.keys()]
+    return out
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("kind", choices=["dense", "llama", "moe"])

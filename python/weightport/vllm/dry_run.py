@@ -73,10 +73,9 @@ class Recorder:
     loaders to know which parameter a failing load was for, which stand-ins a pass wrote and each
     call for replay, and puts the live parameters back."""
 
-    def __init__(self, model: torch.nn.Module, templates: dict, bind: Callable):
-        self.model = model
+    def __init__(self, model: torch.nn.Module, templates: dict, dress: Callable):
         self.templates = templates
-        self.bind = bind  # (tensor, template, layer) -> the tensor with the template's attributes
+        self.dress = dress  # (tensor, template, layer) -> the tensor as a parameter like the template's
         self.modules = dict(model.named_modules())
         self.saved: dict[str, dict[str, Any]] = {}
         self.by_group: dict[Any, torch.Tensor] = {}
@@ -95,9 +94,7 @@ class Recorder:
             rec = self.by_group.get(tpl.group)
             if rec is None:
                 rec, m = _lazy_zeros(tpl.shape)
-                rec.__class__ = tpl.like.__class__
-                rec.requires_grad_(False)
-                rec = self.bind(rec, tpl, layer)
+                rec = self.dress(rec, tpl, layer)
                 loader = getattr(rec, "weight_loader", default_weight_loader)
                 rec.weight_loader = self._wrap(lname, pname, tpl.group, loader)
                 self.by_group[tpl.group] = rec
@@ -136,13 +133,10 @@ class Recorder:
         return read(self.by_group[group], reading, self.maps.get(group))
 
     def clear(self, groups) -> None:
-        """Zeroes the stand-ins of `groups` and gives their pages back."""
+        """Zeroes the stand-ins of `groups` and gives their pages back (an empty one has none)."""
         for g in groups:
-            m = self.maps.get(g)
-            if m is not None:
-                m.madvise(mmap.MADV_DONTNEED)
-            else:
-                self.by_group[g].data.zero_()
+            if g in self.maps:
+                self.maps[g].madvise(mmap.MADV_DONTNEED)
 
     def remove(self) -> None:
         for lname, params in self.saved.items():

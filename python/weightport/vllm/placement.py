@@ -126,15 +126,18 @@ def _templates(model: torch.nn.Module) -> dict[tuple[str, str], ParamTemplate]:
     return out
 
 
-def fresh_tensor(template: ParamTemplate, layer: torch.nn.Module, dtype: torch.dtype | None = None,
-                 device: torch.device | str = "cpu", fill: float | None = None) -> torch.Tensor:
+def fresh_tensor(template: ParamTemplate, layer: torch.nn.Module, device: torch.device | str = "cpu",
+                 fill: float | None = None) -> torch.Tensor:
     """A new tensor of the template's layout with its class and attributes (weight loaders bound to
     `layer`), the way vLLM materializes a layer for reloading."""
-    from vllm.model_executor.model_loader.reload.sanitize import restore_layer_refs
+    t = (torch.full(template.shape, fill, dtype=template.dtype, device=device) if fill is not None
+         else torch.empty(template.shape, dtype=template.dtype, device=device))
+    return as_parameter(t, template, layer)
 
-    dt = dtype or template.dtype
-    t = (torch.full(template.shape, fill, dtype=dt, device=device) if fill is not None
-         else torch.empty(template.shape, dtype=dt, device=device))
+
+def as_parameter(t: torch.Tensor, template: ParamTemplate, layer: torch.nn.Module) -> torch.Tensor:
+    """`t` (of the template's shape) made a parameter like the template's: its class, no grad, its
+    attributes with the weight loaders bound to `layer`."""
     t.__class__ = template.like.__class__
     t.requires_grad_(False)
     return bind_to_layer(t, template, layer)
@@ -250,7 +253,7 @@ def learn_placement(model: torch.nn.Module, metas: list[TensorMeta]) -> ModelPla
     a time) and returns the placement; raises :class:`PlacementError` naming the tensor and the
     parameter the model's loader refused."""
     templates = _templates(model)
-    rec = Recorder(model, templates, bind_to_layer)
+    rec = Recorder(model, templates, as_parameter)
     keys_of: dict[Any, list[tuple[str, str]]] = {}
     for key, t in templates.items():
         keys_of.setdefault(t.group, []).append(key)

@@ -117,12 +117,6 @@ class ReadyListener:
             self._cond.notify_all()
         return rank
 
-    @property
-    def gone(self) -> set[int]:
-        """Worker ranks whose notice connection closed and did not come back."""
-        with self._cond:
-            return set(self._gone)
-
     def wait(self, version: int, timeout: float) -> bool:
         """Whether every worker still there has built `version` (or newer) within `timeout` seconds:
         one whose connection closed (its engine died) is not waited for."""

@@ -103,6 +103,7 @@ class WeightportTrainerEngine(TrainerWeightTransferEngine[WeightportTrainerInitI
         self._ready_heard = ready is not None
         self.version = 0
         self.reports: list[dict[str, Any]] = []
+        self._plan_egress: dict[str, int] | None = None  # the plan's, read once (it never changes)
 
     @classmethod
     def trainer_init(cls, init_info: WeightportTrainerInitInfo, *, client, source=None):
@@ -200,7 +201,7 @@ class WeightportTrainerEngine(TrainerWeightTransferEngine[WeightportTrainerInitI
     def _egress(self) -> dict[str, int]:
         """What a whole version moves by the plan: ``source_bytes`` from the trainer's ranks and
         ``relayed_bytes`` from one vLLM worker to another (a fleet's replicas feed each other)."""
-        if not hasattr(self, "_plan_egress"):
+        if self._plan_egress is None:
             service = getattr(self.publisher, "_service", None)
             text = service.plan_json() if service is not None else ""
             self._plan_egress = plan_egress(text) if text else {}

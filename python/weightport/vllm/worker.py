@@ -167,8 +167,7 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
                 placement.templates,
                 make=lambda tpl, layer: fresh_tensor(tpl, layer, device=device, fill=0.0 if tpl.zero else None),
                 rebind=bind_to_layer)
-        rank, world = self._subscriber_rank()
-        rank, world = init_info.replica * world + rank, init_info.replicas * world  # a fleet's engines in turn
+        rank, world = self._subscriber_rank(init_info.replica, init_info.replicas)
         fake = [(name, torch.empty(1, dtype=placement.dtypes[name]).expand(*box[2]))
                 for name, box in placement.boxes.items()]
         sub = Subscriber(init_info.coordinator, secret=bytes.fromhex(init_info.secret_hex), rank=rank,
@@ -219,8 +218,8 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
                                  f"version to apply must be newer than {self._rolled_back_from}")
             while True:
                 if self._error is not None:
-                    raise errors.FailedPrecondition(f"weightport: version {update_info.version} cannot be applied: "
-                                       f"{self._error}") from self._error
+                    raise errors.FailedPrecondition(f"weightport: version {update_info.version} cannot be "
+                                                    f"applied: {self._error}") from self._error
                 if self._prepared is not None and self._prepared.version >= update_info.version:
                     if not update_info.check_only:
                         self._pending = self._prepared
@@ -228,8 +227,8 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise errors.Timeout(f"weightport: version {update_info.version} was not committed "
-                                       f"within {update_info.timeout:.0f} s (newest committed: "
-                                       f"{self._sub.live_version if self._sub else 0})")
+                                         f"within {update_info.timeout:.0f} s (newest committed: "
+                                         f"{self._sub.live_version if self._sub else 0})")
                 self._lock.wait(min(left, 0.5))
 
     def _kept_version(self, version: int) -> _Prepared:
@@ -317,13 +316,16 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
 
     # -- background -------------------------------------------------------------------------------
 
-    def _subscriber_rank(self) -> tuple[int, int]:
+    def _subscriber_rank(self, replica: int, replicas: int) -> tuple[int, int]:
+        """This worker's rank and the world's size: a fleet's engines in turn, within an engine its
+        data-parallel ranks in turn, within those its worker."""
         from vllm.distributed.parallel_state import get_world_group
 
         pc = self.parallel_config
         group = get_world_group()
-        return pc.data_parallel_index * group.world_size + group.rank_in_group, \
-            pc.data_parallel_size * group.world_size
+        engine_world = pc.data_parallel_size * group.world_size
+        rank = pc.data_parallel_index * group.world_size + group.rank_in_group
+        return replica * engine_world + rank, replicas * engine_world
 
     def _prepare_loop(self) -> None:
         from vllm.config import set_current_vllm_config
