@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 from weightport.vllm.placement import Run  # noqa: E402
-from weightport.vllm.shadow import FreshSet, copy_runs, shadow_of, snapshot, swap_in  # noqa: E402
+from weightport.vllm.shadow import FreshSet, copy_runs, retie, shadow_of, snapshot, swap_in  # noqa: E402
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA device here (scripts/gpu-check runs this on one)"))]
@@ -85,7 +85,8 @@ def fresh_set(templates):
 
     def make(tpl, layer):
         made.append(layer)
-        return torch.zeros(tpl.shape) if tpl.zero else torch.empty(tpl.shape)
+        t = torch.zeros(tpl.shape) if tpl.zero else torch.empty(tpl.shape)
+        return torch.nn.Parameter(t, requires_grad=False)  # as vLLM's parameters are
 
     def rebind(t, tpl, layer):
         bound.append(layer)
@@ -116,9 +117,9 @@ def test_a_tensor_a_swap_made_live_leaves_the_set():
     fs, made, _ = fresh_set({("b", "weight"): Template((2, 8), "bw")})  # a layout the live one lacks
     fs.prepare(live)
     shadows, fresh, _ = fs.shadows(live)
-    adopted = swap_in(live["b"], shadows["b"], set())
-    assert adopted == [fresh[("b", "weight")]] and live["b"].weight is fresh[("b", "weight")]
-    fs.release(adopted)
+    replaced = swap_in(live["b"], shadows["b"], set())
+    assert [new for new, _ in replaced] == [fresh[("b", "weight")]] and live["b"].weight is fresh[("b", "weight")]
+    fs.release(replaced, recycle=True)  # the replaced live tensor has another layout: not recycled
     _, fresh2, _ = fs.shadows(live)
     assert len(made) == 2 and fresh2[("b", "weight")] is not live["b"].weight, "live memory is never refilled"
     copied_only = {"c": torch.nn.Linear(4, 4, bias=False)}
@@ -126,6 +127,47 @@ def test_a_tensor_a_swap_made_live_leaves_the_set():
     fs2.prepare(copied_only)
     shadows, fresh, _ = fs2.shadows(copied_only)
     assert swap_in(copied_only["c"], shadows["c"], set()) == [], "a same-layout tensor is copied, not adopted"
+
+
+def test_an_eager_swap_replaces_and_the_set_alternates_with_the_live_tensors():
+    live = {"e": torch.nn.Embedding(4, 2), "head": torch.nn.Linear(2, 4, bias=False)}
+    model = torch.nn.ModuleDict(live)
+    live["e"].weight.requires_grad_(False)
+    live["head"].weight = live["e"].weight  # tied outside the shadows (no template for the head)
+    first_live = live["e"].weight
+    fs, made, _ = fresh_set({("e", "weight"): Template((4, 2), "ew")})
+    fs.prepare(live)
+    previous = first_live
+    for version in (1.0, 2.0, 3.0):
+        shadows, fresh, alloc_s = fs.shadows(live)
+        assert version == 1.0 or fresh[("e", "weight")] is previous, "built into the tensor the last swap replaced"
+        building = fresh[("e", "weight")]
+        assert building is not live["e"].weight, "a build never writes the live tensor"
+        building.fill_(version)
+        replaced = swap_in(live["e"], shadows["e"], set(), in_place=False)
+        retie(model, replaced)
+        assert live["e"].weight is building, "replaced, not copied into"
+        assert live["head"].weight is building, "the tie outside the shadows follows the swap"
+        assert torch.equal(live["head"].weight, torch.full((4, 2), version))
+        fs.release(replaced, recycle=True)
+        assert alloc_s == 0.0 and len(made) == 1, "two tensors alternate: nothing allocated per version"
+        previous = replaced[0][1]
+
+
+def test_a_replaced_tensor_that_is_a_view_or_kept_is_not_built_into():
+    base = torch.zeros(8, 2)
+    live = {"e": torch.nn.Embedding(4, 2)}
+    live["e"].weight = torch.nn.Parameter(base[:4], requires_grad=False)  # a view: others may read base
+    fs, made, _ = fresh_set({("e", "weight"): Template((4, 2), "ew")})
+    fs.prepare(live)
+    shadows, _, _ = fs.shadows(live)
+    fs.release(swap_in(live["e"], shadows["e"], set(), in_place=False), recycle=True)
+    fs.shadows(live)
+    assert len(made) == 2, "a view is not recycled: the set allocates again"
+    shadows, _, _ = fs.shadows(live)
+    fs.release(swap_in(live["e"], shadows["e"], set(), in_place=False), recycle=False)  # kept
+    fs.shadows(live)
+    assert len(made) == 3, "a replaced tensor a kept version holds is not recycled"
 
 
 def test_a_snapshot_taken_at_the_swap_puts_the_replaced_version_back():

@@ -54,24 +54,26 @@ def post_process(layer: torch.nn.Module) -> None:
             layer.update_param_tp_status()
 
 
-def _copies_into(cur: torch.Tensor | None, t: torch.Tensor) -> bool:
-    """Whether swap_in copies `t` into the live tensor `cur` (the layout stayed) or replaces it."""
-    return (cur is not None and cur.numel() > 0 and cur.shape == t.shape and cur.dtype == t.dtype
-            and cur.device == t.device)
+def _copies_into(cur: torch.Tensor | None, t: torch.Tensor, in_place: bool = True) -> bool:
+    """Whether swap_in copies `t` into the live tensor `cur` (the layout stayed, and addresses must
+    stay) or replaces it."""
+    return (in_place and cur is not None and cur.numel() > 0 and cur.shape == t.shape
+            and cur.dtype == t.dtype and cur.device == t.device)
 
 
-def snapshot(live: torch.nn.Module, shadow: torch.nn.Module, memo: dict[int, torch.Tensor]) -> torch.nn.Module:
+def snapshot(live: torch.nn.Module, shadow: torch.nn.Module, memo: dict[int, torch.Tensor],
+             in_place: bool = True) -> torch.nn.Module:
     """The state of `live` that swapping `shadow` in overwrites, as a layer swap_in can put back:
     clones of the tensors the swap copies into, the very objects of those it replaces, and every
     attribute as it is now (packed GEMM handles included). `memo`: clones already made, by the id
-    of the live tensor (tied parameters are cloned once)."""
+    of the live tensor (tied parameters are cloned once). `in_place` as for swap_in."""
     kept = copy.copy(live)
     for table in ("_parameters", "_buffers"):
         live_table, shadow_table = getattr(live, table), getattr(shadow, table)
         saved = dict(live_table)
         for name, t in shadow_table.items():
             cur = live_table.get(name)
-            if t is not None and cur is not t and _copies_into(cur, t):
+            if t is not None and cur is not t and _copies_into(cur, t, in_place):
                 if id(cur) not in memo:
                     memo[id(cur)] = cur.detach().clone()
                 saved[name] = memo[id(cur)]
@@ -79,31 +81,54 @@ def snapshot(live: torch.nn.Module, shadow: torch.nn.Module, memo: dict[int, tor
     return kept
 
 
-def swap_in(live: torch.nn.Module, shadow: torch.nn.Module, copied: set[int]) -> list[torch.Tensor]:
-    """Makes `live` compute with `shadow`'s state. A tensor whose layout did not change is copied
-    into the live one (its address stays: CUDA graphs and kernels that cached it hold it, as vLLM's
-    own reload keeps it); any other is replaced, and so are the attributes post-processing set
-    (packed GEMM handles). `copied`: tensors already copied (tied parameters are copied once).
-    Returns the shadow's tensors that are now live themselves (the replaced ones)."""
-    adopted = []
+def swap_in(live: torch.nn.Module, shadow: torch.nn.Module, copied: set[int],
+            in_place: bool = True) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+    """Makes `live` compute with `shadow`'s state. With `in_place` a tensor whose layout did not
+    change is copied into the live one (its address stays: CUDA graphs and compiled code that
+    cached it hold it, as vLLM's own reload keeps it); any other is replaced, and so are the
+    attributes post-processing set (packed GEMM handles). Without `in_place` (a model run eagerly,
+    where nothing caches an address) every tensor is replaced: the pause is a few assignments.
+    `copied`: tensors already copied (tied parameters are copied once). Returns, per tensor
+    replaced, (the shadow's tensor now live, the live tensor it replaced or None)."""
+    replaced = []
     for table in ("_parameters", "_buffers"):
         live_table, shadow_table = getattr(live, table), getattr(shadow, table)
         for name, t in shadow_table.items():
             cur = live_table.get(name)
             if t is None or cur is t:
                 continue
-            if _copies_into(cur, t):
+            if _copies_into(cur, t, in_place):
                 if id(t) not in copied:
                     cur.data.copy_(t)
                     copied.add(id(t))
             else:
                 live_table[name] = t
-                adopted.append(t)
+                replaced.append((t, cur))
     state = live.__dict__
     for key, value in shadow.__dict__.items():
         if key not in ("_parameters", "_buffers") and state.get(key) is not value:
             state[key] = value
-    return adopted
+    return replaced
+
+
+def retie(model: torch.nn.Module, replaced: list[tuple[torch.Tensor, torch.Tensor | None]]) -> None:
+    """Points every other reference the model's modules hold to a replaced tensor at its successor:
+    a parameter tied into a module the shadows do not cover (an output head sharing the embedding)
+    keeps computing with the version that is live."""
+    successor = {id(old): new for new, old in replaced if old is not None}
+    if not successor:
+        return
+    for module in model.modules():
+        for table in (module._parameters, module._buffers):
+            for name, t in table.items():
+                if t is not None and id(t) in successor:
+                    table[name] = successor[id(t)]
+
+
+def _owns_storage(t: torch.Tensor) -> bool:
+    """Whether `t` is the whole of its storage (no view of a larger tensor another module holds)."""
+    return (t.is_contiguous() and t.storage_offset() == 0
+            and t.untyped_storage().nbytes() == t.numel() * t.element_size())
 
 
 class FreshSet:
@@ -163,9 +188,22 @@ class FreshSet:
             fresh[(lname, pname)] = t
         return shadows, fresh, alloc_s
 
-    def release(self, adopted: list[torch.Tensor]) -> None:
-        """Drops the tensors whose memory a swap made live (`adopted`, or views of them)."""
-        live = {t.untyped_storage().data_ptr() for t in adopted if t.numel() > 0}
+    def release(self, replaced: list[tuple[torch.Tensor, torch.Tensor | None]], recycle: bool = False) -> None:
+        """A swap made these set tensors live (pairs of (set tensor now live, the live tensor it
+        replaced), or views of them): each leaves the set. With `recycle` the tensor it replaced,
+        where it has the same layout and nothing else holds it, takes its place, so the next
+        build needs no new memory (two sets alternating)."""
+        by_storage = {}
+        for new, old in replaced:
+            if new.numel() > 0:
+                by_storage.setdefault(new.untyped_storage().data_ptr(), old)
         for group, t in list(self._by_group.items()):
-            if t.untyped_storage().data_ptr() in live:
+            ptr = t.untyped_storage().data_ptr()
+            if ptr not in by_storage:
+                continue
+            old = by_storage[ptr]
+            if (recycle and old is not None and old.shape == t.shape and old.dtype == t.dtype
+                    and old.device == t.device and type(old) is type(t) and _owns_storage(old)):
+                self._by_group[group] = old
+            else:
                 del self._by_group[group]

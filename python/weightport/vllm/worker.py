@@ -32,7 +32,7 @@ from ..layouts import Layout
 from ..subscriber import Subscriber
 from .placement import ModelPlacement, TensorMeta, bind_to_layer, fresh_tensor, learn_placement
 from .ready import ReadyNotifier
-from .shadow import FreshSet, copy_runs, post_process, snapshot, swap_in
+from .shadow import FreshSet, copy_runs, post_process, retie, snapshot, swap_in
 
 logger = init_logger("vllm.weightport")  # under vLLM's logger: its handlers and level
 
@@ -188,11 +188,11 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
             raise errors.FailedPrecondition("weightport: init_weight_transfer_engine was not called")
         self._release_pending()
 
-    def _release_pending(self, adopted: list[torch.Tensor] = ()) -> None:
+    def _release_pending(self, replaced: list = (), recycle: bool = False) -> None:
         """The swap is done (or abandoned): the builder may refill the fresh set."""
         with self._lock:
-            if adopted:
-                self._fresh.release(adopted)
+            if replaced:
+                self._fresh.release(replaced, recycle)
             self._pending = None
             self._lock.notify_all()
 
@@ -247,20 +247,22 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
         t0 = time.perf_counter()
         modules = dict(self.model.named_modules())
         copied: set[int] = set()
-        adopted: list[torch.Tensor] = []
+        replaced: list = []
         keep = self._keep_versions > 0 and not pending.rollback and bool(pending.shadows)
         kept: dict[str, torch.nn.Module] = {}
         memo: dict[int, torch.Tensor] = {}
         keep_s = 0.0
+        in_place = self._swaps_in_place
         try:
             for lname, shadow in pending.shadows.items():
                 if keep:
                     k0 = time.perf_counter()
-                    kept[lname] = snapshot(modules[lname], shadow, memo)
+                    kept[lname] = snapshot(modules[lname], shadow, memo, in_place)
                     keep_s += time.perf_counter() - k0
-                adopted += swap_in(modules[lname], shadow, copied)
-        finally:
-            self._release_pending(adopted)
+                replaced += swap_in(modules[lname], shadow, copied, in_place)
+            retie(self.model, replaced)
+        finally:  # a replaced tensor is built into next only where no kept version holds it
+            self._release_pending(replaced, recycle=not keep and not pending.rollback)
         swap_s = time.perf_counter() - t0
         if pending.rollback:
             self._rolled_back(pending.version, swap_s)
@@ -328,6 +330,13 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
         return replica * engine_world + rank, replicas * engine_world
 
     def _prepare_loop(self) -> None:
+        try:
+            self._prepare_versions()
+        except Exception as e:  # anything unforeseen: the next update_weights raises it, by name
+            logger.exception("weightport: the build thread stopped")
+            self._fail(e)
+
+    def _prepare_versions(self) -> None:
         from vllm.config import set_current_vllm_config
 
         built = 0  # version numbers belong to the trainer's session: a new trainer may restart them
@@ -392,6 +401,17 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
     @property
     def _on_device(self) -> bool:
         return self.device.type not in ("cpu", "meta")
+
+    @property
+    def _swaps_in_place(self) -> bool:
+        """Whether the swap must copy into live tensors to keep their addresses: where vLLM
+        compiles the model or captures CUDA graphs, both of which hold them. A model run eagerly
+        reads its parameters from the modules at every step, so the swap replaces them."""
+        from vllm.config import CompilationMode, CUDAGraphMode
+
+        cc = self.vllm_config.compilation_config
+        graphs = self._on_device and cc.cudagraph_mode != CUDAGraphMode.NONE
+        return cc.mode != CompilationMode.NONE or graphs
 
     def _build(self, received: dict[str, torch.Tensor]) -> tuple[dict[str, torch.nn.Module], float, float, float]:
         """Shadow layers holding the received version, post-processed like vLLM's own loading, and
