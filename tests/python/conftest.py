@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 import xdist_groups
-from cli_procs import BIN, Procs, run_testbed
+from cli_procs import BIN, Procs
+from testbed_fixture import testbed  # noqa: F401  (a fixture: pytest finds it here)
 
 # The weightport package as the build lays it out (<build>/python/weightport), unless one is
 # installed (pip install ./python: `make test-package` tests that one).
@@ -38,26 +39,6 @@ def procs():
     p = Procs()
     yield p
     p.stop_all()
-
-
-@pytest.fixture
-def testbed():
-    """A function that brings testbed hosts up (`testbed(n, "--rate", "1gbit")`), skipping with the
-    reason where this machine cannot (not root, no iproute2, namespaces refused); every host is
-    taken down when the test ends."""
-    if os.geteuid() != 0:
-        pytest.skip("the testbed needs root (network namespaces, bridges, tc)")
-    if not shutil.which("ip") or not shutil.which("tc"):
-        pytest.skip("the testbed needs iproute2 (ip, tc)")
-
-    def up(n, *shape):
-        r = run_testbed("up", n, *shape, check=False)
-        if r.returncode == 77 or "Operation not permitted" in r.stderr or "Permission denied" in r.stderr:
-            pytest.skip("network namespaces are not available here: " + r.stderr.strip())
-        assert r.returncode == 0, r.stderr
-
-    yield up
-    run_testbed("down", check=False)
 
 
 @pytest.fixture

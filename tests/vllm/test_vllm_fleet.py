@@ -26,40 +26,18 @@ TIMEOUT = 90.0  # the trainer's: how long a version may wait for a replica that 
 def test_two_replicas_share_one_copy_and_a_dead_one_is_dropped(tmp_path):
     import contextlib
 
-    import torch
-    import transformers
-    from vllm.distributed.weight_transfer import HTTPVLLMWeightSyncClient, WeightTransferTrainerFactory
-
-    import trainer_process
-    from serve_process import completion, vllm_server
-    from weightport.vllm import FleetClient, WeightportTrainerInitInfo
+    from fleet_trainer import next_version, start
+    from serve_process import vllm_server
 
     model_dir = tiny_models.make_model("llama", str(tmp_path / "llama"), hidden=256, layers=2, positions=128)
     with contextlib.ExitStack() as stack:
         servers = [stack.enter_context(vllm_server(model_dir, tmp_path / f"serve{i}.log")) for i in range(2)]
-        model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-        fleet = FleetClient([HTTPVLLMWeightSyncClient(s.base, timeout=TIMEOUT) for s in servers], min_replicas=1)
-        sync = WeightTransferTrainerFactory.trainer_init(
-            WeightportTrainerInitInfo(rank=0, timeout=TIMEOUT, quorum=1), client=fleet, source=model)
+        bases = [s.base for s in servers]
+        model, sync, fleet = start(model_dir, bases, timeout=TIMEOUT, min_replicas=1, quorum=1)
         model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-        ids = [1, 5, 9, 14]
-
-        def next_version(version, serving):
-            with torch.no_grad():
-                for p in model.parameters():
-                    p.add_(torch.randn_like(p) * 0.05)
-            report = sync.send_weights(version)
-            print(f"version {version}: {report['bytes']} bytes to the fleet, {report['source_bytes']} from the "
-                  f"trainer, {report['relayed_bytes']} relayed; update {report['update_s']:.2f} s, pause "
-                  f"{report['pause_s']:.3f} s")
-            expect = trainer_process.greedy(model, [ids], 6)[0]
-            for s in serving:
-                assert completion(s.base, model_dir, ids, 6) == expect, s.base
-            return report
-
         for version in (1, 2):
-            report = next_version(version, servers)
-            assert report["built_before_swap"], report
+            report = next_version(model, sync, version, model_dir, bases)
+            assert report["built_before_swap"] and all(report["tokens_match"]), report
         # One copy leaves the trainer; the second replica's comes from the first.
         assert report["source_bytes"] == model_bytes and report["relayed_bytes"] == model_bytes, report
         assert fleet.lost == {}
@@ -67,10 +45,11 @@ def test_two_replicas_share_one_copy_and_a_dead_one_is_dropped(tmp_path):
         os.killpg(servers[1].process.pid, signal.SIGKILL)
         servers[1].process.wait(30)
         started = time.monotonic()
-        report = next_version(3, servers[:1])
+        report = next_version(model, sync, 3, model_dir, bases[:1])
+        assert all(report["tokens_match"]), report
         assert time.monotonic() - started < TIMEOUT / 2, report  # not held for the dead one's timeout
         assert list(fleet.lost) == [1], fleet.lost
-        next_version(4, servers[:1])  # and the fleet goes on without it
+        assert all(next_version(model, sync, 4, model_dir, bases[:1])["tokens_match"])  # the fleet goes on
         sync.shutdown()
 
 
