@@ -2,7 +2,9 @@
 host) behind one weightport.vllm.FleetClient. The trainer sends one copy; the replicas relay it to
 each other; both swap only once both have built, and both then generate the trainer's tokens. Then
 one replica is killed: under a quorum the next version commits to the other, which serves it, and
-the dead one is dropped from the fleet instead of failing every later update."""
+the dead one is dropped from the fleet instead of failing every later update. A replacement started
+late joins the trainer's next session. Without vLLM: how a fleet numbers its engines and which it
+keeps."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ def test_two_replicas_share_one_copy_and_a_dead_one_is_dropped(tmp_path):
 
     from fleet_trainer import next_version, start
     from serve_process import vllm_server
+    from vllm.distributed.weight_transfer import HTTPVLLMWeightSyncClient
 
     model_dir = tiny_models.make_model("llama", str(tmp_path / "llama"), hidden=256, layers=2, positions=128)
     with contextlib.ExitStack() as stack:
@@ -50,6 +53,17 @@ def test_two_replicas_share_one_copy_and_a_dead_one_is_dropped(tmp_path):
         assert time.monotonic() - started < TIMEOUT / 2, report  # not held for the dead one's timeout
         assert list(fleet.lost) == [1], fleet.lost
         assert all(next_version(model, sync, 4, model_dir, bases[:1])["tokens_match"])  # the fleet goes on
+
+        # A replacement comes up late: it joins the trainer's next session, and from then on the
+        # version goes to both (each worker keeps its placement; this version moves whole).
+        late = stack.enter_context(vllm_server(model_dir, tmp_path / "serve-late.log"))
+        fleet.add(HTTPVLLMWeightSyncClient(late.base, timeout=TIMEOUT))
+        started = time.monotonic()
+        sync = sync.reform()
+        print(f"the fleet re-formed with the late replica in {time.monotonic() - started:.2f} s")
+        assert fleet.session == [0, 2] and fleet.lost == {1: fleet.lost[1]}, (fleet.session, fleet.lost)
+        report = next_version(model, sync, 5, model_dir, [bases[0], late.base])
+        assert report["tokens_match"] == [True, True] and report["relayed_bytes"] == model_bytes, report
         sync.shutdown()
 
 
@@ -90,6 +104,26 @@ def test_a_fleet_numbers_its_engines_and_none_swaps_unless_all_have_the_version(
     with pytest.raises(ValueError, match="replica 1 of 2: version 3 is not built"):
         fleet.update_weights({"version": 3})
     assert ("update", 3) not in good.calls and ("finish", None) in good.calls  # checked, closed, not swapped
+
+
+def test_an_engine_down_when_the_trainer_starts_is_left_out_and_joins_a_later_session():
+    from weightport.vllm import FleetClient
+
+    up, down = FakeEngine(), FakeEngine({"init": ConnectionRefusedError("refused")})
+    fleet = FleetClient([FakeEngine(), down, up], min_replicas=2)
+    fleet.init_weight_transfer_engine({"tensors": []})  # the trainer's check: who answers
+    assert fleet.session == [0, 2] and list(fleet.lost) == [1]
+    fleet.init_weight_transfer_engine({"coordinator": "x"})
+    assert up.calls[-1] == ("init", 1, 2), "numbered among the engines in the session"
+    del down.fail["init"]  # it came up; and one more is added
+    added = FakeEngine()
+    assert fleet.add(added) == 3
+    fleet.init_weight_transfer_engine({"tensors": []})
+    fleet.init_weight_transfer_engine({"coordinator": "x"})
+    assert fleet.session == [0, 1, 2, 3] and fleet.lost == {}
+    assert (down.calls[-1], up.calls[-1], added.calls[-1]) == (("init", 1, 4), ("init", 2, 4), ("init", 3, 4))
+    with pytest.raises(ConnectionError, match="replica 0 of 1"):  # every engine or none: nothing is left out
+        FleetClient([FakeEngine({"init": ConnectionRefusedError("refused")})]).init_weight_transfer_engine({})
 
 
 def test_an_unreachable_engine_is_dropped_only_while_enough_remain():

@@ -216,6 +216,17 @@ class WeightportTrainerEngine(TrainerWeightTransferEngine[WeightportTrainerInitI
         rollback_fleet(self.client, version, self.info.timeout)
         return {"version": version, "rolled_back_from": self.version}
 
+    def reform(self) -> "WeightportTrainerEngine":
+        """A new session with the same trainer, source and client: every engine the client reaches
+        now joins it (a fleet's engines added with :meth:`FleetClient.add`, or dropped ones that
+        came back), and versions go on from this one's. Every trainer rank calls it; this engine is
+        shut down. Each worker keeps its learned placement, but starts with nothing received, so the
+        next version moves whole (no delta) and versions kept for a rollback are gone."""
+        self.shutdown()
+        engine = type(self).trainer_init(self.info, client=self.client, source=self.source)
+        engine.version = self.version
+        return engine
+
     def shutdown(self) -> None:
         if self.ready is not None:
             self.ready.close()
@@ -271,11 +282,18 @@ class FleetClient:
         # trainer a quorum too, so versions commit without its workers.
         self.min_replicas = len(self.clients) if min_replicas is None else _options.whole("replicas", min_replicas)
         self.lost: dict[int, str] = {}  # replica -> why it was dropped
+        self.session: list[int] = list(range(len(self.clients)))  # the clients in the trainer's session, in rank order
+
+    def add(self, client: Any) -> int:
+        """Adds an engine (a replica started late, or a replacement): it joins at the trainer's
+        next session (:meth:`WeightportTrainerEngine.reform`). Returns its index in `clients`."""
+        self.clients.append(client)
+        return len(self.clients) - 1
 
     def _each(self, call) -> None:
-        """Runs call(client, i) for every engine still in the fleet at once; drops an unreachable
+        """Runs call(client, i) for every engine still in the session at once; drops an unreachable
         one while enough remain, else raises the first error (by replica), naming the replica."""
-        live = [i for i in range(len(self.clients)) if i not in self.lost]
+        live = [i for i in self.session if i not in self.lost]
         failed: dict[int, Exception] = {}
 
         def one(i):
@@ -305,8 +323,17 @@ class FleetClient:
             raise named from failed[i]
 
     def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
-        n = len(self.clients)
-        self._each(lambda c, i: c.init_weight_transfer_engine({**init_info, "replica": i, "replicas": n}))
+        if not init_info.get("coordinator"):
+            # A trainer's first call (the checkpoint checked, nothing joined): every engine is asked
+            # again, those dropped before included, and the session is those that answer (while at
+            # least min_replicas do), so an engine down or not yet up holds no one back.
+            self.lost, self.session = {}, list(range(len(self.clients)))
+            self._each(lambda c, i: c.init_weight_transfer_engine(init_info))
+            self.session = [i for i in self.session if i not in self.lost]
+            return
+        members = list(self.session)
+        self._each(lambda c, i: c.init_weight_transfer_engine(
+            {**init_info, "replica": members.index(i), "replicas": len(members)}))
 
     def shutdown_weight_transfer_engine(self) -> None:
         self._each(lambda c, i: c.shutdown_weight_transfer_engine())
