@@ -89,6 +89,7 @@ def bench_weightport(llm, params, versions):
         r = sync.send_weights(v)
         phases = {f"worker_{k}": r.get("worker_build", {}).get(k, float("nan")) for k in ("alloc_s", "copy_s", "process_s")}
         rows.append({"update_s": r["update_s"], "pause_s": r["pause_s"], "transfer_s": r["transfer_s"],
+                     "publish_s": r["publish_s"],
                      "build_s": r["build_s"], **phases, "bytes": r["bytes"]})
     sync.shutdown()
     return rows
@@ -181,7 +182,8 @@ def main(argv=None) -> int:
         results[name] = dict(summarize(rows), tokens_match=match, runs=len(rows))
         if not a.json:
             r = results[name]
-            phases = (f"  (transfer {r['transfer_s']:.3f} s, build {r['build_s']:.3f} s: allocation "
+            phases = (f"  (transfer {r['transfer_s']:.3f} s of which the trainer's publish "
+                      f"{r['publish_s']:.3f} s, build {r['build_s']:.3f} s: allocation "
                       f"{r['worker_alloc_s']:.3f}, copies {r['worker_copy_s']:.3f}, processing "
                       f"{r['worker_process_s']:.3f})" if name == "weightport" else "")
             print(f"{name:11s} update {r['update_s']:.3f} s  pause {r['pause_s']:.4f} s  tokens "

@@ -163,13 +163,15 @@ class WeightportTrainerEngine(TrainerWeightTransferEngine[WeightportTrainerInitI
     def send_weights(self, version: int | None = None) -> dict[str, Any]:
         """Publishes the source's current values as `version` (default: the next one) and, on rank 0,
         has vLLM swap them in; returns rank 0's report: version, bytes, update_s (publish to live),
-        transfer_s (publish to committed everywhere), build_s (committed to built by every worker,
+        transfer_s (publish to committed everywhere; of it publish_s: this rank copying its tensors
+        into its send buffer and hashing them), build_s (committed to built by every worker,
         while vLLM may generate), pause_s (the swap calls, during which vLLM does not) and
         worker_build: the slowest worker's seconds per build phase (build_s, alloc_s, copy_s,
         process_s: its whole build, allocating, the box copies, vLLM's post-processing)."""
         version = self.version + 1 if version is None else int(version)
         t0 = time.perf_counter()
         self.publisher.publish(version)
+        t_published = time.perf_counter()
         if not self.is_sender:
             self.publisher.wait(version, self.info.timeout)
             self.version = version
@@ -192,7 +194,8 @@ class WeightportTrainerEngine(TrainerWeightTransferEngine[WeightportTrainerInitI
         t2 = time.perf_counter()
         self.version = version
         report = {"version": version, "bytes": int(outcome.get("bytes", 0)), "update_s": t2 - t0,
-                  "transfer_s": t_commit - t0, "build_s": t1 - t_commit, "pause_s": t2 - t1,
+                  "transfer_s": t_commit - t0, "publish_s": t_published - t0, "build_s": t1 - t_commit,
+                  "pause_s": t2 - t1,
                   "built_before_swap": built, "worker_build": self.ready.phases(version) if built else {},
                   **self._egress()}
         self.reports.append(report)
