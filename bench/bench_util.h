@@ -12,7 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "weightport/core/status.h"
-#include "weightport/transport/fake_transport.h"
+#include "weightport/transport/testing/fake_transport.h"
 
 namespace weightport::bench {
 

@@ -26,7 +26,7 @@
 #include "weightport/engine/rank/plan_rank.h"
 #include "weightport/format/synthetic_model.h"
 #include "weightport/plan/planner.h"
-#include "weightport/transport/fake_transport.h"
+#include "weightport/transport/testing/fake_transport.h"
 #include "weightport/transport/ucx_transport.h"
 
 namespace weightport::bench {

@@ -4,16 +4,17 @@
 # A call to a layer not declared fails to link; an #include of one fails the build before any
 # compile (cmake/check_layers.py, run by the target weightport_layering).
 #
-#   weightport_layer(<path> [RECURSE] [NO_GLOB] [DEPS <path>...] [LIBS <target>...] [SOURCES <file>...])
+#   weightport_layer(<path> [RECURSE] [NO_GLOB] [TESTING] [DEPS <path>...] [LIBS <target>...] [SOURCES <file>...])
 #
 # makes the target weightport_<path with / as _> from src/<path>/*.cc (with RECURSE, its subfolders
 # too; with NO_GLOB, none: SOURCES only; tests and fuzz targets aside) and SOURCES, linked PUBLIC to
-# the DEPS' targets and PRIVATE to LIBS.
+# the DEPS' targets and PRIVATE to LIBS. A TESTING layer (test doubles) stays out of the product
+# target `weightport`: tests and benchmarks link it by name.
 set(WEIGHTPORT_LAYER_TARGETS)
 set(WEIGHTPORT_LAYER_SPEC "")
 
 function(weightport_layer path)
-  cmake_parse_arguments(L "RECURSE;NO_GLOB" "" "DEPS;LIBS;SOURCES" ${ARGN})
+  cmake_parse_arguments(L "RECURSE;NO_GLOB;TESTING" "" "DEPS;LIBS;SOURCES" ${ARGN})
   string(REPLACE "/" "_" name "${path}")
   set(sources)
   if(L_RECURSE)
@@ -36,7 +37,9 @@ function(weightport_layer path)
   endforeach()
   target_compile_definitions(weightport_${name} PUBLIC WEIGHTPORT_VERSION="${PROJECT_VERSION}")
   add_dependencies(weightport_${name} weightport_layering)
-  set(WEIGHTPORT_LAYER_TARGETS ${WEIGHTPORT_LAYER_TARGETS} weightport_${name} PARENT_SCOPE)
+  if(NOT L_TESTING)
+    set(WEIGHTPORT_LAYER_TARGETS ${WEIGHTPORT_LAYER_TARGETS} weightport_${name} PARENT_SCOPE)
+  endif()
   string(REPLACE ";" "," deps_text "${L_DEPS}")
   set(WEIGHTPORT_LAYER_SPEC "${WEIGHTPORT_LAYER_SPEC}${path}:${deps_text}\n" PARENT_SCOPE)
 endfunction()

@@ -1,6 +1,6 @@
 #include <cstring>
 
-#include "transport/transport_util.h"
+#include "weightport/transport/transport_util.h"
 #include "weightport/transport/transport.h"
 
 namespace weightport {

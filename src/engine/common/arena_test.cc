@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "weightport/transport/fake_transport.h"
+#include "weightport/transport/testing/fake_transport.h"
 #include "weightport/transport/progress_loop.h"
 #include "weightport/transport/ucx_transport.h"
 

@@ -6,8 +6,8 @@
 #include <random>
 
 #include "weightport/core/hash.h"
-#include "weightport/transport/fake_transport.h"
-#include "weightport/transport/fault_transport.h"
+#include "weightport/transport/testing/fake_transport.h"
+#include "weightport/transport/testing/fault_transport.h"
 
 // A namespace of its own: the unity build compiles this file together with other tests.
 namespace weightport::fetch_executor_test {

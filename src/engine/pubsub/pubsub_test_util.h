@@ -13,8 +13,8 @@
 #include "weightport/engine/pubsub/coordinator.h"
 #include "weightport/engine/pubsub/publisher.h"
 #include "weightport/engine/pubsub/subscriber.h"
-#include "weightport/transport/fake_transport.h"
-#include "weightport/transport/fault_transport.h"
+#include "weightport/transport/testing/fake_transport.h"
+#include "weightport/transport/testing/fault_transport.h"
 
 namespace weightport::engine_test {
 

@@ -18,8 +18,8 @@
 #include "weightport/kernels/convert.h"
 #include "weightport/plan/planner.h"
 #include "weightport/plan/quantized.h"
-#include "weightport/transport/fake_transport.h"
-#include "weightport/transport/fault_transport.h"
+#include "weightport/transport/testing/fake_transport.h"
+#include "weightport/transport/testing/fault_transport.h"
 
 namespace weightport::plan_rank_test {
 

@@ -15,7 +15,7 @@
 #include "weightport/engine/session/plan_service.h"
 #include "weightport/engine/session/plan_subscriber.h"
 #include "weightport/store/fleet_record.h"
-#include "weightport/transport/fake_transport.h"
+#include "weightport/transport/testing/fake_transport.h"
 
 // A namespace of its own: the unity build compiles this file together with other tests.
 namespace weightport::plan_failover_test {

@@ -12,7 +12,7 @@
 #include "weightport/engine/session/plan_subscriber.h"
 #include "weightport/kernels/convert.h"
 #include "weightport/plan/quantized.h"
-#include "weightport/transport/fake_transport.h"
+#include "weightport/transport/testing/fake_transport.h"
 
 namespace weightport {
 namespace {

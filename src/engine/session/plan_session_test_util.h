@@ -15,8 +15,8 @@
 #include "weightport/engine/session/plan_publisher.h"
 #include "weightport/engine/session/plan_service.h"
 #include "weightport/engine/session/plan_subscriber.h"
-#include "weightport/transport/fake_transport.h"
-#include "weightport/transport/fault_transport.h"
+#include "weightport/transport/testing/fake_transport.h"
+#include "weightport/transport/testing/fault_transport.h"
 
 namespace weightport::plan_session_test {
 

@@ -15,7 +15,7 @@
 #include "weightport/control/plan_messages.h"
 #include "weightport/control/version_messages.h"
 #include "weightport/engine/session/reshard_member.h"
-#include "weightport/transport/fake_transport.h"
+#include "weightport/transport/testing/fake_transport.h"
 
 namespace weightport {
 namespace {

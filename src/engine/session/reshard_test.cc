@@ -13,7 +13,7 @@
 #include "weightport/engine/session/reshard_destination.h"
 #include "weightport/engine/session/reshard_member.h"
 #include "weightport/plan/planner.h"
-#include "weightport/transport/fake_transport.h"
+#include "weightport/transport/testing/fake_transport.h"
 
 namespace weightport {
 namespace {

@@ -2,7 +2,7 @@
 #include <atomic>
 #include <string>
 
-#include "transport/transport_util.h"
+#include "weightport/transport/transport_util.h"
 #include "transport/ucx/ucx_internal.h"
 #include "transport/ucx/ucx_status.h"
 

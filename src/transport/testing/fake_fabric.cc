@@ -1,6 +1,6 @@
 #include <atomic>
 
-#include "transport/fake/fake_fabric.h"
+#include "transport/testing/fake_fabric.h"
 
 namespace weightport {
 namespace {

@@ -14,7 +14,7 @@
 #include <utility>
 
 #include "weightport/core/thread_annotations.h"
-#include "weightport/transport/fake_transport.h"
+#include "weightport/transport/testing/fake_transport.h"
 
 namespace weightport {
 namespace fake_internal {

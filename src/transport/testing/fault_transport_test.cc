@@ -1,4 +1,4 @@
-#include "weightport/transport/fault_transport.h"
+#include "weightport/transport/testing/fault_transport.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "transport/conformance/transport_conformance.h"
-#include "weightport/transport/fake_transport.h"
+#include "weightport/transport/testing/fake_transport.h"
 
 namespace weightport::conformance {
 namespace {

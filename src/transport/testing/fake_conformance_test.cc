@@ -1,6 +1,6 @@
 // The transport conformance suite, run on the in-process fake transport.
 #include "transport/conformance/transport_conformance.h"
-#include "weightport/transport/fake_transport.h"
+#include "weightport/transport/testing/fake_transport.h"
 
 namespace weightport::conformance {
 namespace {

@@ -3,9 +3,9 @@
 #include <deque>
 #include <utility>
 
-#include "transport/fake/fake_fabric.h"
-#include "transport/transport_util.h"
-#include "weightport/transport/fake_transport.h"
+#include "transport/testing/fake_fabric.h"
+#include "weightport/transport/transport_util.h"
+#include "weightport/transport/testing/fake_transport.h"
 
 namespace weightport {
 

@@ -1,6 +1,6 @@
 // Fake-specific behaviour. These tests drive the transports by hand on the test thread (each is
 // still used from one thread only), which makes "when exactly does it complete" observable.
-#include "weightport/transport/fake_transport.h"
+#include "weightport/transport/testing/fake_transport.h"
 
 #include <gtest/gtest.h>
 

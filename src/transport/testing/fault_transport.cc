@@ -1,4 +1,4 @@
-#include "weightport/transport/fault_transport.h"
+#include "weightport/transport/testing/fault_transport.h"
 
 #include <algorithm>
 #include <deque>
@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "transport/transport_util.h"
+#include "weightport/transport/transport_util.h"
 
 namespace weightport {
 
