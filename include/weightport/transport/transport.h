@@ -126,6 +126,14 @@ class Transport {
 
   // Registers [data, data + size) for remote access. One registration per arena, not per tensor.
   virtual Result<std::unique_ptr<MemoryRegion>> Register(void* data, size_t size) = 0;
+  // Memory of `size` bytes that the transport allocates and registers itself, where it can give
+  // peers a cheaper way to it than to memory registered from outside (UCX: memory that same-host
+  // peers map, so that their Get is one memcpy). Unimplemented where it cannot (the default): the
+  // caller then allocates memory of its own and registers it.
+  virtual Result<std::unique_ptr<MemoryRegion>> Allocate(size_t size) {
+    return Unimplemented("transport '" + name() + "' does not allocate memory (" + std::to_string(size) +
+                         " bytes asked): register memory of your own");
+  }
   // Whether Register takes memory of `memory_type` ("host", "cuda": UCX's names) as it is, so that
   // peers' Gets and Puts read and write it there (a GPU's memory: a CUDA-aware UCX).
   virtual bool TakesMemory(std::string_view memory_type) const = 0;

@@ -7,7 +7,6 @@
 #include <cstring>
 #include <string>
 
-#include "weightport/transport/ucx_transport.h"
 
 namespace weightport {
 namespace {
@@ -35,10 +34,10 @@ class MappedRegion final : public MemoryRegion {
 
 Result<std::unique_ptr<MemoryRegion>> AllocateArena(Transport& transport, size_t size, const char* what) {
   if (size == 0) return InvalidArgument(std::string(what) + ": an arena needs at least one byte");
-  auto ucx = UcxAllocate(transport, size);
-  if (ucx.ok()) return std::move(*ucx);
-  if (ucx.status().code() != StatusCode::kInvalidArgument)  // a UCX transport that failed to allocate
-    return ucx.status().WithContext(std::string(what) + ": allocating " + std::to_string(size) + " bytes");
+  auto own = transport.Allocate(size);
+  if (own.ok()) return std::move(*own);
+  if (own.status().code() != StatusCode::kUnimplemented)  // a transport that allocates, and failed to
+    return own.status().WithContext(std::string(what) + ": allocating " + std::to_string(size) + " bytes");
   WP_RETURN_IF_ERROR(CheckMemoryFits(size, false, what));
   void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (data == MAP_FAILED)

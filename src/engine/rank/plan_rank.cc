@@ -15,7 +15,6 @@
 #include "weightport/engine/rank/source_replicas.h"
 #include "weightport/kernels/compress.h"
 #include "weightport/kernels/convert.h"
-#include "weightport/transport/ucx_transport.h"
 
 namespace weightport {
 
@@ -72,14 +71,14 @@ Result<std::unique_ptr<PlanRank>> PlanRank::CreateCompiled(std::shared_ptr<const
   WP_ASSIGN_OR_RETURN(
       raw->arena, loop.Call([raw, end](Transport& t) -> Result<std::unique_ptr<MemoryRegion>> {
         const uint64_t size = std::max<uint64_t>(end, 64);
-        // UCX-allocated memory where the transport is UCX (same-host peers map it: a Get is one memcpy).
+        // The transport's own memory where it allocates (UCX: same-host peers map it, a Get is one memcpy).
         // Elsewhere our own mapping registered as is: the region's own type is what the transport
         // accepts as the local side of a Get (AllocateArena's wrapper is for remote access only).
         // A rank that rotates its keys keeps its memory in a mapping of its own, which each fresh
         // transport registers again (Rekey): the shards never move.
         if (!raw->options.rotate_keys) {
-          auto ucx = UcxAllocate(t, size);
-          if (ucx.ok() || ucx.status().code() != StatusCode::kInvalidArgument) return ucx;
+          auto own = t.Allocate(size);
+          if (own.ok() || own.status().code() != StatusCode::kUnimplemented) return own;
         }
         WP_RETURN_IF_ERROR(CheckMemoryFits(size, false, "plan arena"));
         void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -233,7 +233,7 @@ class UcxTransport final : public Transport {
   void Wake() override;
   void Close() override;
 
-  Result<std::unique_ptr<MemoryRegion>> Allocate(size_t size);
+  Result<std::unique_ptr<MemoryRegion>> Allocate(size_t size) override;
   std::string Describe() const;
 
   // For connections.
