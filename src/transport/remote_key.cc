@@ -1,7 +1,7 @@
 #include <cstring>
 
-#include "weightport/transport/transport_util.h"
 #include "weightport/transport/transport.h"
+#include "weightport/transport/transport_util.h"
 
 namespace weightport {
 

@@ -7,7 +7,6 @@
 #include <cstring>
 #include <string>
 
-
 namespace weightport {
 namespace {
 

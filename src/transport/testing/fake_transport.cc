@@ -4,8 +4,8 @@
 #include <utility>
 
 #include "transport/testing/fake_fabric.h"
-#include "weightport/transport/transport_util.h"
 #include "weightport/transport/testing/fake_transport.h"
+#include "weightport/transport/transport_util.h"
 
 namespace weightport {
 

@@ -2,9 +2,9 @@
 #include <atomic>
 #include <string>
 
-#include "weightport/transport/transport_util.h"
 #include "transport/ucx/ucx_internal.h"
 #include "transport/ucx/ucx_status.h"
+#include "weightport/transport/transport_util.h"
 
 namespace weightport::ucx {
 namespace {
