@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/session/wire_side.h"
 #include "weightport/control/handshake.h"
 #include "weightport/control/joining_peers.h"
 #include "weightport/control/plan_messages.h"
@@ -61,7 +62,7 @@ Result<LayoutOffer> DecodeOffer(const ControlMessage& m, const std::string& peer
     return InvalidArgument(peer + " sent " + std::string(MessageTypeName(m.type)) + ", not LayoutOffer");
   WP_ASSIGN_OR_RETURN(LayoutOfferMsg msg, LayoutOfferMsg::Decode(m.payload));
   LayoutOffer o;
-  o.endpoint = {msg.side == 0 ? PlanSide::kSource : PlanSide::kDestination, static_cast<int>(msg.rank)};
+  o.endpoint = EndpointFromWire(msg.side, msg.rank);
   o.side_ranks = static_cast<int>(msg.side_ranks);
   o.host = msg.host;
   WP_ASSIGN_OR_RETURN(auto json, json_util::Parse(msg.placement_json, RankName(o) + "'s layout"));
@@ -262,9 +263,8 @@ Result<RankPlan> OfferLayout(const std::string& coordinator, const Secret& secre
     return ControlChannel::Connect(coordinator, ReshardName(me), role, secret, time_left);
   });
   if (!channel.ok()) return channel.status().WithContext(me.ToString() + ": connecting to " + coordinator);
-  LayoutOfferMsg msg{static_cast<uint8_t>(me.side == PlanSide::kSource ? 0 : 1),
-                     static_cast<uint32_t>(me.rank), static_cast<uint32_t>(offer.side_ranks), offer.host,
-                     offer.placement.ToJson().dump()};
+  LayoutOfferMsg msg{WireSide(me.side), static_cast<uint32_t>(me.rank),
+                     static_cast<uint32_t>(offer.side_ranks), offer.host, offer.placement.ToJson().dump()};
   WP_RETURN_IF_ERROR((*channel)->Send(msg));
   // The coordinator answers once every rank offered: wait for the whole timeout.
   auto reply = (*channel)->Receive(left());

@@ -7,6 +7,7 @@
 #include <set>
 #include <thread>
 
+#include "engine/session/wire_side.h"
 #include "reshard_coordinator_impl.h"
 #include "weightport/control/handshake.h"
 #include "weightport/control/joining_peers.h"
@@ -99,8 +100,7 @@ Status ReshardCoordinator::WaitForJoins() {
       } else {
         join = *j;
       }
-      const Endpoint ep{join.side == 0 ? PlanSide::kSource : PlanSide::kDestination,
-                        static_cast<int>(join.rank)};
+      const Endpoint ep = EndpointFromWire(join.side, join.rank);
       if (bad.ok() && !expected.count(ep))
         bad = InvalidArgument(ep.ToString() + " is not a rank of the plan");
       if (bad.ok() && joins.count(ep)) bad = AlreadyExists(ep.ToString() + " joined twice");
@@ -178,7 +178,7 @@ Result<CoordinatorRequest> ReshardCoordinator::NextRequest(uint64_t after, milli
 }
 
 void ReshardCoordinator::Finish() {
-  impl_->SendAll(MessageType::kBye, {}, true, true);
+  impl_->SendAll(MessageType::kBye, {}, Impl::Audience::kEveryone);
   std::lock_guard<std::mutex> lock(impl_->pending_mu);
   for (Impl::PendingJoin& p : impl_->pending)
     p.channel->Send(RefusedMsg{"the session ended before " + p.endpoint.ToString() + " could join again"})

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/session/wire_side.h"
 #include "weightport/control/event_queue.h"
 #include "weightport/control/plan_messages.h"
 #include "weightport/control/version_messages.h"
@@ -168,10 +169,10 @@ struct ReshardCoordinator::Impl {
         (committed ? "committed" : "aborted") + "; telling every rank");
     if (!committed) {
       report.reason = "aborted by an earlier coordinator";
-      SendAll(MessageType::kAbort, AbortMsg{version, report.reason}.Encode(), true, true);
+      SendAll(MessageType::kAbort, AbortMsg{version, report.reason}.Encode(), Audience::kEveryone);
       return report;
     }
-    SendAll(MessageType::kCommit, CommitMsg{version}.Encode(), true, true);
+    SendAll(MessageType::kCommit, CommitMsg{version}.Encode(), Audience::kEveryone);
     std::set<Endpoint> destinations;
     for (const auto& [ep, ch] : channels)
       if (ep.side == PlanSide::kDestination && !lost.count(ep)) destinations.insert(ep);
@@ -266,10 +267,13 @@ struct ReshardCoordinator::Impl {
     }
   }
 
-  void SendAll(MessageType type, const Bytes& payload, bool sources, bool destinations,
-               const std::set<Endpoint>& except = {}) {
+  // Who a message to the session's ranks goes to.
+  enum class Audience { kSources, kDestinations, kEveryone };
+
+  void SendAll(MessageType type, const Bytes& payload, Audience to, const std::set<Endpoint>& except = {}) {
     for (auto& [ep, ch] : channels) {
-      const bool want = ep.side == PlanSide::kSource ? sources : destinations;
+      const bool want =
+          to == Audience::kEveryone || (to == Audience::kSources) == (ep.side == PlanSide::kSource);
       // A lost rank shows in its reader.
       if (want && !lost.count(ep) && !except.count(ep)) ch->Send(type, payload).IgnoreError();
     }
@@ -282,9 +286,8 @@ struct ReshardCoordinator::Impl {
     if (!lost.insert(ep).second) return;
     if (ep.side == PlanSide::kSource ? options.replicas.empty() : options.quorum == 0) return;
     Log("reshard: " + ep.ToString() + " is lost; the others go on without it");
-    const PeerLostMsg msg{static_cast<uint8_t>(ep.side == PlanSide::kSource ? 0 : 1),
-                          static_cast<uint32_t>(ep.rank)};
-    SendAll(MessageType::kPeerLost, msg.Encode(), false, true);
+    const PeerLostMsg msg{WireSide(ep.side), static_cast<uint32_t>(ep.rank)};
+    SendAll(MessageType::kPeerLost, msg.Encode(), Audience::kDestinations);
   }
 };
 

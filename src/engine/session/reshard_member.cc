@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "engine/session/wire_side.h"
 #include "weightport/control/handshake.h"
 #include "weightport/control/plan_messages.h"
 #include "weightport/control/version_messages.h"
@@ -14,7 +15,7 @@ Result<std::map<Endpoint, PlanPeer>> DecodePeerTable(ByteView payload) {
   WP_ASSIGN_OR_RETURN(PlanPeersMsg peers, PlanPeersMsg::Decode(payload));
   std::map<Endpoint, PlanPeer> table;
   for (const auto& p : peers.peers) {
-    const Endpoint ep{p.side == 0 ? PlanSide::kSource : PlanSide::kDestination, static_cast<int>(p.rank)};
+    const Endpoint ep = EndpointFromWire(p.side, p.rank);
     WP_ASSIGN_OR_RETURN(RemoteKey key, RemoteKey::Deserialize(p.remote_key, ep.ToString()));
     PlanPeer& peer = table[ep] = PlanPeer{p.transport_address, std::move(key), std::nullopt, p.device_memory};
     if (!p.device_key.empty()) {
@@ -28,12 +29,9 @@ Result<std::map<Endpoint, PlanPeer>> DecodePeerTable(ByteView payload) {
 PlanJoinMsg JoinOf(const PlanRank& rank) {
   const Endpoint me = rank.endpoint();
   const PlanPeer info = rank.peer_info();
-  return PlanJoinMsg{static_cast<uint8_t>(me.side == PlanSide::kSource ? 0 : 1),
-                     static_cast<uint32_t>(me.rank),
-                     rank.plan_digest(),
-                     info.address,
-                     info.key.Serialize(),
-                     info.device_key ? info.device_key->Serialize() : Bytes{},
+  return PlanJoinMsg{WireSide(me.side),    static_cast<uint32_t>(me.rank),
+                     rank.plan_digest(),   info.address,
+                     info.key.Serialize(), info.device_key ? info.device_key->Serialize() : Bytes{},
                      info.device_memory};
 }
 
@@ -51,7 +49,7 @@ Result<std::unique_ptr<ReshardMember>> ReshardMember::Join(const std::string& co
   // A rank joining a running session hears first the ranks it must go around (PeerLost).
   while (reply.type == MessageType::kPeerLost) {
     WP_ASSIGN_OR_RETURN(auto l, PeerLostMsg::Decode(reply.payload));
-    rank.PeerLost({l.side == 0 ? PlanSide::kSource : PlanSide::kDestination, static_cast<int>(l.rank)});
+    rank.PeerLost(EndpointFromWire(l.side, l.rank));
     WP_ASSIGN_OR_RETURN(reply, channel->Receive(timeout));
   }
   if (reply.type == MessageType::kRefused) {
@@ -99,8 +97,7 @@ Result<ReshardMember::Event> ReshardMember::Next(std::chrono::milliseconds timeo
         return Event{Event::kBye, 0, ""};
       case MessageType::kPeerLost: {
         WP_ASSIGN_OR_RETURN(auto l, PeerLostMsg::Decode(m.payload));
-        const Endpoint peer{l.side == 0 ? PlanSide::kSource : PlanSide::kDestination,
-                            static_cast<int>(l.rank)};
+        const Endpoint peer = EndpointFromWire(l.side, l.rank);
         return Event{Event::kPeerLost, 0, "", peer};
       }
       case MessageType::kRekey: {

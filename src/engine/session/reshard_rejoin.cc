@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "engine/session/wire_side.h"
 #include "reshard_coordinator_impl.h"
 #include "weightport/control/handshake.h"
 #include "weightport/control/joining_peers.h"
@@ -54,8 +55,7 @@ void ReshardCoordinator::Impl::AcceptRejoins() {
     } else {
       join = *j;
     }
-    const Endpoint ep{join.side == 0 ? PlanSide::kSource : PlanSide::kDestination,
-                      static_cast<int>(join.rank)};
+    const Endpoint ep = EndpointFromWire(join.side, join.rank);
     if (bad.ok() && !plan_ranks.count(ep))
       bad = InvalidArgument(ep.ToString() + " is not a rank of the plan");
     if (bad.ok() && join.plan_digest != options.plan_digest)
@@ -76,8 +76,7 @@ void ReshardCoordinator::Impl::AcceptRejoins() {
 Status ReshardCoordinator::Impl::SendPeersGone(ControlChannel& channel, const Endpoint& to) const {
   if (to.side != PlanSide::kDestination) return Status::Ok();  // the sources read from nobody
   auto send = [&](const Endpoint& gone) {
-    const PeerLostMsg msg{static_cast<uint8_t>(gone.side == PlanSide::kSource ? 0 : 1),
-                          static_cast<uint32_t>(gone.rank)};
+    const PeerLostMsg msg{WireSide(gone.side), static_cast<uint32_t>(gone.rank)};
     return channel.Send(MessageType::kPeerLost, msg.Encode());
   };
   for (const Endpoint& gone : lost) {

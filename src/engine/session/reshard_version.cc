@@ -2,6 +2,7 @@
 // the rekey round after it (the protocol: reshard_coordinator.h).
 #include <string>
 
+#include "engine/session/wire_side.h"
 #include "reshard_coordinator_impl.h"
 
 namespace weightport {
@@ -25,7 +26,7 @@ Result<ReshardVersionReport> ReshardCoordinator::RunVersion(uint64_t version) {
 void ReshardCoordinator::Impl::Rekey(uint64_t version, ReshardVersionReport& report) {
   const auto t0 = Clock::now();
   const auto deadline = t0 + options.update_timeout;
-  SendAll(MessageType::kRekey, RekeyMsg{version}.Encode(), true, true);
+  SendAll(MessageType::kRekey, RekeyMsg{version}.Encode(), Impl::Audience::kEveryone);
   std::map<Endpoint, PlanJoinMsg> keys;
   auto waiting = [&] {
     std::vector<Endpoint> out;
@@ -54,7 +55,7 @@ void ReshardCoordinator::Impl::Rekey(uint64_t version, ReshardVersionReport& rep
     NoteReady(e->from, *e->message);
     if (e->message->type != MessageType::kPlanJoin) continue;
     auto join = PlanJoinMsg::Decode(e->message->payload);
-    const bool same = join.ok() && join->side == (e->from.side == PlanSide::kSource ? 0 : 1) &&
+    const bool same = join.ok() && join->side == WireSide(e->from.side) &&
                       static_cast<int>(join->rank) == e->from.rank &&
                       join->plan_digest == options.plan_digest;
     if (!same) {
@@ -150,12 +151,13 @@ ReshardVersionReport ReshardCoordinator::Impl::Run(uint64_t version, bool rollba
       begin = Clock::now();
       if (rollback) {
         m.Log("reshard: rolling back to version " + std::to_string(version));
-        m.SendAll(MessageType::kRollback, RollbackMsg{version}.Encode(), false, true);
+        m.SendAll(MessageType::kRollback, RollbackMsg{version}.Encode(), Impl::Audience::kDestinations);
       } else if (std::string diverged = m.DivergedReplicas(version); !diverged.empty()) {
         fail("the sources' replicas of version " + std::to_string(version) + " differ: " + diverged);
         break;
       } else {
-        m.SendAll(MessageType::kUpdateBegin, UpdateBeginMsg{version, 0, 0}.Encode(), false, true);
+        m.SendAll(MessageType::kUpdateBegin, UpdateBeginMsg{version, 0, 0}.Encode(),
+                  Impl::Audience::kDestinations);
         if (m.options.on_begin) m.options.on_begin(version);
       }
       if (destinations == 0) break;
@@ -219,14 +221,14 @@ ReshardVersionReport ReshardCoordinator::Impl::Run(uint64_t version, bool rollba
   if (!failure.empty()) {
     report.reason = failure;
     m.Log("reshard: version " + std::to_string(version) + " aborted: " + failure);
-    m.SendAll(MessageType::kAbort, AbortMsg{version, failure}.Encode(), true, true);
+    m.SendAll(MessageType::kAbort, AbortMsg{version, failure}.Encode(), Impl::Audience::kEveryone);
     return report;
   }
   // The dropped ones keep their old version; the others flip.
   const Bytes abort = AbortMsg{version, "dropped from version " + std::to_string(version)}.Encode();
   for (const Endpoint& ep : left_out)
     if (!m.lost.count(ep)) m.channels.at(ep)->Send(MessageType::kAbort, abort).IgnoreError();
-  m.SendAll(MessageType::kCommit, CommitMsg{version}.Encode(), true, true, left_out);
+  m.SendAll(MessageType::kCommit, CommitMsg{version}.Encode(), Impl::Audience::kEveryone, left_out);
   report.committed = true;
   m.WaitForFlips(std::move(done));
   return report;
