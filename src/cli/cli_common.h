@@ -14,6 +14,9 @@
 
 namespace weightport::cli {
 
+// A duration in seconds, for reports.
+inline double Secs(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
+
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;

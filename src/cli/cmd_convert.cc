@@ -3,7 +3,7 @@
 #include <iostream>
 #include <memory>
 
-#include "cli_common.h"
+#include "cli/cli_common.h"
 #include "weightport/format/checkpoint.h"
 #include "weightport/format/model_files.h"
 

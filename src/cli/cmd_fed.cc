@@ -8,9 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli_common.h"
-#include "option_checks.h"
-#include "pubsub_common.h"
+#include "cli/cli_common.h"
+#include "cli/option_checks.h"
+#include "cli/pubsub/pubsub_common.h"
 #include "weightport/engine/fed/fed_client.h"
 #include "weightport/engine/fed/fed_codec.h"
 #include "weightport/engine/fed/fed_report.h"

@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli_common.h"
+#include "cli/cli_common.h"
 #include "weightport/cuda/device_query.h"
 #include "weightport/transport/ucx_transport.h"
 

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli_common.h"
+#include "cli/cli_common.h"
 #include "weightport/core/hash.h"
 #include "weightport/format/checkpoint.h"
 

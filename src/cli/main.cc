@@ -3,8 +3,8 @@
 #include <new>
 #include <stdexcept>
 
-#include "cli_common.h"
-#include "option_checks.h"
+#include "cli/cli_common.h"
+#include "cli/option_checks.h"
 
 int main(int argc, char** argv) {
   using namespace weightport::cli;

@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli_common.h"
+#include "cli/cli_common.h"
 #include "hbd_options.h"
 #include "hbd_trace_run.h"
 #include "weightport/sim/hbd/mfu_model.h"

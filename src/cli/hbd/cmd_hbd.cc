@@ -8,9 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli_common.h"
+#include "cli/cli_common.h"
+#include "cli/option_checks.h"
 #include "hbd_options.h"
-#include "option_checks.h"
 #include "weightport/core/json_util.h"
 #include "weightport/sim/hbd/charts.h"
 #include "weightport/sim/hbd/fault_trace.h"

@@ -7,9 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli_common.h"
-#include "option_checks.h"
-#include "plan_inputs.h"
+#include "cli/cli_common.h"
+#include "cli/option_checks.h"
+#include "cli/plan/plan_inputs.h"
 #include "reshard_common.h"
 #include "reshard_run.h"
 

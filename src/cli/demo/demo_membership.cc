@@ -9,7 +9,7 @@
 #include <map>
 #include <thread>
 
-#include "cli_common.h"
+#include "cli/cli_common.h"
 #include "demo_reshard.h"
 #include "weightport/core/placement_builders.h"
 #include "weightport/engine/rank/source_replicas.h"

@@ -13,8 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli_common.h"
-#include "option_checks.h"
+#include "cli/cli_common.h"
+#include "cli/option_checks.h"
 #include "pubsub_common.h"
 #include "weightport/engine/pubsub/subscriber.h"
 #include "weightport/format/safetensors_writer.h"
@@ -42,8 +42,6 @@ struct SubscribeOptions {
   bool json = false;
   bool quiet = false;
 };
-
-double Secs(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
 
 // --out is a file (as for every command that writes one file). Before joining: it must not be a
 // directory, and its directory must take a new file (tried, then removed), so that a bad path

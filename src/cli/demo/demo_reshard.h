@@ -9,9 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/pubsub/pubsub_common.h"
+#include "cli/reshard/reshard_common.h"
 #include "demo_children.h"
-#include "pubsub_common.h"
-#include "reshard_common.h"
 #include "weightport/control/channel.h"
 #include "weightport/core/placement.h"
 #include "weightport/engine/session/reshard_coordinator.h"

@@ -2,8 +2,8 @@
 
 #include <iostream>
 
-#include "cli_common.h"
-#include "reshard_run.h"
+#include "cli/cli_common.h"
+#include "cli/reshard/reshard_run.h"
 #include "weightport/control/channel.h"
 #include "weightport/core/json_util.h"
 #include "weightport/core/placement_builders.h"

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "plan_inputs.h"
+#include "cli/plan/plan_inputs.h"
 #include "weightport/core/json_util.h"
 #include "weightport/core/placement.h"
 #include "weightport/format/safetensors_writer.h"

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli_common.h"
+#include "cli/cli_common.h"
 #include "hbd_options.h"
 #include "weightport/core/json_util.h"
 #include "weightport/sim/hbd/charts.h"

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <map>
 
-#include "cli_common.h"
+#include "cli/cli_common.h"
 
 namespace weightport::cli {
 namespace {

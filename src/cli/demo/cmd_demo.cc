@@ -15,12 +15,12 @@
 #include <sstream>
 #include <thread>
 
-#include "cli_common.h"
+#include "cli/cli_common.h"
+#include "cli/pubsub/publish_loop.h"
+#include "cli/pubsub/pubsub_common.h"
 #include "demo_children.h"
 #include "demo_membership.h"
 #include "demo_reshard.h"
-#include "publish_loop.h"
-#include "pubsub_common.h"
 #include "weightport/engine/pubsub/versioned_store.h"
 
 namespace weightport::cli {

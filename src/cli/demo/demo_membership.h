@@ -18,8 +18,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/pubsub/pubsub_common.h"
 #include "demo_children.h"
-#include "pubsub_common.h"
 
 namespace weightport::cli {
 

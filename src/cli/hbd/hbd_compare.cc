@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli_common.h"
+#include "cli/cli_common.h"
 #include "hbd_options.h"
 #include "hbd_trace_run.h"
 #include "weightport/core/json_util.h"

@@ -4,13 +4,11 @@
 #include <cstdio>
 #include <iostream>
 
-#include "cli_common.h"
+#include "cli/cli_common.h"
 #include "weightport/format/synthetic_model.h"
 
 namespace weightport::cli {
 namespace {
-
-double Secs(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
 
 std::string Micros(std::chrono::nanoseconds d) {
   char buf[32];

@@ -9,7 +9,7 @@
 
 #include <signal.h>
 
-#include "cli_common.h"
+#include "cli/cli_common.h"
 #include "weightport/control/channel.h"
 #include "weightport/core/json_util.h"
 #include "weightport/cuda/device_memory.h"

@@ -7,11 +7,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli_common.h"
-#include "option_checks.h"
+#include "cli/cli_common.h"
+#include "cli/option_checks.h"
+#include "cli/pubsub/pubsub_common.h"
 #include "plan_inputs.h"
 #include "plan_report.h"
-#include "pubsub_common.h"
 #include "rank_plan_sizes.h"
 #include "weightport/core/json_util.h"
 #include "weightport/format/synthetic_model.h"

@@ -1,8 +1,8 @@
 // weightport publish: load or generate a model, wait for subscribers, publish versions of it.
 #include <iostream>
 
-#include "cli_common.h"
-#include "option_checks.h"
+#include "cli/cli_common.h"
+#include "cli/option_checks.h"
 #include "publish_loop.h"
 #include "pubsub_common.h"
 #include "weightport/control/metrics.h"

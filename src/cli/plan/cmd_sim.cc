@@ -7,9 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli_common.h"
-#include "option_checks.h"
-#include "pubsub_common.h"
+#include "cli/cli_common.h"
+#include "cli/option_checks.h"
+#include "cli/pubsub/pubsub_common.h"
 #include "topology_args.h"
 #include "weightport/core/json_util.h"
 #include "weightport/sim/scenarios.h"

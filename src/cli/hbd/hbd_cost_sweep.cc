@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli_common.h"
+#include "cli/cli_common.h"
 #include "hbd_options.h"
 #include "weightport/sim/hbd/cost_sweep.h"
 

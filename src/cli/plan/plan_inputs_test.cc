@@ -1,4 +1,4 @@
-#include "cli/plan_inputs.h"
+#include "cli/plan/plan_inputs.h"
 
 #include <gtest/gtest.h>
 

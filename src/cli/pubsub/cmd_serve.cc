@@ -5,8 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli_common.h"
-#include "option_checks.h"
+#include "cli/cli_common.h"
+#include "cli/option_checks.h"
 #include "pubsub_common.h"
 #include "weightport/control/metrics.h"
 #include "weightport/control/metrics_server.h"

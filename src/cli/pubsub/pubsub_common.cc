@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "cli_common.h"
-#include "option_checks.h"
+#include "cli/cli_common.h"
+#include "cli/option_checks.h"
 #include "weightport/control/metrics_server.h"
 #include "weightport/core/memory_check.h"
 #include "weightport/format/checkpoint.h"

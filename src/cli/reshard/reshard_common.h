@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "pubsub_common.h"
+#include "cli/pubsub/pubsub_common.h"
 #include "weightport/core/status.h"
 #include "weightport/plan/plan.h"
 

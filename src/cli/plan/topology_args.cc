@@ -1,6 +1,6 @@
 #include "topology_args.h"
 
-#include "cli_common.h"
+#include "cli/cli_common.h"
 
 #include <filesystem>
 

@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli_common.h"
+#include "cli/cli_common.h"
 #include "topology_args.h"
 #include "weightport/core/json_util.h"
 #include "weightport/topology/presets.h"
