@@ -179,7 +179,7 @@ Result<CoordinatorRequest> ReshardCoordinator::NextRequest(uint64_t after, milli
 
 void ReshardCoordinator::Finish() {
   impl_->SendAll(MessageType::kBye, {}, Impl::Audience::kEveryone);
-  std::lock_guard<std::mutex> lock(impl_->pending_mu);
+  MutexLock lock(impl_->pending_mu);
   for (Impl::PendingJoin& p : impl_->pending)
     p.channel->Send(RefusedMsg{"the session ended before " + p.endpoint.ToString() + " could join again"})
         .IgnoreError();

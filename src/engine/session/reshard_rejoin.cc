@@ -21,7 +21,7 @@ constexpr milliseconds kAcceptPoll(200);  // how often the acceptor looks at `st
 void ReshardCoordinator::Impl::AcceptRejoins() {
   const std::set<Endpoint> plan_ranks(options.ranks.begin(), options.ranks.end());
   auto note = [&](std::string line) {
-    std::lock_guard<std::mutex> lock(pending_mu);
+    MutexLock lock(pending_mu);
     pending_log.push_back(std::move(line));
   };
   while (!stopping.load()) {
@@ -68,7 +68,7 @@ void ReshardCoordinator::Impl::AcceptRejoins() {
       continue;
     }
     note("reshard: " + ep.ToString() + " asks to join; it comes in at the next version");
-    std::lock_guard<std::mutex> lock(pending_mu);
+    MutexLock lock(pending_mu);
     pending.push_back(PendingJoin{ep, std::move(*ch), std::move(join), Clock::now()});
   }
 }
@@ -93,7 +93,7 @@ void ReshardCoordinator::Impl::AdmitRejoins() {
   std::vector<PendingJoin> now;
   std::vector<std::string> lines;
   {
-    std::lock_guard<std::mutex> lock(pending_mu);
+    MutexLock lock(pending_mu);
     now.swap(pending);
     lines.swap(pending_log);
   }
@@ -147,7 +147,7 @@ void ReshardCoordinator::Impl::AdmitRejoins() {
     Log("reshard: " + ep.ToString() + (first_time ? " joined" : " joined again") +
         "; it takes part from the next version");
   }
-  std::lock_guard<std::mutex> lock(pending_mu);
+  MutexLock lock(pending_mu);
   for (PendingJoin& p : later) pending.push_back(std::move(p));
 }
 
