@@ -27,6 +27,7 @@ PlanRank::~PlanRank() {
     // Connections and the region belong to the loop's transport: release them there.
     auto* impl = impl_.get();
     auto release = [impl] {
+      impl->OnLoopThread();  // run there (or after the loop stopped, alone)
       impl->connections.clear();
       impl->device_regions = {};
       impl->arena.reset();
@@ -155,7 +156,10 @@ Status PlanRank::Connect(const std::map<Endpoint, PlanPeer>& peers, std::vector<
   Impl* impl = impl_.get();
   // A peer the coordinator lost (PeerLost) is left out of the tables it sends after a rekey: it is
   // routed around, so it needs no connection.
-  const std::set<Endpoint> lost = impl->loop->Call([impl](Transport&) { return impl->lost_peers; });
+  const std::set<Endpoint> lost = impl->loop->Call([impl](Transport&) {
+    impl->OnLoopThread();
+    return impl->lost_peers;
+  });
   for (const Endpoint& ep : peers_needed()) {
     auto it = peers.find(ep);
     if (it == peers.end() && lost.count(ep)) continue;
@@ -169,6 +173,7 @@ Status PlanRank::Connect(const std::map<Endpoint, PlanPeer>& peers, std::vector<
     // A table that names a peer as before (another rank came back, say) leaves its connection be;
     // a peer whose entry changed is dialled again.
     const bool kept = impl->loop->Call([&](Transport&) {
+      impl->OnLoopThread();
       auto a = impl->addresses.find(ep);
       auto k = impl->keys.find(ep);
       const bool same = !peer.device_key && a != impl->addresses.end() && a->second == peer.address &&
@@ -190,14 +195,21 @@ Status PlanRank::Connect(const std::map<Endpoint, PlanPeer>& peers, std::vector<
         (code == StatusCode::kUnavailable || code == StatusCode::kIoError)) {
       // A relay gone before the coordinator noticed (it left right after a rekey): around it.
       unreachable->push_back(ep);
-      impl->loop->Call([impl, ep](Transport&) { impl->lost_peers.insert(ep); });
+      impl->loop->Call([impl, ep](Transport&) {
+        impl->OnLoopThread();
+        impl->lost_peers.insert(ep);
+      });
       continue;
     }
     if (!conn.ok())
       return conn.status().WithContext(impl->c->me.ToString() + ": connecting to " + ep.ToString());
-    impl->connections[ep] = std::move(*conn);
-    impl->keys[ep] = peer.key;
-    impl->addresses[ep] = peer.address;
+    std::shared_ptr<Connection> connection = std::move(*conn);
+    impl->loop->Call([&](Transport&) {  // the loop thread's state, set there
+      impl->OnLoopThread();
+      impl->connections[ep] = std::move(connection);
+      impl->keys[ep] = peer.key;
+      impl->addresses[ep] = peer.address;
+    });
     if (peer.device_key && ep.side == PlanSide::kSource) {
       // Every run within its shards is read from there: this rank's transport must read that memory
       // (a CUDA-aware UCX for a GPU's), or nothing arrives.
@@ -214,7 +226,10 @@ Status PlanRank::Connect(const std::map<Endpoint, PlanPeer>& peers, std::vector<
         return InvalidArgument(ep.ToString() + ": its published device copy is " +
                                std::to_string(peer.device_key->length) + " bytes, the plan needs " +
                                std::to_string(device.layout.bytes) + " (a different plan?)");
-      impl->source_devices[ep] = std::move(device);
+      impl->loop->Call([&](Transport&) {
+        impl->OnLoopThread();
+        impl->source_devices[ep] = std::move(device);
+      });
     }
   }
   return Status::Ok();
@@ -240,6 +255,7 @@ Status PlanRank::Rekey(ProgressLoop& fresh) {
   // caller then closes that transport, and with it every key peers hold for it.
   std::set<Endpoint> lost;
   impl->loop->Call([impl, &lost](Transport&) {
+    impl->OnLoopThread();
     impl->CloseConnections();
     impl->device_regions = {};
     impl->arena.reset();
@@ -248,7 +264,10 @@ Status PlanRank::Rekey(ProgressLoop& fresh) {
   impl->arena = std::move(regions.first);
   impl->device_regions = std::move(regions.second);
   impl->loop = &fresh;
-  fresh.Call([impl, &lost](Transport&) { impl->lost_peers = std::move(lost); });
+  fresh.Call([impl, &lost](Transport&) {
+    impl->OnLoopThread();
+    impl->lost_peers = std::move(lost);
+  });
   return Status::Ok();
 }
 
@@ -362,6 +381,7 @@ Result<ReceiveStats> PlanRank::Receive(uint64_t version) {
 void PlanRank::PeerLost(Endpoint peer) {
   Impl* impl = impl_.get();
   impl->loop->Post([impl, peer](Transport&) {
+    impl->OnLoopThread();
     if (!impl->lost_peers.insert(peer).second) return;
     if (impl->peer_lost_receive) impl->peer_lost_receive(peer);
   });
@@ -371,6 +391,7 @@ void PlanRank::Cancel(uint64_t version, const std::string& reason) {
   Impl* impl = impl_.get();
   impl->cancelled_version.store(version);
   impl->loop->Post([impl, reason](Transport&) {
+    impl->OnLoopThread();
     if (impl->cancel_receive) impl->cancel_receive(reason);
   });
 }

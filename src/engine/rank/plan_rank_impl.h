@@ -20,6 +20,7 @@
 #include "compiled_rank.h"
 #include "plan_layout.h"
 #include "weightport/core/hash.h"
+#include "weightport/core/thread_role.h"
 #include "weightport/engine/common/worker_pool.h"
 #include "weightport/engine/rank/plan_rank.h"
 
@@ -103,17 +104,22 @@ struct PlanRank::Impl {
   // says the copy holds its version).
   std::array<std::vector<uint64_t>, 2> band_hashes;
 
-  std::map<Endpoint, std::shared_ptr<Connection>> connections;  // used on the loop thread only
-  std::map<Endpoint, RemoteKey> keys;
-  std::map<Endpoint, Bytes> addresses;  // each connection's peer address: Connect keeps what still reaches it
+  // The loop thread's role: what is GUARDED_BY it is touched only in tasks run on `loop`, which
+  // say so first (OnLoopThread()), and in functions that REQUIRE it.
+  ThreadRole loop_thread;
+  void OnLoopThread() const ASSERT_CAPABILITY(loop_thread) {}
 
-  // Cancels the receive in progress; set and cleared on the loop thread.
-  std::function<void(const std::string&)> cancel_receive;
+  std::map<Endpoint, std::shared_ptr<Connection>> connections GUARDED_BY(loop_thread);
+  std::map<Endpoint, RemoteKey> keys GUARDED_BY(loop_thread);
+  // Each connection's peer address: Connect keeps what still reaches it.
+  std::map<Endpoint, Bytes> addresses GUARDED_BY(loop_thread);
+
+  // Cancels the receive in progress.
+  std::function<void(const std::string&)> cancel_receive GUARDED_BY(loop_thread);
   std::atomic<uint64_t> cancelled_version{0};  // a Receive of this version fails at once
-  // Ranks the coordinator declared lost, and the receive in progress's reaction to one; both on
-  // the loop thread.
-  std::set<Endpoint> lost_peers;
-  std::function<void(Endpoint)> peer_lost_receive;
+  // Ranks the coordinator declared lost, and the receive in progress's reaction to one.
+  std::set<Endpoint> lost_peers GUARDED_BY(loop_thread);
+  std::function<void(Endpoint)> peer_lost_receive GUARDED_BY(loop_thread);
 
   int live = 0;  // the live copy of a destination
   uint64_t live_version = 0;
@@ -136,7 +142,7 @@ struct PlanRank::Impl {
     RemoteKey key;
     plan_rank_internal::DeviceLayout layout;
   };
-  std::map<Endpoint, SourceDevice> source_devices;  // like `keys`: set by Connect
+  std::map<Endpoint, SourceDevice> source_devices GUARDED_BY(loop_thread);  // like `keys`: set by Connect
   std::array<uint64_t, 2> copy_version{0, 0};
   // PlanRankOptions::keep_versions: committed versions kept for Restore, oldest first (plan_history.cc).
   struct KeptVersion {
@@ -171,7 +177,7 @@ struct PlanRank::Impl {
   bool is_source() const { return c->is_source(); }
   std::byte* at(uint64_t offset) const { return base + offset; }
   std::string StepName(uint32_t step) const { return c->StepName(step); }  // "tensor 'w' step 4"
-  void CloseConnections();                                                 // on the loop thread
+  void CloseConnections() REQUIRES(loop_thread);
 };
 
 namespace plan_rank_internal {

@@ -17,6 +17,7 @@ namespace plan_rank_internal {
 using namespace plan_layout;
 
 void ReceiveRun::FetchMirror(size_t i) {
+  r_.OnLoopThread();  // a task of the loop thread
   const RootSource& root = r_.c->roots[i];
   if (!r_.connections.count(root.endpoint))
     return Fail(FailedPrecondition(r_.c->me.ToString() + ": not connected to " + root.endpoint.ToString()));
@@ -30,6 +31,7 @@ void ReceiveRun::FetchMirror(size_t i) {
 }
 
 void ReceiveRun::OnMirror(size_t i, const Status& s) {
+  r_.OnLoopThread();  // a task of the loop thread
   --in_flight_;
   if (failed_) return MaybeFinish();
   const RootSource& root = r_.c->roots[i];
@@ -104,6 +106,7 @@ bool ReceiveRun::WithinCap(size_t c) {
 }
 
 void ReceiveRun::FetchChunk(size_t c) {
+  r_.OnLoopThread();  // a task of the loop thread
   const InChunk& chunk = r_.c->in_chunks[c];
   const InStep& s = r_.c->in_steps[chunk.in_step];
   const uint32_t level = level_[chunk.in_step];

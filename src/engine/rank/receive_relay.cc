@@ -14,6 +14,7 @@ namespace plan_rank_internal {
 using namespace plan_layout;
 
 bool ReceiveRun::Detour(size_t st) {
+  r_.OnLoopThread();  // a task of the loop thread
   const InStep& step = r_.c->in_steps[st];
   if (step.after < 0) return ToReplica(st);  // its source is lost: a replica of it, if any
   uint32_t next = level_[st] + 1;
@@ -68,6 +69,7 @@ void ReceiveRun::Release(size_t st, uint32_t upto) {
 }
 
 void ReceiveRun::Poll(size_t st) {
+  r_.OnLoopThread();  // a task of the loop thread
   const InStep& s = r_.c->in_steps[st];
   const uint32_t level = level_[st];
   const Endpoint from = CurrentFrom(st);

@@ -11,6 +11,7 @@ namespace weightport {
 namespace plan_rank_internal {
 
 bool ReceiveRun::ToReplica(size_t st) {
+  r_.OnLoopThread();  // a task of the loop thread
   const InStep& step = r_.c->in_steps[st];
   uint32_t next = level_[st] + 1;
   while (next <= step.alt_count && r_.lost_peers.count(LevelFrom(st, next))) ++next;

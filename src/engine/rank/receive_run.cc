@@ -65,6 +65,7 @@ ReceiveRun::ReceiveRun(PlanRank::Impl& r, uint64_t version, std::function<void(R
 }
 
 void ReceiveRun::Start() {
+  r_.OnLoopThread();  // a task of the loop thread
   keep_ = shared_from_this();
   std::weak_ptr<ReceiveRun> me = keep_;
   r_.cancel_receive = [me](const std::string& reason) {
@@ -87,7 +88,10 @@ void ReceiveRun::Start() {
   MaybeFinish();
 }
 
-Connection& ReceiveRun::Conn(Endpoint ep) { return *r_.connections.at(ep); }
+Connection& ReceiveRun::Conn(Endpoint ep) {
+  r_.OnLoopThread();  // a task of the loop thread
+  return *r_.connections.at(ep);
+}
 
 std::string ReceiveRun::Waiting() const {
   std::string why = r_.c->me.ToString() + ": version " + std::to_string(v_) + " not received within " +
@@ -146,6 +150,7 @@ void ReceiveRun::Fail(Status s) {
 }
 
 void ReceiveRun::MaybeFinish() {
+  r_.OnLoopThread();  // a task of the loop thread
   if (reported_ || in_flight_ > 0) return;
   if (!failed_ && (mirrors_left_ > 0 || verified_count_ < r_.c->in_chunks.size())) return;
   if (!failed_ && !r_.c->in_quantize.empty() && !quantized_) {
