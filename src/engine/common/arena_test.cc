@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include "weightport/transport/testing/fake_transport.h"
 #include "weightport/transport/progress_loop.h"
+#include "weightport/transport/testing/fake_transport.h"
 #include "weightport/transport/ucx_transport.h"
 
 namespace weightport {
