@@ -8,8 +8,8 @@ backend; the trainer (this process, a transformers Llama) drives them through on
 weightport.vllm.FleetClient. Per replica count: the plan's bytes per whole version from the trainer
 (``source_bytes``) and between replicas (``relayed_bytes``), the bytes the first version moved, and
 medians over N versions of update_s (publish to every replica live), transfer_s (publish to
-committed everywhere) and pause_s (the swap calls). After the last version every replica's greedy
-tokens must equal the trainer's.
+committed everywhere) and pause_s (the swap calls). After every version every replica's greedy
+tokens must equal the trainer's (the trainer and the checks are tests/vllm/fleet_trainer.py's).
 """
 
 from __future__ import annotations
@@ -29,35 +29,19 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 
 def run_fleet(model_dir: str, replicas: int, versions: int, work: str) -> dict:
-    import torch
-    import transformers
-    from vllm.distributed.weight_transfer import HTTPVLLMWeightSyncClient, WeightTransferTrainerFactory
+    from fleet_trainer import next_version, start
+    from serve_process import vllm_server
 
-    import trainer_process
-    from serve_process import completion, vllm_server
-    from weightport.vllm import FleetClient, WeightportTrainerInitInfo
-
-    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    ids = [1, 5, 9, 14]
     with contextlib.ExitStack() as stack:
         bases = [stack.enter_context(vllm_server(model_dir, os.path.join(work, f"serve-{replicas}-{i}.log"))).base
                  for i in range(replicas)]
-        sync = WeightTransferTrainerFactory.trainer_init(
-            WeightportTrainerInitInfo(rank=0, timeout=300), client=FleetClient([HTTPVLLMWeightSyncClient(b) for b in bases]),
-            source=model)
-        rows = []
-        for v in range(1, versions + 1):
-            with torch.no_grad():
-                for p in model.parameters():
-                    p.add_(torch.randn_like(p) * 1e-3)
-            rows.append(sync.send_weights(v))
-        expect = trainer_process.greedy(model, [ids], 6)[0]
-        match = all(completion(b, model_dir, ids, 6) == expect for b in bases)
+        model, sync, _ = start(model_dir, bases, timeout=300)
+        rows = [next_version(model, sync, v, model_dir, bases) for v in range(1, versions + 1)]
         sync.shutdown()
     return {"replicas": replicas, "source_bytes": rows[-1]["source_bytes"], "relayed_bytes": rows[-1]["relayed_bytes"],
             "first_version_bytes": rows[0]["bytes"],
             **{k: statistics.median(r[k] for r in rows) for k in ("update_s", "transfer_s", "build_s", "pause_s")},
-            "tokens_match": match}
+            "tokens_match": all(all(r["tokens_match"]) for r in rows)}
 
 
 def main(argv=None) -> int:

@@ -334,9 +334,9 @@ class FleetClient:
             self._each(lambda c, i: c.init_weight_transfer_engine(init_info))
             self.session = [i for i in self.session if i not in self.lost]
             return
-        members = list(self.session)
+        rank_of = {i: k for k, i in enumerate(self.session)}  # engines numbered in session order
         self._each(lambda c, i: c.init_weight_transfer_engine(
-            {**init_info, "replica": members.index(i), "replicas": len(members)}))
+            {**init_info, "replica": rank_of[i], "replicas": len(rank_of)}))
 
     def shutdown_weight_transfer_engine(self) -> None:
         self._each(lambda c, i: c.shutdown_weight_transfer_engine())

@@ -189,9 +189,18 @@ Status PlanRank::Connect(const std::map<Endpoint, PlanPeer>& peers, std::vector<
       return same;
     });
     if (kept) continue;
-    auto conn = impl->loop->Call([&](Transport& t) { return t.Connect(peer.address, ep.ToString()); });
-    const StatusCode code = conn.status().code();
-    if (!conn.ok() && unreachable != nullptr && ep.side == PlanSide::kDestination &&
+    // Dialled and, once connected, entered in the loop thread's tables, in one task there.
+    const Status connected = impl->loop->Call([&](Transport& t) -> Status {
+      impl->OnLoopThread();
+      auto conn = t.Connect(peer.address, ep.ToString());
+      if (!conn.ok()) return conn.status();
+      impl->connections[ep] = std::move(*conn);
+      impl->keys[ep] = peer.key;
+      impl->addresses[ep] = peer.address;
+      return Status::Ok();
+    });
+    const StatusCode code = connected.code();
+    if (!connected.ok() && unreachable != nullptr && ep.side == PlanSide::kDestination &&
         (code == StatusCode::kUnavailable || code == StatusCode::kIoError)) {
       // A relay gone before the coordinator noticed (it left right after a rekey): around it.
       unreachable->push_back(ep);
@@ -201,15 +210,8 @@ Status PlanRank::Connect(const std::map<Endpoint, PlanPeer>& peers, std::vector<
       });
       continue;
     }
-    if (!conn.ok())
-      return conn.status().WithContext(impl->c->me.ToString() + ": connecting to " + ep.ToString());
-    std::shared_ptr<Connection> connection = std::move(*conn);
-    impl->loop->Call([&](Transport&) {  // the loop thread's state, set there
-      impl->OnLoopThread();
-      impl->connections[ep] = std::move(connection);
-      impl->keys[ep] = peer.key;
-      impl->addresses[ep] = peer.address;
-    });
+    if (!connected.ok())
+      return connected.WithContext(impl->c->me.ToString() + ": connecting to " + ep.ToString());
     if (peer.device_key && ep.side == PlanSide::kSource) {
       // Every run within its shards is read from there: this rank's transport must read that memory
       // (a CUDA-aware UCX for a GPU's), or nothing arrives.
