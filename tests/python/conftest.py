@@ -29,9 +29,14 @@ _TESTBED_TESTS = xdist_groups.tests_taking(Path(__file__).parent, "testbed")
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: absent without it
 def pytest_xdist_make_scheduler(config, log):
     # Under pytest-xdist (make test-python: -n 2), the testbed's tests share its namespaces and
-    # bridge: one worker runs them all, one after another.
-    return xdist_groups.group_scheduler(config, log, lambda file, test: "testbed" if (
-        file.startswith("test_testbed") or (file, test) in _TESTBED_TESTS) else None)
+    # bridge: one worker runs them all, one after another. The demo's tests watch the demo work
+    # directories appear and go: one worker runs those too.
+    def group_of(file, test):
+        if file.startswith("test_testbed") or (file, test) in _TESTBED_TESTS:
+            return "testbed"
+        return "demo" if file == "test_demo_cli.py" else None
+
+    return xdist_groups.group_scheduler(config, log, group_of)
 
 
 @pytest.fixture
