@@ -103,13 +103,9 @@ int RunTrace(const HbdOptions& o) {
   return kExitOk;
 }
 
-}  // namespace
-
-Command AddHbdCommand(CLI::App& app) {
-  auto o = std::make_shared<HbdOptions>();
-  auto* sub = app.add_subcommand("hbd", "Evaluate high-bandwidth-domain architectures under node faults");
-  sub->require_subcommand(1);
-  auto* compare = sub->add_subcommand(
+// hbd compare
+CLI::App* AddCompareCommand(CLI::App* parent, HbdOptions* o, CLI::Option** gpus_out) {
+  auto* compare = parent->add_subcommand(
       "compare",
       "GPU waste of a tensor-parallel job per architecture, at fault ratios and over a fault trace");
   auto* gpus =
@@ -186,7 +182,14 @@ Command AddHbdCommand(CLI::App& app) {
   compare->add_option("--plot", o->plot, "Write waste against fault ratio per architecture as SVG here");
   compare->add_option("--trace-plot", o->trace_plot, "With --trace: write waste over time as SVG here");
   compare->add_flag("--json", o->json, "Print machine-readable JSON");
-  auto* place = sub->add_subcommand("place", "The TP rings of an InfiniteHBD k-hop ring for one fault set");
+  *gpus_out = gpus;
+  return compare;
+}
+
+// hbd place
+CLI::App* AddPlaceCommand(CLI::App* parent, HbdOptions* o) {
+  auto* place =
+      parent->add_subcommand("place", "The TP rings of an InfiniteHBD k-hop ring for one fault set");
   place->add_option("--nodes", o->nodes, "Nodes in the ring")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
@@ -200,7 +203,13 @@ Command AddHbdCommand(CLI::App& app) {
   AddSeed(place, o->seed, "Seed for the random fault set");
   place->add_option("--svg", o->svg, "Draw the placement as SVG here");
   place->add_flag("--json", o->json, "Print machine-readable JSON");
-  auto* trace = sub->add_subcommand("trace", "Write a synthetic fault trace in the public JSON event format");
+  return place;
+}
+
+// hbd trace
+CLI::App* AddTraceCommand(CLI::App* parent, HbdOptions* o) {
+  auto* trace =
+      parent->add_subcommand("trace", "Write a synthetic fault trace in the public JSON event format");
   trace->add_option("--nodes", o->synthetic.nodes, "Nodes")
       ->check(CLI::Range(1, 1 << 22))
       ->capture_default_str();
@@ -217,7 +226,12 @@ Command AddHbdCommand(CLI::App& app) {
       ->capture_default_str();
   AddSeed(trace, o->synthetic.seed, "Random seed");
   trace->add_option("--out", o->out, "Output JSON file")->required();
-  auto* sweep = sub->add_subcommand(
+  return trace;
+}
+
+// hbd cost-sweep
+CLI::App* AddCostSweepCommand(CLI::App* parent, HbdOptions* o) {
+  auto* sweep = parent->add_subcommand(
       "cost-sweep",
       "InfiniteHBD's HBD cost against NVL-72's over the OCSTrx count and price per GPU and the NVLink\n"
       "switch tray price (the inputs that set it), and every architecture's HBD cost per Tb/s");
@@ -225,7 +239,12 @@ Command AddHbdCommand(CLI::App& app) {
   sweep->add_option("--cost", o->cost, "Prices and watts (JSON, as configs/hbd-cost.json); default: built in")
       ->check(CLI::ExistingFile);
   sweep->add_flag("--json", o->json, "Print machine-readable JSON");
-  auto* mfu = sub->add_subcommand(
+  return sweep;
+}
+
+// hbd mfu
+CLI::App* AddMfuCommand(CLI::App* parent, HbdOptions* o) {
+  auto* mfu = parent->add_subcommand(
       "mfu",
       "Model FLOPs utilisation of a training step per architecture at its best memory-feasible TP x PP x\n"
       "DP (x EP) layout, and its ratio to DGX's (closed-form model: docs/HBD.md, MFU)");
@@ -260,7 +279,12 @@ Command AddHbdCommand(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
   mfu->add_flag("--json", o->json, "Print machine-readable JSON");
-  auto* curve = sub->add_subcommand(
+  return mfu;
+}
+
+// hbd tor-curve
+CLI::App* AddTorCurveCommand(CLI::App* parent, HbdOptions* o) {
+  auto* curve = parent->add_subcommand(
       "tor-curve",
       "GPU waste (DP leftovers included) against the share of DP traffic crossing a ToR, per architecture "
       "and\n"
@@ -298,6 +322,22 @@ Command AddHbdCommand(CLI::App& app) {
   AddSeed(curve, o->seed, "Seed for the fault draws");
   curve->add_option("--svg", o->svg, "Write the curves (waste against cross-ToR share) as SVG here");
   curve->add_flag("--json", o->json, "Print machine-readable JSON");
+  return curve;
+}
+
+}  // namespace
+
+Command AddHbdCommand(CLI::App& app) {
+  auto o = std::make_shared<HbdOptions>();
+  auto* sub = app.add_subcommand("hbd", "Evaluate high-bandwidth-domain architectures under node faults");
+  sub->require_subcommand(1);
+  CLI::Option* gpus = nullptr;
+  CLI::App* compare = AddCompareCommand(sub, o.get(), &gpus);
+  CLI::App* place = AddPlaceCommand(sub, o.get());
+  CLI::App* trace = AddTraceCommand(sub, o.get());
+  CLI::App* sweep = AddCostSweepCommand(sub, o.get());
+  CLI::App* mfu = AddMfuCommand(sub, o.get());
+  CLI::App* curve = AddTorCurveCommand(sub, o.get());
   return {sub, [o, compare, place, trace, sweep, mfu, curve, gpus] {
             o->gpus_given = gpus->count() > 0;
             if (curve->parsed()) return RunHbdTorCurve(*o);
