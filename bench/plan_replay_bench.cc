@@ -96,7 +96,7 @@ int Run(int argc, char** argv) {
   app.add_option("--sources", sources, "FSDP flat source ranks")->capture_default_str();
   app.add_option("--replicas", replicas, "Destination replicas")->capture_default_str();
   app.add_option("--tp", tp, "Destination TP degree")->capture_default_str();
-  app.add_option("--fanout", fanout, "Plan relay fan-out")->capture_default_str();
+  app.add_option("--relay-fanout", fanout, "Plan relay fan-out")->capture_default_str();
   app.add_option("--chunk", chunk, "Chunk size")->capture_default_str();
   app.add_option("--versions", versions, "Versions timed each way")->capture_default_str();
   app.add_option("--src-tp", src_tp,

@@ -117,6 +117,10 @@ void ControlChannel::Log(const std::string& line) const {
   if (options_.log) options_.log(line);
 }
 
+void ControlChannel::TurnAway(std::string_view why) {
+  Send(RefusedMsg{std::string(why.substr(0, kMaxReasonSize))}).IgnoreError();
+}
+
 Status ControlChannel::Refuse(const Status& why, bool tell_peer, ByteView key) {
   Status named(why.code(), peer_ + ": " + why.message());
   if (refused_.exchange(true)) return named;

@@ -98,7 +98,7 @@ def run_plan(tmp_path, procs, model_dir, src, dst, transport, fanout, versions=3
     port = free_port()
     common = ["--src", tmp_path / "src.json", "--dst", tmp_path / "dst.json", "--coordinator", f"127.0.0.1:{port}",
               "--secret-file", secret, "--versions", versions, "--transport", transport, "--chunk-kb", "64",
-              "--fanout", fanout, "--timeout-s", "120", "--json", *extra]
+              "--relay-fanout", fanout, "--timeout-s", "120", "--json", *extra]
     coord = procs.start("reshard", "--role", "coordinator", *common)
     ranks = [procs.start("reshard", "--role", "src", "--rank", r["rank"], "--model", model_dir, *common)
              for r in src["ranks"]]

@@ -103,7 +103,7 @@ def test_reshard_with_relays_across_four_hosts(tmp_path, procs, testbed, model):
     secret = write_secret(tmp_path / "secret")
     coordinator = run_testbed("addr", "h0").stdout.strip() + f":{PORT}"
     common = ["--src", tmp_path / "src.json", "--dst", tmp_path / "dst.json", "--coordinator", coordinator,
-              "--secret-file", secret, "--versions", 2, "--transport", "tcp", "--fanout", 1, "--timeout-s", 120,
+              "--secret-file", secret, "--versions", 2, "--transport", "tcp", "--relay-fanout", 1, "--timeout-s", 120,
               "--model", model_dir, "--json"]
     coord = procs.start_on("h0", "reshard", "--role", "coordinator", *common)
     ranks = [procs.start_on(f"h{r}", "reshard", "--role", "src", "--rank", r, *common) for r in range(2)]

@@ -74,6 +74,11 @@ class ControlChannel {
   // when it sent a bad frame or a Refused message. Any error but Timeout closes the channel.
   Result<ControlMessage> Receive(std::chrono::milliseconds timeout);
 
+  // Tells an authenticated peer why it is not let in or must leave: a Refused message, the reason cut
+  // to kMaxReasonSize. Best effort on purpose: a peer that cannot read it learns as much from the
+  // connection closing, which follows.
+  void TurnAway(std::string_view why);
+
   // Shuts the connection down; later calls fail with FailedPrecondition. Idempotent.
   void Close();
 

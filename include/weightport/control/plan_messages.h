@@ -99,7 +99,7 @@ struct PeerLostMsg {
   friend bool operator==(const PeerLostMsg&, const PeerLostMsg&) = default;
 };
 
-// Keys per version (ReshardCoordinatorOptions::rotate_keys): `version` was decided; every rank
+// Keys per version (PlanCoordinatorOptions::rotate_keys): `version` was decided; every rank
 // moves to a fresh transport, answers with a PlanJoin carrying its new address and key, and gets
 // the new peer table (PlanPeers) before the next version begins.
 struct RekeyMsg {

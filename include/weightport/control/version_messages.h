@@ -1,6 +1,6 @@
 // The messages of one version's update, shared by publish/subscribe (engine/pubsub) and plan
 // sessions (engine/session): UpdateBegin, then ChunksVerified or UpdateFailed from each receiver,
-// then Commit or Abort, then Committed from each receiver once it flipped.
+// then Commit or Abort, then Committed from each receiver once it swapped.
 //
 // Thread-safety: plain structs.
 #pragma once

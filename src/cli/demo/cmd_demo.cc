@@ -77,14 +77,14 @@ Result<nlohmann::ordered_json> Demo(const DemoOptions& o, const fs::path& dir, s
   WP_ASSIGN_OR_RETURN(Secret secret, LoadSecret(secret_path, /*create_if_missing=*/true));
   WP_ASSIGN_OR_RETURN(std::vector<TensorMeta> layout, ModelLayout(o.source));
 
-  PublisherOptions po;
+  WholePublisherOptions po;
   po.make_transport = factory;
   po.rotate_keys = o.rotate_keys;
   po.log = [&](std::string line) {
     if (!o.json) std::cerr << "  coordinator: " << line << std::endl;
   };
-  WP_ASSIGN_OR_RETURN(std::unique_ptr<Publisher> publisher, Publisher::Create(layout, secret, po));
-  Publisher& pub = *publisher;
+  WP_ASSIGN_OR_RETURN(std::unique_ptr<WholePublisher> publisher, WholePublisher::Create(layout, secret, po));
+  WholePublisher& pub = *publisher;
   say("[1/3] " + o.source.Describe() + ": " + std::to_string(layout.size()) + " tensors, " +
       HumanBytes(pub.model_bytes()) + " in one registered arena; coordinator at " +
       pub.coordinator_address());
@@ -174,11 +174,11 @@ Status CheckScenarioOptions(const CLI::App& sub, const std::string& scenario) {
                                                         "--swap-mode",   "--no-delta",   "--rotate-keys",
                                                         "--no-verify",   "--model-bytes"};
   std::vector<std::string> ignored;
-  if (scenario == "publish") ignored = {"--fanout"};
+  if (scenario == "publish") ignored = {"--relay-fanout"};
   if (scenario == "reshard") ignored = kPlanIgnores;
   if (scenario == "membership") {
     ignored = kPlanIgnores;
-    ignored.insert(ignored.end(), {"--versions", "--fanout"});
+    ignored.insert(ignored.end(), {"--versions", "--relay-fanout"});
   }
   for (const std::string& name : ignored) {
     if (sub.count(name) == 0) continue;
@@ -284,7 +284,7 @@ Command AddDemoCommand(CLI::App& app) {
                   "joins again, a source is killed and replaced, then all roll back from version 4 to 3")
       ->check(CLI::IsMember({"publish", "reshard", "membership"}))
       ->capture_default_str();
-  sub->add_option("--fanout", o->fanout,
+  sub->add_option("--relay-fanout", o->fanout,
                   "reshard: 0 every destination from the sources, 1 relay chain, k tree")
       ->check(CLI::Range(0, 8))
       ->capture_default_str();

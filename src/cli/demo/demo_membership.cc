@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <thread>
@@ -13,7 +14,7 @@
 #include "demo_reshard.h"
 #include "weightport/core/placement_builders.h"
 #include "weightport/engine/rank/source_replicas.h"
-#include "weightport/engine/session/reshard_coordinator.h"
+#include "weightport/engine/session/plan_coordinator.h"
 
 namespace weightport::cli {
 namespace {
@@ -83,7 +84,7 @@ nlohmann::json RankSummary(const std::string& log) {
   return last.empty() ? nlohmann::json() : nlohmann::json::parse(last, nullptr, false);
 }
 
-nlohmann::ordered_json VersionJson(const ReshardVersionReport& r) {
+nlohmann::ordered_json VersionJson(const PlanVersionReport& r) {
   std::vector<std::string> rejoined, joined, replaced;
   for (const Endpoint& ep : r.rejoined) rejoined.push_back(ep.ToString());
   for (const Endpoint& ep : r.joined) joined.push_back(ep.ToString());
@@ -92,6 +93,88 @@ nlohmann::ordered_json VersionJson(const ReshardVersionReport& r) {
           {"reason", r.reason},          {"bytes", r.bytes},       {"seconds", r.seconds},
           {"dropped", r.dropped},        {"rejoined", rejoined},   {"joined", joined},
           {"replaced_sources", replaced}};
+}
+
+// The replacement source's refill from its peers, from its summary; DataLoss saying why if it did
+// not refill and check its shards.
+Result<nlohmann::json> ReplacementRefill(const Endpoint& trainer, const fs::path& dir,
+                                         const std::vector<Child>& children) {
+  // The replacement's refill, from its summary.
+  const nlohmann::json replaced = RankSummary((dir / (RankControlName(trainer) + ".again.log")).string());
+  const nlohmann::json refill =
+      replaced.is_object() ? replaced.value("refill", nlohmann::json()) : nlohmann::json();
+  if (!refill.is_object() || !refill.value("verified", false)) {
+    // Say why: the refill's own report, else the process's exit and the end of its log.
+    std::string why = refill.is_object() ? refill.dump() : "no refill report";
+    for (const Child& c : children)
+      if (c.name == RankControlName(trainer) + ".again")
+        why += "; the process exited with " + std::to_string(c.exit_code) + ", log " + c.log + ":\n" +
+               Tail(c.log);
+    return DataLoss(trainer.ToString() + "'s replacement did not refill its shards from its peers: " + why);
+  }
+  return refill;
+}
+
+// Where a rank's first version came from.
+nlohmann::ordered_json FirstVersionJson(const Endpoint& ep, const nlohmann::ordered_json& rv) {
+  const auto& first = rv.front();
+  const uint64_t bytes = first["bytes"].get<uint64_t>(), peer = first["bytes_from_peers"].get<uint64_t>();
+  return {{"rank", ep.ToString()},
+          {"version", first["version"]},
+          {"bytes", bytes},
+          {"bytes_from_peers", peer},
+          {"share_from_peers", bytes > 0 ? static_cast<double>(peer) / bytes : 0.0},
+          {"seconds", first["seconds"]}};
+}
+
+// What the replicas' summaries say they received.
+struct ReplicaOutcomes {
+  nlohmann::ordered_json ranks = nlohmann::json::array();
+  nlohmann::ordered_json newcomer, returned;  // the late replica's first version; the killed one's
+  bool verified = true;                       // every version each made live matched
+  bool live3 = true;                          // each holds version 3 (after the rollback)
+};
+
+Result<ReplicaOutcomes> ReadReplicaOutcomes(const std::vector<Child>& children, const Endpoint& replica,
+                                            const Endpoint& trainer, const Endpoint& late,
+                                            const std::function<void(const std::string&)>& say) {
+  ReplicaOutcomes out;
+  for (const Child& c : children) {
+    const bool killed = (c.name == RankControlName(replica) || c.name == RankControlName(trainer));
+    if (!killed && c.exit_code != 0)
+      return Internal(c.name + " exited with " + std::to_string(c.exit_code) + ":\n" + Tail(c.log));
+    const nlohmann::json summary = RankSummary(c.log);
+    if (!summary.is_object() || summary.value("role", "") != "dst") continue;
+    nlohmann::ordered_json rv = nlohmann::json::array();
+    for (const auto& v : summary["versions"]) {
+      const uint64_t bytes = v.value("bytes", uint64_t{0}), peer = v.value("peer_bytes", uint64_t{0});
+      const bool restored = v.value("restored_bytes", uint64_t{0}) > 0;
+      const bool ok = v.value("verified", false);
+      out.verified = out.verified && ok;
+      rv.push_back({{"version", v.value("version", uint64_t{0})},
+                    {"rollback", restored},
+                    {"verified", ok},
+                    {"bytes", bytes},
+                    {"bytes_from_peers", peer},
+                    {"bytes_from_sources", bytes - peer},
+                    {"restored_bytes", v.value("restored_bytes", uint64_t{0})},
+                    {"bytes_from_source_replicas", v.value("refetched_replica_bytes", uint64_t{0})},
+                    {"seconds", v.value("seconds", 0.0)}});
+    }
+    const uint64_t live = summary.value("live_version", uint64_t{0});
+    out.live3 = out.live3 && live == 3;
+    out.ranks.push_back({{"process", c.name}, {"live_version", live}, {"versions", rv}});
+    if (c.name == RankControlName(late) && !rv.empty()) out.newcomer = FirstVersionJson(late, rv);
+    if (c.name == RankControlName(replica) + ".again" && !rv.empty())
+      out.returned = FirstVersionJson(replica, rv);
+    for (const auto& v : rv)
+      say("      " + c.name + " version " + std::to_string(v["version"].get<uint64_t>()) +
+          (v["rollback"].get<bool>() ? " (rollback)" : "") + ": " +
+          (v["verified"].get<bool>() ? "verified" : "NOT VERIFIED") + ", " +
+          HumanBytes(v["bytes"].get<uint64_t>()) + " fetched, " +
+          HumanBytes(v["bytes_from_peers"].get<uint64_t>()) + " of it from peers");
+  }
+  return out;
 }
 
 }  // namespace
@@ -111,7 +194,7 @@ Result<nlohmann::ordered_json> MembershipDemo(const MembershipDemoOptions& o, co
   const ReshardPlanInputs& in = setup.in;
   const std::shared_ptr<const Plan> plan = setup.plan;
   const std::string& secret_path = setup.secret_path;
-  ReshardCoordinatorOptions co = setup.options;
+  PlanCoordinatorOptions co = setup.options;
   co.quorum = kMembershipReplicas - 2;  // the late one is not here, and one is killed
   co.rejoin = true;
   co.replicas = SourceReplicaGroups(*plan);
@@ -135,7 +218,7 @@ Result<nlohmann::ordered_json> MembershipDemo(const MembershipDemoOptions& o, co
       kill(pid, SIGKILL);
     });
   };
-  ReshardCoordinator coordinator(std::move(setup.listener), co);
+  PlanCoordinator coordinator(std::move(setup.listener), co);
   say("[1/4] " + o.source.Describe() + ": " + std::to_string(layout.size()) + " tensors, " +
       HumanBytes(plan->DestinationBytes()) + " to deliver per version; " + std::to_string(kTrainerReplicas) +
       " trainer replicas x TP " + std::to_string(kTrainerTp) + " -> " + std::to_string(kMembershipReplicas) +
@@ -144,7 +227,7 @@ Result<nlohmann::ordered_json> MembershipDemo(const MembershipDemoOptions& o, co
 
   // Starts `ep`'s process; `extra` are its fault drill's flags. `again`: a second process of a rank.
   auto start = [&](const Endpoint& ep, std::vector<std::string> extra, bool again) -> Status {
-    const std::string name = ReshardName(ep) + (again ? ".again" : "");
+    const std::string name = RankControlName(ep) + (again ? ".again" : "");
     Child c{.name = name, .log = (dir / (name + ".log")).string()};
     std::vector<std::string> args =
         ReshardRankArgs(ep, in, coordinator.address(), secret_path, kVersions, o.transport, o.source);
@@ -157,7 +240,7 @@ Result<nlohmann::ordered_json> MembershipDemo(const MembershipDemoOptions& o, co
   // Waits for a child killed by its drill, then starts its rank again and lets it back in.
   auto restart = [&](const Endpoint& ep, std::vector<std::string> extra) -> Status {
     for (Child& c : children)
-      if (c.name == ReshardName(ep)) Reap(c, milliseconds(30'000));
+      if (c.name == RankControlName(ep)) Reap(c, milliseconds(30'000));
     WP_RETURN_IF_ERROR(start(ep, std::move(extra), true));
     return coordinator.AwaitRejoins({ep}, kRejoinTimeout);
   };
@@ -179,7 +262,7 @@ Result<nlohmann::ordered_json> MembershipDemo(const MembershipDemoOptions& o, co
   nlohmann::ordered_json events = nlohmann::json::array();
   bool all = true;
   auto run = [&](uint64_t v, bool rollback) -> Status {
-    WP_ASSIGN_OR_RETURN(ReshardVersionReport r,
+    WP_ASSIGN_OR_RETURN(PlanVersionReport r,
                         rollback ? coordinator.RunRollback(v) : coordinator.RunVersion(v));
     all = all && r.committed;
     std::string line = std::string(rollback ? "      rollback to version " : "      version ") +
@@ -218,74 +301,16 @@ Result<nlohmann::ordered_json> MembershipDemo(const MembershipDemoOptions& o, co
   for (Child& c : children) Reap(c, milliseconds(60'000));
 
   say("[4/4] what each replica received");
-  // The replacement's refill, from its summary.
-  const nlohmann::json replaced = RankSummary((dir / (ReshardName(trainer) + ".again.log")).string());
-  const nlohmann::json refill =
-      replaced.is_object() ? replaced.value("refill", nlohmann::json()) : nlohmann::json();
-  if (!refill.is_object() || !refill.value("verified", false)) {
-    // Say why: the refill's own report, else the process's exit and the end of its log.
-    std::string why = refill.is_object() ? refill.dump() : "no refill report";
-    for (const Child& c : children)
-      if (c.name == ReshardName(trainer) + ".again")
-        why += "; the process exited with " + std::to_string(c.exit_code) + ", log " + c.log + ":\n" +
-               Tail(c.log);
-    return DataLoss(trainer.ToString() + "'s replacement did not refill its shards from its peers: " + why);
-  }
+  WP_ASSIGN_OR_RETURN(const nlohmann::json refill, ReplacementRefill(trainer, dir, children));
   events.back()["refill"] = refill;
   say("      " + trainer.ToString() + "'s replacement refilled " +
       HumanBytes(refill.value("bytes", uint64_t{0})) + " from its peers in " +
       std::to_string(refill.value("seconds", 0.0)) + " s, checked against version 4");
-  nlohmann::ordered_json ranks = nlohmann::json::array();
-  bool verified = true, live3 = true;
-  nlohmann::ordered_json newcomer, returned;  // the late replica's first version; the killed one's
-  // Where a rank's first version came from.
-  auto first_version = [](const Endpoint& ep, const nlohmann::ordered_json& rv) -> nlohmann::ordered_json {
-    const auto& first = rv.front();
-    const uint64_t bytes = first["bytes"].get<uint64_t>(), peer = first["bytes_from_peers"].get<uint64_t>();
-    return {{"rank", ep.ToString()},
-            {"version", first["version"]},
-            {"bytes", bytes},
-            {"bytes_from_peers", peer},
-            {"share_from_peers", bytes > 0 ? static_cast<double>(peer) / bytes : 0.0},
-            {"seconds", first["seconds"]}};
-  };
-  for (const Child& c : children) {
-    const bool killed = (c.name == ReshardName(replica) || c.name == ReshardName(trainer));
-    if (!killed && c.exit_code != 0)
-      return Internal(c.name + " exited with " + std::to_string(c.exit_code) + ":\n" + Tail(c.log));
-    const nlohmann::json summary = RankSummary(c.log);
-    if (!summary.is_object() || summary.value("role", "") != "dst") continue;
-    nlohmann::ordered_json rv = nlohmann::json::array();
-    for (const auto& v : summary["versions"]) {
-      const uint64_t bytes = v.value("bytes", uint64_t{0}), peer = v.value("peer_bytes", uint64_t{0});
-      const bool restored = v.value("restored_bytes", uint64_t{0}) > 0;
-      const bool ok = v.value("verified", false);
-      verified = verified && ok;
-      rv.push_back({{"version", v.value("version", uint64_t{0})},
-                    {"rollback", restored},
-                    {"verified", ok},
-                    {"bytes", bytes},
-                    {"bytes_from_peers", peer},
-                    {"bytes_from_sources", bytes - peer},
-                    {"restored_bytes", v.value("restored_bytes", uint64_t{0})},
-                    {"bytes_from_source_replicas", v.value("refetched_replica_bytes", uint64_t{0})},
-                    {"seconds", v.value("seconds", 0.0)}});
-    }
-    const uint64_t live = summary.value("live_version", uint64_t{0});
-    live3 = live3 && live == 3;
-    ranks.push_back({{"process", c.name}, {"live_version", live}, {"versions", rv}});
-    if (c.name == ReshardName(late) && !rv.empty()) newcomer = first_version(late, rv);
-    if (c.name == ReshardName(replica) + ".again" && !rv.empty()) returned = first_version(replica, rv);
-    for (const auto& v : rv)
-      say("      " + c.name + " version " + std::to_string(v["version"].get<uint64_t>()) +
-          (v["rollback"].get<bool>() ? " (rollback)" : "") + ": " +
-          (v["verified"].get<bool>() ? "verified" : "NOT VERIFIED") + ", " +
-          HumanBytes(v["bytes"].get<uint64_t>()) + " fetched, " +
-          HumanBytes(v["bytes_from_peers"].get<uint64_t>()) + " of it from peers");
-  }
+  WP_ASSIGN_OR_RETURN(ReplicaOutcomes out, ReadReplicaOutcomes(children, replica, trainer, late, say));
+  const bool verified = out.verified;
   if (!all) return Unavailable("a version or the rollback was aborted");
   if (!verified) return DataLoss("a replica committed a version that did not match the source model");
-  if (!live3) return Internal("not every replica holds version 3 after the rollback");
+  if (!out.live3) return Internal("not every replica holds version 3 after the rollback");
   say("every replica verified every version it made live, and holds version 3 after the rollback");
   return nlohmann::ordered_json{{"scenario", "membership"},
                                 {"model", o.source.Describe()},
@@ -296,9 +321,9 @@ Result<nlohmann::ordered_json> MembershipDemo(const MembershipDemoOptions& o, co
                                 {"transport", o.transport},
                                 {"events", events},
                                 {"versions", versions},
-                                {"ranks", ranks},
-                                {"newcomer", newcomer},
-                                {"returned", returned},
+                                {"ranks", out.ranks},
+                                {"newcomer", out.newcomer},
+                                {"returned", out.returned},
                                 {"live_version", 3},
                                 {"verified", verified}};
 }

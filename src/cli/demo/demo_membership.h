@@ -3,7 +3,7 @@
 // chain, every rank its own process (`weightport reshard`), the coordinator in this one:
 //   version 2   a replica is killed once the version began; the others commit it (quorum 2) and
 //               its downstream reads around it;
-//   after 2     it starts again and joins the running session (ReshardCoordinatorOptions::rejoin);
+//   after 2     it starts again and joins the running session (PlanCoordinatorOptions::rejoin);
 //               version 3 reaches it in full through its relay, from its peers;
 //   version 3   a source is killed just after the version began; its data-parallel peer holds the
 //               same bytes and the destinations read its steps from there;

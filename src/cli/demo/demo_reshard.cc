@@ -7,7 +7,7 @@
 #include "weightport/control/channel.h"
 #include "weightport/core/json_util.h"
 #include "weightport/core/placement_builders.h"
-#include "weightport/engine/session/reshard_coordinator.h"
+#include "weightport/engine/session/plan_coordinator.h"
 
 namespace weightport::cli {
 namespace {
@@ -26,17 +26,17 @@ std::vector<std::string> ReshardRankArgs(const Endpoint& ep, const ReshardPlanIn
                                          uint64_t versions, const std::string& transport,
                                          const ModelSource& source) {
   const bool is_src = ep.side == PlanSide::kSource;
-  std::vector<std::string> args = {"weightport",    "reshard",
-                                   "--role",        is_src ? "src" : "dst",
-                                   "--rank",        std::to_string(ep.rank),
-                                   "--src",         in.src_json,
-                                   "--dst",         in.dst_json,
-                                   "--fanout",      std::to_string(in.relay_fanout),
-                                   "--coordinator", coordinator,
-                                   "--secret-file", secret_path,
-                                   "--versions",    std::to_string(versions),
-                                   "--transport",   transport,
-                                   "--timeout-s",   "300",
+  std::vector<std::string> args = {"weightport",     "reshard",
+                                   "--role",         is_src ? "src" : "dst",
+                                   "--rank",         std::to_string(ep.rank),
+                                   "--src",          in.src_json,
+                                   "--dst",          in.dst_json,
+                                   "--relay-fanout", std::to_string(in.relay_fanout),
+                                   "--coordinator",  coordinator,
+                                   "--secret-file",  secret_path,
+                                   "--versions",     std::to_string(versions),
+                                   "--transport",    transport,
+                                   "--timeout-s",    "300",
                                    "--json"};
   if (!source.model_dir.empty()) {
     args.insert(args.end(), {"--model", source.model_dir});
@@ -80,12 +80,12 @@ Result<nlohmann::ordered_json> ReshardDemo(const ReshardDemoOptions& o, const fs
   const ReshardPlanInputs& in = setup.in;
   const std::shared_ptr<const Plan> plan = setup.plan;
   const std::string& secret_path = setup.secret_path;
-  ReshardCoordinatorOptions co = setup.options;
+  PlanCoordinatorOptions co = setup.options;
   co.log = [&](std::string line) {
     if (!o.json && line.find("joined") == std::string::npos)
       std::cerr << "  coordinator: " << line << std::endl;
   };
-  ReshardCoordinator coordinator(std::move(setup.listener), co);
+  PlanCoordinator coordinator(std::move(setup.listener), co);
   say("[1/3] " + o.source.Describe() + ": " + std::to_string(layout.size()) + " tensors, " +
       HumanBytes(plan->DestinationBytes()) + " to deliver per version; FSDP flat over " +
       std::to_string(kReshardSources) + " source ranks -> " + std::to_string(kReshardReplicas) +
@@ -95,7 +95,7 @@ Result<nlohmann::ordered_json> ReshardDemo(const ReshardDemoOptions& o, const fs
   say("[2/3] starting " + std::to_string(co.ranks.size()) + " rank processes (" + o.transport +
       "); coordinator at " + coordinator.address());
   for (const Endpoint& ep : co.ranks) {
-    Child c{.name = ReshardName(ep), .log = (dir / (ReshardName(ep) + ".log")).string()};
+    Child c{.name = RankControlName(ep), .log = (dir / (RankControlName(ep) + ".log")).string()};
     const std::vector<std::string> args =
         ReshardRankArgs(ep, in, coordinator.address(), secret_path, o.versions, o.transport, o.source);
     WP_ASSIGN_OR_RETURN(c.pid, Spawn(args, c.log));

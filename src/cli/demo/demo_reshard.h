@@ -14,7 +14,7 @@
 #include "demo_children.h"
 #include "weightport/control/channel.h"
 #include "weightport/core/placement.h"
-#include "weightport/engine/session/reshard_coordinator.h"
+#include "weightport/engine/session/plan_coordinator.h"
 #include "weightport/plan/plan.h"
 
 namespace weightport::cli {
@@ -41,7 +41,7 @@ struct ReshardDemoSetup {
   std::shared_ptr<const Plan> plan;
   std::string secret_path;
   std::unique_ptr<ControlListener> listener;
-  ReshardCoordinatorOptions options;
+  PlanCoordinatorOptions options;
 };
 Result<ReshardDemoSetup> SetUpReshardDemo(const Placement& src, const Placement& dst, int fanout,
                                           const ModelSource& source, const std::filesystem::path& dir);

@@ -52,7 +52,7 @@ int RunPublish(const PublishOptions& o) {
 
   Metrics metrics;
   std::unique_ptr<MetricsServer> metrics_server;
-  PublisherOptions po;
+  WholePublisherOptions po;
   po.make_transport = *factory;
   po.chunk_size = o.chunk_size;
   po.coordinator = o.coordinator;
@@ -75,18 +75,18 @@ int RunPublish(const PublishOptions& o) {
   metrics_server = std::move(*server);
   if (metrics_server && !o.quiet)
     std::cerr << "metrics at http://" << metrics_server->address() << "/metrics" << std::endl;
-  auto publisher = Publisher::Create(*layout, *secret, po);
+  auto publisher = WholePublisher::Create(*layout, *secret, po);
   if (!publisher.ok())
     return fail(o.coordinator.empty() ? NameTakenListenPort(publisher.status(), o.listen, o.metrics)
                                       : publisher.status());
-  Publisher& pub = **publisher;
+  WholePublisher& pub = **publisher;
 
   ProgressPrinter progress("loading " + o.source.Describe(), o.quiet || o.json);
   if (Status s = LoadWeights(o.source, *layout, pub.weights(), std::ref(progress)); !s.ok()) return fail(s);
   if (!o.quiet && !o.json)
     std::cout << "publishing " << o.source.Describe() << " (" << layout->size() << " tensors, "
               << HumanBytes(pub.model_bytes()) << ") at " << pub.coordinator_address() << std::endl;
-  if (Coordinator* c = pub.coordinator()) {
+  if (WholeCoordinator* c = pub.coordinator()) {
     if (!o.quiet && !o.json) std::cout << "waiting for " << o.subscribers << " subscriber(s)" << std::endl;
     Status joined =
         c->WaitForSubscribers(o.subscribers, std::chrono::milliseconds(static_cast<int64_t>(o.wait_s * 1e3)));

@@ -45,7 +45,7 @@ int RunServe(const ServeOptions& o) {
 
   std::mutex log_mu;
   Metrics metrics;
-  CoordinatorOptions co;
+  WholeCoordinatorOptions co;
   co.peer_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.peer_timeout_s * 1e3));
   co.update_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.update_timeout_s * 1e3));
   co.quorum = o.quorum;
@@ -60,7 +60,7 @@ int RunServe(const ServeOptions& o) {
   auto server = StartMetricsServer(o.metrics, metrics);
   if (!server.ok()) return fail(server.status());
   std::unique_ptr<MetricsServer> metrics_server = std::move(*server);
-  auto coordinator = Coordinator::Start(listen->first, listen->second, *secret, co);
+  auto coordinator = WholeCoordinator::Start(listen->first, listen->second, *secret, co);
   if (!coordinator.ok()) return fail(NameTakenListenPort(coordinator.status(), o.listen, o.metrics));
   co.log("coordinator listening on " + (*coordinator)->address() +
          (metrics_server ? ", metrics at http://" + metrics_server->address() + "/metrics" : ""));

@@ -67,7 +67,7 @@ Status CheckOutPath(const std::string& path) {
 }
 
 // Writes the live version as one safetensors file at `path` (beside it first, then renamed).
-Status WriteLive(Subscriber& sub, const std::string& path) {
+Status WriteLive(WholeSubscriber& sub, const std::string& path) {
   WP_ASSIGN_OR_RETURN(Manifest manifest, sub.LiveManifest());
   WP_ASSIGN_OR_RETURN(VersionedStore::Pin pin, sub.Acquire());
   std::vector<TensorMeta> metas;
@@ -101,7 +101,7 @@ int RunSubscribe(SubscribeOptions o) {
 
   std::mutex out_mu;
   nlohmann::ordered_json versions = nlohmann::ordered_json::array();
-  SubscriberOptions so;
+  WholeSubscriberOptions so;
   so.name = o.name;
   so.coordinator = o.connect;
   so.swap_mode = *mode;
@@ -116,9 +116,9 @@ int RunSubscribe(SubscribeOptions o) {
   so.log = [&o](std::string line) {
     if (!o.quiet) std::cerr << "weightport subscribe: " << line << std::endl;
   };
-  so.on_event = [&](const SubscriberEvent& e) {
+  so.on_event = [&](const WholeSubscriberEvent& e) {
     std::lock_guard<std::mutex> lock(out_mu);
-    using K = SubscriberEvent::Kind;
+    using K = WholeSubscriberEvent::Kind;
     if (e.kind == K::kVerified) {
       versions.push_back({{"version", e.version},
                           {"bytes", e.bytes},
@@ -173,7 +173,7 @@ int RunSubscribe(SubscribeOptions o) {
   // the coordinator itself (wrong secret, name taken) is final.
   const auto give_up =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.wait_s * 1e3));
-  auto subscriber = Subscriber::Connect(*secret, so);
+  auto subscriber = WholeSubscriber::Connect(*secret, so);
   while (!subscriber.ok() && subscriber.status().code() != StatusCode::kPermissionDenied &&
          std::chrono::steady_clock::now() < give_up) {
     if (const int sig = WaitForShutdownSignal(200); sig != 0) {
@@ -181,10 +181,10 @@ int RunSubscribe(SubscribeOptions o) {
                 << std::endl;
       return 128 + sig;
     }
-    subscriber = Subscriber::Connect(*secret, so);
+    subscriber = WholeSubscriber::Connect(*secret, so);
   }
   if (!subscriber.ok()) return fail(subscriber.status());
-  Subscriber& sub = **subscriber;
+  WholeSubscriber& sub = **subscriber;
   if (!o.quiet && !o.json) std::cout << o.name << " subscribed to " << o.connect << std::endl;
 
   // Waits in slices, so that SIGINT / SIGTERM are noticed within one.
@@ -245,7 +245,7 @@ Command AddSubscribeCommand(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "subscribe",
       "Receive every version a publisher commits, until it says goodbye (or --versions are live)");
-  sub->add_option("--connect", o->connect, "Coordinator to join, HOST:PORT")->required();
+  sub->add_option("--connect", o->connect, "Coordinator to join (weightport serve), HOST:PORT")->required();
   sub->add_option("--secret-file", o->secret_file, "Shared secret (mode 600)")->required();
   sub->add_option("--name", o->name, "This subscriber's name (default sub-HOST-PID)");
   sub->add_option("--swap-mode", o->swap_mode,

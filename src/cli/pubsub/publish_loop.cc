@@ -24,7 +24,8 @@ std::string Fixed(double v, const char* format) {
 
 // One version's figures: from the embedded coordinator's report when there is one (per-subscriber
 // detail), else from the publisher's own view.
-nlohmann::ordered_json Describe(Publisher& publisher, const PublishReport& pub, const VersionReport* report) {
+nlohmann::ordered_json Describe(WholePublisher& publisher, const PublishReport& pub,
+                                const VersionReport* report) {
   const double copy = report != nullptr ? Secs(report->copy) : Secs(pub.transfer);
   nlohmann::ordered_json subscribers = nlohmann::ordered_json::array();
   double max_pause = 0;
@@ -88,7 +89,7 @@ nlohmann::ordered_json Describe(Publisher& publisher, const PublishReport& pub, 
 
 }  // namespace
 
-Result<nlohmann::ordered_json> PublishVersions(Publisher& publisher, const PublishLoopOptions& o) {
+Result<nlohmann::ordered_json> PublishVersions(WholePublisher& publisher, const PublishLoopOptions& o) {
   nlohmann::ordered_json versions = nlohmann::ordered_json::array();
   // A later first version replays the perturbations before it, so its bytes are what they would
   // have been.
@@ -101,7 +102,7 @@ Result<nlohmann::ordered_json> PublishVersions(Publisher& publisher, const Publi
           PerturbInMemory(publisher.tensors(), publisher.weights(), o.perturb, 1u << 19, o.seed + v)
               .status());
     }
-    SubscriberWait wait;
+    WholeSubscriberWait wait;
     if (v == o.first_version || o.wait_each)
       wait = {.at_least = o.subscribers, .within = o.subscriber_timeout};
     WP_ASSIGN_OR_RETURN(PublishReport report, publisher.Publish(v, o.mode, wait));
@@ -117,7 +118,7 @@ Result<nlohmann::ordered_json> PublishVersions(Publisher& publisher, const Publi
     if (!report.outcome.ok() && !o.quiet)
       std::cout << "version " << v << ": ABORTED: " << report.outcome.message() << std::endl;
     std::optional<VersionReport> detail;
-    if (Coordinator* c = publisher.coordinator()) {
+    if (WholeCoordinator* c = publisher.coordinator()) {
       WP_ASSIGN_OR_RETURN(detail, c->WaitForVersion(v, o.report_timeout));
     }
     nlohmann::ordered_json j = Describe(publisher, report, detail ? &*detail : nullptr);

@@ -36,6 +36,6 @@ struct PublishLoopOptions {
 
 // Publishes versions 1..versions. Returns one JSON object per version (see docs/ARCHITECTURE.md,
 // "weightport demo --json"); fails on the first version that is not committed, naming why.
-Result<nlohmann::ordered_json> PublishVersions(Publisher& publisher, const PublishLoopOptions& options);
+Result<nlohmann::ordered_json> PublishVersions(WholePublisher& publisher, const PublishLoopOptions& options);
 
 }  // namespace weightport::cli

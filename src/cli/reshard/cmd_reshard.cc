@@ -44,7 +44,7 @@ Command AddReshardCommand(CLI::App& app) {
   sub->add_option("--chunk-kb", o->chunk_kb, "Chunk size in KiB")
       ->check(CLI::Range(4, 1 << 20))
       ->capture_default_str();
-  sub->add_option("--fanout", o->plan.relay_fanout,
+  sub->add_option("--relay-fanout", o->plan.relay_fanout,
                   "0: every destination from the sources; 1: relay chain; k: k-ary tree")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();

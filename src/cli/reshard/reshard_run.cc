@@ -14,10 +14,10 @@
 #include "weightport/core/json_util.h"
 #include "weightport/cuda/device_memory.h"
 #include "weightport/engine/rank/source_replicas.h"
-#include "weightport/engine/session/reshard_coordinator.h"
-#include "weightport/engine/session/reshard_destination.h"
-#include "weightport/engine/session/reshard_member.h"
-#include "weightport/engine/session/reshard_source.h"
+#include "weightport/engine/session/plan_control.h"
+#include "weightport/engine/session/plan_coordinator.h"
+#include "weightport/engine/session/plan_destination.h"
+#include "weightport/engine/session/plan_source.h"
 #include "weightport/transport/progress_loop.h"
 
 namespace weightport::cli {
@@ -46,7 +46,7 @@ Result<std::shared_ptr<const Plan>> PlanOf(const ReshardOptions& o) {
 // working); the new keys are sent by the caller.
 using MoveRank = std::function<Status()>;
 
-Status NoRekeyAfter(const ReshardMember::Event& verdict) {
+Status NoRekeyAfter(const PlanControl::Event& verdict) {
   return FailedPrecondition("the coordinator sent no Rekey after version " + std::to_string(verdict.version) +
                             ": with --rotate-keys, give --rotate-keys to the coordinator too");
 }
@@ -54,7 +54,7 @@ Status NoRekeyAfter(const ReshardMember::Event& verdict) {
 // --refill: a source started in place of a lost one takes its shards from its data-parallel peers
 // (they hold the version before --first-version still: the coordinator lets it in only then), and
 // checks them against that version of the model.
-Status RefillFromPeers(const ReshardOptions& o, const Plan& plan, PlanRank& rank, ReshardMember& member,
+Status RefillFromPeers(const ReshardOptions& o, const Plan& plan, PlanRank& rank, PlanControl& member,
                        nlohmann::ordered_json& report) {
   WP_ASSIGN_OR_RETURN(RefillStats r, rank.Refill(member.joined_peers()));
   WP_ASSIGN_OR_RETURN(LoadedModel model, LoadModelFor(o.source, plan));
@@ -78,7 +78,7 @@ Status RefillFromPeers(const ReshardOptions& o, const Plan& plan, PlanRank& rank
 }
 
 // A source: writes and publishes each version, then waits for the coordinator's verdict.
-Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, ReshardMember& member,
+Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, PlanControl& member,
                  const MoveRank& move, DeviceMemory* device, nlohmann::ordered_json& report) {
   std::vector<std::byte> staged;  // a shard on its way to the device
   const RankBuffer& buffer = *plan.Buffer(rank.endpoint());
@@ -86,10 +86,10 @@ Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, Resh
   WP_ASSIGN_OR_RETURN(LoadedModel model, LoadModelFor(o.source, plan));
   // The coordinator's verdicts (SourceFollower). With --rotate-keys each is held for the Rekey after
   // it: a second verdict, or a Bye, before that Rekey means the coordinator does not rotate keys.
-  std::optional<ReshardMember::Event> holding;
+  std::optional<PlanControl::Event> holding;
   SourceHooks hooks;
   hooks.rekey = [&](uint64_t) { return move(); };
-  hooks.held = [&](const ReshardMember::Event& verdict) {
+  hooks.held = [&](const PlanControl::Event& verdict) {
     if (holding) return NoRekeyAfter(*holding);
     holding = verdict;
     return Status::Ok();
@@ -97,9 +97,9 @@ Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, Resh
   SourceFollower follower(rank, member, o.rotate_keys, hooks);
   const milliseconds wait(o.timeout_s * 1000LL);
   // The next verdict or Bye.
-  auto next = [&]() -> Result<ReshardMember::Event> {
-    WP_ASSIGN_OR_RETURN(ReshardMember::Event e, follower.Next(wait));
-    if (e.kind == ReshardMember::Event::kBye && holding) return NoRekeyAfter(*holding);
+  auto next = [&]() -> Result<PlanControl::Event> {
+    WP_ASSIGN_OR_RETURN(PlanControl::Event e, follower.Next(wait));
+    if (e.kind == PlanControl::Event::kBye && holding) return NoRekeyAfter(*holding);
     holding.reset();
     return e;
   };
@@ -120,9 +120,9 @@ Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, Resh
     const double publish_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     WP_RETURN_IF_ERROR(member.Ready(v, rank.replica_digests()));
     if (v == o.crash_at_version) raise(SIGKILL);  // announced, then gone: its replicas stand in
-    WP_ASSIGN_OR_RETURN(ReshardMember::Event e, next());
-    if (e.kind == ReshardMember::Event::kBye) return Cancelled("the coordinator ended the run early");
-    const bool ok = e.kind == ReshardMember::Event::kCommit;
+    WP_ASSIGN_OR_RETURN(PlanControl::Event e, next());
+    if (e.kind == PlanControl::Event::kBye) return Cancelled("the coordinator ended the run early");
+    const bool ok = e.kind == PlanControl::Event::kCommit;
     committed += ok;
     report["versions"].push_back({{"version", v},
                                   {"publish_s", publish_s},
@@ -133,8 +133,8 @@ Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, Resh
   }
   // Until Bye: a rollback the coordinator runs after the last version ends with a verdict here too.
   for (int verdicts = 0; verdicts < 64; ++verdicts) {
-    WP_ASSIGN_OR_RETURN(ReshardMember::Event e, next());
-    if (e.kind == ReshardMember::Event::kBye) break;
+    WP_ASSIGN_OR_RETURN(PlanControl::Event e, next());
+    if (e.kind == PlanControl::Event::kBye) break;
   }
   const uint64_t ran = o.versions + 1 - std::min(o.first_version, o.versions + 1);
   if (committed != ran) return Unavailable(std::to_string(ran - committed) + " version(s) aborted");
@@ -143,7 +143,7 @@ Status RunSource(const ReshardOptions& o, const Plan& plan, PlanRank& rank, Resh
 
 // A destination: receives each version it is told to, commits or aborts as told
 // (FollowAsDestination), checks each committed version with --verify, writes --out at the end.
-Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank, ReshardMember& member,
+Status RunDestination(const ReshardOptions& o, const Plan& plan, PlanRank& rank, PlanControl& member,
                       const MoveRank& move, DeviceMemory* device, nlohmann::ordered_json& report) {
   std::vector<std::byte> scratch;  // a device shard read back for --verify
   const RankBuffer& buffer = *plan.Buffer(rank.endpoint());
@@ -255,7 +255,7 @@ Status RunReshardRank(const ReshardOptions& o) {
   WP_ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, PlanOf(o));
   const Endpoint me{o.role == "src" ? PlanSide::kSource : PlanSide::kDestination, o.rank};
   WP_ASSIGN_OR_RETURN(TransportFactory factory, MakeTransportFactory(o.transport));
-  WP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, factory(ReshardName(me)));
+  WP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, factory(RankControlName(me)));
   auto loop = std::make_unique<ProgressLoop>(std::move(transport));
   PlanRankOptions ro;
   ro.timeout = milliseconds(o.timeout_s * 1000LL);
@@ -280,7 +280,7 @@ Status RunReshardRank(const ReshardOptions& o) {
   // refusal by the coordinator itself (wrong secret, different plan) is final.
   const auto deadline = std::chrono::steady_clock::now() + milliseconds(o.timeout_s * 1000LL);
   auto member = RetryWhileUnreachable(deadline, milliseconds(200), [&](milliseconds) {
-    return ReshardMember::Join(o.coordinator, secret, *rank, milliseconds(o.timeout_s * 1000LL));
+    return PlanControl::Join(o.coordinator, secret, *rank, milliseconds(o.timeout_s * 1000LL));
   });
   if (!member.ok()) return member.status();
   nlohmann::ordered_json report = {{"role", o.role}, {"rank", o.rank}, {"versions", nlohmann::json::array()}};
@@ -302,7 +302,7 @@ Status RunReshardRank(const ReshardOptions& o) {
   return s;
 }
 
-Result<nlohmann::ordered_json> CoordinateVersions(ReshardCoordinator& coordinator, uint64_t versions,
+Result<nlohmann::ordered_json> CoordinateVersions(PlanCoordinator& coordinator, uint64_t versions,
                                                   const std::function<void(const std::string&)>& say,
                                                   bool& all_committed, uint64_t rollback_to) {
   nlohmann::ordered_json out = nlohmann::json::array();
@@ -310,7 +310,7 @@ Result<nlohmann::ordered_json> CoordinateVersions(ReshardCoordinator& coordinato
   for (uint64_t step = 1; step <= versions + (rollback_to > 0); ++step) {
     const bool rollback = step > versions;
     const uint64_t v = rollback ? rollback_to : step;
-    WP_ASSIGN_OR_RETURN(ReshardVersionReport r,
+    WP_ASSIGN_OR_RETURN(PlanVersionReport r,
                         rollback ? coordinator.RunRollback(v) : coordinator.RunVersion(v));
     all_committed = all_committed && r.committed;
     std::vector<std::string> rejoined, joined, replaced;
@@ -367,7 +367,7 @@ Status RunReshardCoordinator(const ReshardOptions& o) {
   WP_ASSIGN_OR_RETURN(auto hp, ParseHostPort(o.coordinator, "127.0.0.1"));
   WP_ASSIGN_OR_RETURN(auto listener,
                       ControlListener::Listen(hp.first, hp.second, "reshard-coordinator", secret));
-  ReshardCoordinatorOptions co;
+  PlanCoordinatorOptions co;
   co.plan_digest = plan->Digest();
   co.ranks = PlanRanks(*plan);
   co.join_timeout = co.update_timeout = milliseconds(o.timeout_s * 1000LL);
@@ -380,7 +380,7 @@ Status RunReshardCoordinator(const ReshardOptions& o) {
   co.log = [&](std::string line) {
     if (!o.json) std::cerr << line << std::endl;
   };
-  ReshardCoordinator coordinator(std::move(listener), co);
+  PlanCoordinator coordinator(std::move(listener), co);
   if (!o.json)
     std::cout << "coordinator at " << coordinator.address() << ": " << plan->sources.size() << " source and "
               << plan->destinations.size() << " destination ranks, " << plan->steps.size() << " steps, "

@@ -8,7 +8,7 @@
 
 #include "reshard_common.h"
 #include "weightport/engine/rank/relay_headroom.h"
-#include "weightport/engine/session/reshard_coordinator.h"
+#include "weightport/engine/session/plan_coordinator.h"
 
 namespace weightport::cli {
 
@@ -27,14 +27,14 @@ struct ReshardOptions {
   bool verify = false;
   bool no_delta = false;
   int timeout_s = 120;
-  size_t quorum = 0;         // ReshardCoordinatorOptions::quorum
-  bool rotate_keys = false;  // ReshardCoordinatorOptions::rotate_keys, PlanRankOptions::rotate_keys
+  size_t quorum = 0;         // PlanCoordinatorOptions::quorum
+  bool rotate_keys = false;  // PlanCoordinatorOptions::rotate_keys, PlanRankOptions::rotate_keys
   // PlanRankOptions::device: "none", "cuda" (the GPU) or "stand-in" (host memory playing one). A
   // source writes each version there, a destination's --verify checks the device copy too.
   std::string device = "none";
   bool device_direct = false;       // PlanRankOptions::device_direct: --verify and --out read the device copy
-  bool rejoin = false;              // ReshardCoordinatorOptions::rejoin
-  std::vector<int> late;            // ReshardCoordinatorOptions::late: destination ranks
+  bool rejoin = false;              // PlanCoordinatorOptions::rejoin
+  std::vector<int> late;            // PlanCoordinatorOptions::late: destination ranks
   uint64_t first_version = 1;       // a replacement source starts here
   bool refill = false;              // ... after refilling its shards from its peers (PlanRank::Refill)
   size_t keep_versions = 0;         // PlanRankOptions::keep_versions
@@ -55,7 +55,7 @@ Status RunReshardCoordinator(const ReshardOptions& o);
 // Runs the coordinator's part on an already built plan and listener (shared with the demo), then,
 // with `rollback_to`, a rollback of every destination to that version. `say` gets one line per
 // version; the JSON array holds one object per version (and one for the rollback).
-Result<nlohmann::ordered_json> CoordinateVersions(ReshardCoordinator& coordinator, uint64_t versions,
+Result<nlohmann::ordered_json> CoordinateVersions(PlanCoordinator& coordinator, uint64_t versions,
                                                   const std::function<void(const std::string&)>& say,
                                                   bool& all_committed, uint64_t rollback_to = 0);
 

@@ -134,7 +134,7 @@ struct FedServer::Impl {
         }
         if (!bad.ok()) {
           Log("fed: refused " + a.channel->peer() + ": " + bad.message());
-          a.channel->Send(RefusedMsg{bad.message()}).IgnoreError();
+          a.channel->TurnAway(bad.message());
           continue;
         }
         Push(Event{-1, Status(Cancelled("")), std::move(a.channel), holds});
@@ -481,6 +481,7 @@ Result<std::vector<FedRoundReport>> FedServer::Run() {
   }
   for (auto& [id, c] : m.clients) {
     if (c.sender.joinable()) c.sender.join();
+    // Best effort: the run is over either way; a client that misses the Bye sees the connection close.
     if (!c.lost) c.channel->Send(MessageType::kBye, {}).IgnoreError();
   }
   return out;

@@ -1,4 +1,4 @@
-// Coordinator lifecycle: the accepting thread, one reading thread per peer, heartbeats, deadlines
+// WholeCoordinator lifecycle: the accepting thread, one reading thread per peer, heartbeats, deadlines
 // and peer removal. The version state machine is in coordinator_updates.cc.
 #include <algorithm>
 
@@ -22,8 +22,9 @@ std::string Seconds(Clock::duration d) {
 }
 }  // namespace
 
-Result<std::unique_ptr<Coordinator>> Coordinator::Start(std::string_view host, uint16_t port,
-                                                        const Secret& secret, CoordinatorOptions options) {
+Result<std::unique_ptr<WholeCoordinator>> WholeCoordinator::Start(std::string_view host, uint16_t port,
+                                                                  const Secret& secret,
+                                                                  WholeCoordinatorOptions options) {
   if (options.peer_timeout <= options.heartbeat_interval)
     return InvalidArgument("coordinator: peer timeout must exceed the heartbeat interval");
   auto impl = std::make_unique<Impl>();
@@ -54,13 +55,13 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(std::string_view host, u
   }
   Impl* raw = impl.get();
   impl->acceptor = std::thread([raw] { raw->AcceptLoop(); });
-  return std::unique_ptr<Coordinator>(new Coordinator(std::move(impl)));
+  return std::unique_ptr<WholeCoordinator>(new WholeCoordinator(std::move(impl)));
 }
 
-Coordinator::Coordinator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Coordinator::~Coordinator() { Stop(); }
+WholeCoordinator::WholeCoordinator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+WholeCoordinator::~WholeCoordinator() { Stop(); }
 
-void Coordinator::Stop() {
+void WholeCoordinator::Stop() {
   if (impl_->stopping.exchange(true)) return;
   if (impl_->acceptor.joinable()) impl_->acceptor.join();
   std::vector<std::unique_ptr<CoordinatorPeer>> all;
@@ -83,10 +84,10 @@ void Coordinator::Stop() {
   }
 }
 
-const std::string& Coordinator::address() const { return impl_->listener->address(); }
-uint16_t Coordinator::port() const { return impl_->listener->port(); }
+const std::string& WholeCoordinator::address() const { return impl_->listener->address(); }
+uint16_t WholeCoordinator::port() const { return impl_->listener->port(); }
 
-Status Coordinator::WaitForSubscribers(size_t n, milliseconds timeout) {
+Status WholeCoordinator::WaitForSubscribers(size_t n, milliseconds timeout) {
   MutexLock lock(impl_->mu);
   if (!impl_->cv.wait_for(lock.native(), timeout,
                           [&]() REQUIRES(impl_->mu) { return impl_->SubscriberCount() >= n; }))
@@ -95,7 +96,7 @@ Status Coordinator::WaitForSubscribers(size_t n, milliseconds timeout) {
   return Status::Ok();
 }
 
-std::vector<std::string> Coordinator::Subscribers() const {
+std::vector<std::string> WholeCoordinator::Subscribers() const {
   MutexLock lock(impl_->mu);
   std::vector<std::string> names;
   for (const auto& [id, peer] : impl_->peers)
@@ -103,14 +104,15 @@ std::vector<std::string> Coordinator::Subscribers() const {
   return names;
 }
 
-Result<VersionReport> Coordinator::WaitForVersion(uint64_t version, milliseconds timeout) {
+Result<VersionReport> WholeCoordinator::WaitForVersion(uint64_t version, milliseconds timeout) {
   MutexLock lock(impl_->mu);
   auto done = [&]() REQUIRES(impl_->mu) {
     auto it = impl_->reports.find(version);
     if (it == impl_->reports.end() || !it->second.decided) return false;
     if (!it->second.outcome.ok()) return true;
-    return std::all_of(it->second.subscribers.begin(), it->second.subscribers.end(),
-                       [](const SubscriberVersionReport& s) { return s.committed || !s.dropped.empty(); });
+    return std::all_of(
+        it->second.subscribers.begin(), it->second.subscribers.end(),
+        [](const WholeSubscriberVersionReport& s) { return s.committed || !s.dropped.empty(); });
   };
   impl_->cv.wait_for(lock.native(), timeout, done);
   auto it = impl_->reports.find(version);
@@ -121,18 +123,18 @@ Result<VersionReport> Coordinator::WaitForVersion(uint64_t version, milliseconds
 
 // ---- Impl ------------------------------------------------------------------------------------------
 
-size_t Coordinator::Impl::SubscriberCount() const {
+size_t WholeCoordinator::Impl::SubscriberCount() const {
   return static_cast<size_t>(std::count_if(
       peers.begin(), peers.end(), [](const auto& p) { return p.second->role == PeerRole::kSubscriber; }));
 }
 
-size_t Coordinator::Impl::ReadySubscriberCount() const {
+size_t WholeCoordinator::Impl::ReadySubscriberCount() const {
   return static_cast<size_t>(std::count_if(peers.begin(), peers.end(), [](const auto& p) {
     return p.second->role == PeerRole::kSubscriber && p.second->staging.has_value();
   }));
 }
 
-void Coordinator::Impl::SendKeysIfUnseen(CoordinatorPeer& peer) {
+void WholeCoordinator::Impl::SendKeysIfUnseen(CoordinatorPeer& peer) {
   if (peer.role != PeerRole::kSubscriber || peer.gone || region_keys.empty() ||
       peer.keys_epoch_sent == keys_epoch)
     return;
@@ -140,20 +142,20 @@ void Coordinator::Impl::SendKeysIfUnseen(CoordinatorPeer& peer) {
   peer.keys_epoch_sent = keys_epoch;
 }
 
-void Coordinator::Impl::PublishSubscriberCount() const {
+void WholeCoordinator::Impl::PublishSubscriberCount() const {
   if (options.metrics != nullptr)
     options.metrics->Set("weightport_subscribers", {}, static_cast<double>(SubscriberCount()));
 }
 
-void Coordinator::Impl::Log(const std::string& line) const {
+void WholeCoordinator::Impl::Log(const std::string& line) const {
   if (options.log) options.log(line);
 }
 
-void Coordinator::Impl::Count(std::string_view metric, const std::string& peer, double delta) const {
+void WholeCoordinator::Impl::Count(std::string_view metric, const std::string& peer, double delta) const {
   if (options.metrics != nullptr) options.metrics->Add(metric, {{"peer", peer}}, delta);
 }
 
-void Coordinator::Impl::AcceptLoop() {
+void WholeCoordinator::Impl::AcceptLoop() {
   auto last_beat = Clock::now();
   while (!stopping.load()) {
     Result<std::unique_ptr<ControlChannel>> channel = listener->Accept(kCoordinatorPoll);
@@ -170,7 +172,7 @@ void Coordinator::Impl::AcceptLoop() {
       bool refused = false;
       if (peer->role == PeerRole::kPublisher && publisher.has_value()) {
         const std::string why = "publisher '" + peers.at(*publisher)->name + "' is already connected";
-        peer->channel->Send(RefusedMsg{why}).IgnoreError();
+        peer->channel->TurnAway(why);
         Log("refused " + who + ": " + why);
         refused = true;
       } else if (peer->role != PeerRole::kObserver) {
@@ -179,7 +181,7 @@ void Coordinator::Impl::AcceptLoop() {
         });
         if (same != peers.end()) {
           const std::string why = "a peer named '" + peer->name + "' is already connected";
-          peer->channel->Send(RefusedMsg{why}).IgnoreError();
+          peer->channel->TurnAway(why);
           Log("refused " + who + ": " + why);
           refused = true;
         }
@@ -217,7 +219,7 @@ void Coordinator::Impl::AcceptLoop() {
   }
 }
 
-void Coordinator::Impl::ReadLoop(CoordinatorPeer* peer) {
+void WholeCoordinator::Impl::ReadLoop(CoordinatorPeer* peer) {
   while (!stopping.load()) {
     Result<ControlMessage> message = peer->channel->Receive(kCoordinatorPoll);
     if (!message.ok() && message.status().code() == StatusCode::kTimeout) {
@@ -241,13 +243,13 @@ void Coordinator::Impl::ReadLoop(CoordinatorPeer* peer) {
   }
 }
 
-void Coordinator::Impl::SendTo(CoordinatorPeer& peer, MessageType type, const Bytes& payload) {
+void WholeCoordinator::Impl::SendTo(CoordinatorPeer& peer, MessageType type, const Bytes& payload) {
   if (peer.gone) return;
   peer.outbox.emplace_back(type, payload);
   peer.outbox_cv.notify_all();
 }
 
-void Coordinator::Impl::WriteLoop(CoordinatorPeer* peer) {
+void WholeCoordinator::Impl::WriteLoop(CoordinatorPeer* peer) {
   MutexLock lock(mu);
   for (;;) {
     peer->outbox_cv.wait(lock.native(), [&] { return !peer->outbox.empty() || peer->gone; });
@@ -267,12 +269,12 @@ void Coordinator::Impl::WriteLoop(CoordinatorPeer* peer) {
   peer->channel->Close();  // ends the reader's Receive too
 }
 
-CoordinatorPeer* Coordinator::Impl::Find(uint64_t id) {
+CoordinatorPeer* WholeCoordinator::Impl::Find(uint64_t id) {
   auto it = peers.find(id);
   return it == peers.end() || it->second->gone ? nullptr : it->second.get();
 }
 
-void Coordinator::Impl::RemovePeer(CoordinatorPeer& peer, const std::string& why, bool lost) {
+void WholeCoordinator::Impl::RemovePeer(CoordinatorPeer& peer, const std::string& why, bool lost) {
   if (peer.gone) return;
   peer.gone = true;
   const std::string who = peer.channel->peer();
@@ -295,7 +297,7 @@ void Coordinator::Impl::RemovePeer(CoordinatorPeer& peer, const std::string& why
       std::erase(update->members, peer.id);
       update->verified.erase(peer.id);
       std::erase_if(reports[update->version].subscribers,
-                    [&](const SubscriberVersionReport& r) { return r.name == peer.name; });
+                    [&](const WholeSubscriberVersionReport& r) { return r.name == peer.name; });
       if (update->verified.size() == update->members.size()) CommitUpdate();
     }
   }
@@ -304,13 +306,13 @@ void Coordinator::Impl::RemovePeer(CoordinatorPeer& peer, const std::string& why
   cv.notify_all();
 }
 
-void Coordinator::Impl::Heartbeat() {
+void WholeCoordinator::Impl::Heartbeat() {
   std::vector<CoordinatorPeer*> all;
   for (auto& [id, peer] : peers) all.push_back(peer.get());
   for (CoordinatorPeer* peer : all) SendTo(*peer, HeartbeatMsg{});
 }
 
-void Coordinator::Impl::CheckDeadlines() {
+void WholeCoordinator::Impl::CheckDeadlines() {
   const auto now = Clock::now();
   std::vector<CoordinatorPeer*> silent;
   for (auto& [id, peer] : peers)

@@ -1,4 +1,4 @@
-// Internals of the Coordinator shared by coordinator.cc (threads, peers) and coordinator_updates.cc
+// Internals of the WholeCoordinator shared by coordinator.cc (threads, peers) and coordinator_updates.cc
 // (the version state machine).
 #pragma once
 
@@ -57,8 +57,8 @@ struct PendingBegin {
   std::chrono::steady_clock::time_point deadline;
 };
 
-struct Coordinator::Impl {
-  CoordinatorOptions options;
+struct WholeCoordinator::Impl {
+  WholeCoordinatorOptions options;
   std::unique_ptr<ControlListener> listener;
   std::thread acceptor;
   std::atomic<bool> stopping{false};
@@ -122,7 +122,7 @@ struct Coordinator::Impl {
   // A member failed the update in flight: aborts it (all or nothing), or drops the member and
   // commits or aborts by the quorum. `id` may be gone already (lost).
   void MemberFailed(uint64_t id, const std::string& name, const std::string& why) REQUIRES(mu);
-  SubscriberVersionReport* ReportOf(uint64_t version, const std::string& name) REQUIRES(mu);
+  WholeSubscriberVersionReport* ReportOf(uint64_t version, const std::string& name) REQUIRES(mu);
 };
 
 }  // namespace weightport

@@ -24,11 +24,11 @@ using std::chrono::milliseconds;
 struct Fixture {
   Secret secret = MakeSecret('c');
   LogCapture log;
-  std::unique_ptr<Coordinator> coordinator;
+  std::unique_ptr<WholeCoordinator> coordinator;
   Fixture() {
-    CoordinatorOptions o;
+    WholeCoordinatorOptions o;
     o.log = log.Sink();
-    auto c = Coordinator::Start("127.0.0.1", 0, secret, o);
+    auto c = WholeCoordinator::Start("127.0.0.1", 0, secret, o);
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     coordinator = std::move(*c);
   }
@@ -53,7 +53,7 @@ std::string ManifestJson(uint64_t version) {
   return Manifest::FromMetas(version, metas)->ToJson().dump();
 }
 
-TEST(Coordinator, SubscriberSendingAManifestIsRefusedAndRemoved) {
+TEST(WholeCoordinator, SubscriberSendingAManifestIsRefusedAndRemoved) {
   Fixture f;
   auto sub = f.Join("sub", PeerRole::kSubscriber);
   ASSERT_TRUE(f.coordinator->WaitForSubscribers(1, kWait).ok());
@@ -68,7 +68,7 @@ TEST(Coordinator, SubscriberSendingAManifestIsRefusedAndRemoved) {
   EXPECT_TRUE(f.log.Contains("protocol violation"));
 }
 
-TEST(Coordinator, SecondPublisherAndDuplicateNamesAreRefused) {
+TEST(WholeCoordinator, SecondPublisherAndDuplicateNamesAreRefused) {
   Fixture f;
   auto pub = f.Join("trainer", PeerRole::kPublisher);
   auto second = f.Join("trainer-2", PeerRole::kPublisher);
@@ -83,7 +83,7 @@ TEST(Coordinator, SecondPublisherAndDuplicateNamesAreRefused) {
   EXPECT_NE(mb.status().message().find("'replica' is already connected"), std::string::npos);
 }
 
-TEST(Coordinator, UpdateBeginWithoutManifestOrKeysIsAbortedWithTheReason) {
+TEST(WholeCoordinator, UpdateBeginWithoutManifestOrKeysIsAbortedWithTheReason) {
   Fixture f;
   auto pub = f.Join("trainer", PeerRole::kPublisher);
   ASSERT_TRUE(pub->Send(UpdateBeginMsg{1, 0, 0}).ok());
@@ -100,7 +100,7 @@ TEST(Coordinator, UpdateBeginWithoutManifestOrKeysIsAbortedWithTheReason) {
   EXPECT_NE(AbortMsg::Decode(m->payload)->reason.find("no RegionKeys"), std::string::npos);
 }
 
-TEST(Coordinator, VersionsMustIncreaseAndOnlyOneIsInFlight) {
+TEST(WholeCoordinator, VersionsMustIncreaseAndOnlyOneIsInFlight) {
   Fixture f;
   auto pub = f.Join("trainer", PeerRole::kPublisher);
   auto sub = f.Join("replica", PeerRole::kSubscriber);
@@ -148,17 +148,17 @@ uint16_t PortOf(const std::string& address) {
   return static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
 }
 
-TEST(Coordinator, IdleSocketsDoNotDelayDeclaringASilentPeerLost) {
+TEST(WholeCoordinator, IdleSocketsDoNotDelayDeclaringASilentPeerLost) {
   Secret secret = MakeSecret('c');
   LogCapture log;
-  CoordinatorOptions o;
+  WholeCoordinatorOptions o;
   o.log = log.Sink();
   o.heartbeat_interval = milliseconds(100);
   o.peer_timeout = milliseconds(1000);
   // A silent socket could hold Accept this long: far longer than the peer timeout, so that the check
   // below (at half of it) tells the bug from a loaded machine.
   o.control.handshake_timeout = milliseconds(20000);
-  auto c = Coordinator::Start("127.0.0.1", 0, secret, o);
+  auto c = WholeCoordinator::Start("127.0.0.1", 0, secret, o);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   auto sub = ControlChannel::Connect((*c)->address(), "silent", PeerRole::kSubscriber, secret, kWait);
   ASSERT_TRUE(sub.ok()) << sub.status().ToString();
@@ -175,7 +175,7 @@ TEST(Coordinator, IdleSocketsDoNotDelayDeclaringASilentPeerLost) {
       << "lost after " << std::chrono::duration_cast<milliseconds>(took).count() << " ms";
 }
 
-TEST(Coordinator, TwoHundredIdleSocketsDoNotKeepASubscriberOut) {
+TEST(WholeCoordinator, TwoHundredIdleSocketsDoNotKeepASubscriberOut) {
   Fixture f;
   std::vector<std::unique_ptr<IdleSocket>> idle;
   for (int i = 0; i < 200; ++i)

@@ -21,7 +21,7 @@ std::string Version(uint64_t v) { return "version " + std::to_string(v); }
 double SecondsOf(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
 }  // namespace
 
-void Coordinator::Impl::Handle(CoordinatorPeer& peer, const ControlMessage& message) {
+void WholeCoordinator::Impl::Handle(CoordinatorPeer& peer, const ControlMessage& message) {
   const bool is_publisher = peer.role == PeerRole::kPublisher;
   const bool is_subscriber = peer.role == PeerRole::kSubscriber;
   auto violation = [&](const std::string& why) REQUIRES(mu) {
@@ -93,7 +93,7 @@ void Coordinator::Impl::Handle(CoordinatorPeer& peer, const ControlMessage& mess
       if (!is_subscriber) return violation("only subscribers swap");
       Result<CommittedMsg> m = CommittedMsg::Decode(message.payload);
       if (!m.ok()) return violation(m.status().message());
-      if (SubscriberVersionReport* r = ReportOf(m->version, peer.name)) {
+      if (WholeSubscriberVersionReport* r = ReportOf(m->version, peer.name)) {
         r->committed = true;
         r->pause = std::chrono::nanoseconds(m->pause_ns);
         if (options.metrics != nullptr)
@@ -107,7 +107,7 @@ void Coordinator::Impl::Handle(CoordinatorPeer& peer, const ControlMessage& mess
   }
 }
 
-void Coordinator::Impl::OnManifest(CoordinatorPeer& peer, const ManifestMsg& message) {
+void WholeCoordinator::Impl::OnManifest(CoordinatorPeer& peer, const ManifestMsg& message) {
   Result<Manifest> parsed = Manifest::FromJsonText(message.json, "manifest");
   if (!parsed.ok()) {
     const std::string why =
@@ -124,7 +124,7 @@ void Coordinator::Impl::OnManifest(CoordinatorPeer& peer, const ManifestMsg& mes
   for (CoordinatorPeer* p : subscribers) RefuseIfUnknownTensors(*p);
 }
 
-void Coordinator::Impl::OnPlacement(CoordinatorPeer& peer, const PlacementMsg& message) {
+void WholeCoordinator::Impl::OnPlacement(CoordinatorPeer& peer, const PlacementMsg& message) {
   nlohmann::json j = nlohmann::json::parse(message.json, nullptr, false);
   std::vector<std::string> wanted;
   bool ok = j.is_object() && (!j.contains("tensors") || j["tensors"].is_array());
@@ -147,7 +147,7 @@ void Coordinator::Impl::OnPlacement(CoordinatorPeer& peer, const PlacementMsg& m
   RefuseIfUnknownTensors(peer);
 }
 
-bool Coordinator::Impl::RefuseIfUnknownTensors(CoordinatorPeer& peer) {
+bool WholeCoordinator::Impl::RefuseIfUnknownTensors(CoordinatorPeer& peer) {
   if (!manifest.has_value() || peer.gone) return false;
   for (const std::string& name : peer.wanted) {
     if (manifest->Find(name) != nullptr) continue;
@@ -162,7 +162,7 @@ bool Coordinator::Impl::RefuseIfUnknownTensors(CoordinatorPeer& peer) {
   return false;
 }
 
-void Coordinator::Impl::OnUpdateBegin(CoordinatorPeer& peer, const UpdateBeginMsg& message) {
+void WholeCoordinator::Impl::OnUpdateBegin(CoordinatorPeer& peer, const UpdateBeginMsg& message) {
   const uint64_t v = message.version;
   auto refuse = [&](const std::string& why) REQUIRES(mu) {
     Log("refused " + Version(v) + " from " + peer.channel->peer() + ": " + why);
@@ -193,7 +193,7 @@ void Coordinator::Impl::OnUpdateBegin(CoordinatorPeer& peer, const UpdateBeginMs
   StartUpdate(message);
 }
 
-void Coordinator::Impl::CheckPendingBegin() {
+void WholeCoordinator::Impl::CheckPendingBegin() {
   if (!pending_begin.has_value()) return;
   CoordinatorPeer* peer = Find(pending_begin->publisher);
   if (peer == nullptr) {  // the publisher left: nothing to start or answer
@@ -227,7 +227,7 @@ void Coordinator::Impl::CheckPendingBegin() {
   cv.notify_all();
 }
 
-void Coordinator::Impl::StartUpdate(const UpdateBeginMsg& message) {
+void WholeCoordinator::Impl::StartUpdate(const UpdateBeginMsg& message) {
   const uint64_t v = message.version;
   update = CoordinatorUpdate{.version = v, .began = Clock::now()};
   VersionReport& report = reports[v];
@@ -255,11 +255,11 @@ void Coordinator::Impl::StartUpdate(const UpdateBeginMsg& message) {
   if (update->members.empty()) CommitUpdate();  // nobody to wait for
 }
 
-void Coordinator::Impl::OnVerified(CoordinatorPeer& peer, const ChunksVerifiedMsg& message) {
+void WholeCoordinator::Impl::OnVerified(CoordinatorPeer& peer, const ChunksVerifiedMsg& message) {
   if (!update.has_value() || update->version != message.version) return;  // late, after an abort
   if (std::find(update->members.begin(), update->members.end(), peer.id) == update->members.end()) return;
   update->verified.insert(peer.id);
-  if (SubscriberVersionReport* r = ReportOf(message.version, peer.name)) {
+  if (WholeSubscriberVersionReport* r = ReportOf(message.version, peer.name)) {
     r->verified = true;
     r->chunks = message.count;
     r->bytes = message.bytes;
@@ -274,7 +274,7 @@ void Coordinator::Impl::OnVerified(CoordinatorPeer& peer, const ChunksVerifiedMs
   if (update->verified.size() == update->members.size()) CommitUpdate();
 }
 
-void Coordinator::Impl::CommitUpdate() {
+void WholeCoordinator::Impl::CommitUpdate() {
   const uint64_t v = update->version;
   VersionReport& report = reports[v];
   report.copy = Clock::now() - update->began;
@@ -296,7 +296,7 @@ void Coordinator::Impl::CommitUpdate() {
   cv.notify_all();
 }
 
-void Coordinator::Impl::AbortUpdate(const std::string& why) {
+void WholeCoordinator::Impl::AbortUpdate(const std::string& why) {
   if (!update.has_value()) return;
   const uint64_t v = update->version;
   VersionReport& report = reports[v];
@@ -312,14 +312,14 @@ void Coordinator::Impl::AbortUpdate(const std::string& why) {
   cv.notify_all();
 }
 
-void Coordinator::Impl::MemberFailed(uint64_t id, const std::string& name, const std::string& why) {
+void WholeCoordinator::Impl::MemberFailed(uint64_t id, const std::string& name, const std::string& why) {
   if (!update.has_value()) return;
   if (std::find(update->members.begin(), update->members.end(), id) == update->members.end()) return;
   if (options.quorum == 0) return AbortUpdate(why);
   const uint64_t v = update->version;
   std::erase(update->members, id);
   update->verified.erase(id);
-  if (SubscriberVersionReport* r = ReportOf(v, name)) {
+  if (WholeSubscriberVersionReport* r = ReportOf(v, name)) {
     r->verified = false;
     r->dropped = why;
   }
@@ -332,7 +332,7 @@ void Coordinator::Impl::MemberFailed(uint64_t id, const std::string& name, const
   if (update.has_value() && update->verified.size() == update->members.size()) CommitUpdate();
 }
 
-SubscriberVersionReport* Coordinator::Impl::ReportOf(uint64_t version, const std::string& name) {
+WholeSubscriberVersionReport* WholeCoordinator::Impl::ReportOf(uint64_t version, const std::string& name) {
   auto it = reports.find(version);
   if (it == reports.end()) return nullptr;
   for (auto& s : it->second.subscribers)

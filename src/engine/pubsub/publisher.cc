@@ -57,12 +57,12 @@ struct FreeDeleter {
   void operator()(std::byte* p) const { std::free(p); }
 };
 
-struct Publisher::Impl {
-  PublisherOptions options;
+struct WholePublisher::Impl {
+  WholePublisherOptions options;
   std::vector<TensorMeta> tensors;
   std::vector<uint64_t> offsets;
   uint64_t bytes = 0;
-  std::unique_ptr<Coordinator> coordinator;
+  std::unique_ptr<WholeCoordinator> coordinator;
   std::string coordinator_address;
   std::unique_ptr<ProgressLoop> loop;
   std::unique_ptr<MemoryRegion> live, snapshot;
@@ -103,15 +103,16 @@ struct Publisher::Impl {
   void RetireGrant(std::shared_ptr<Grant>& grant);
   std::future<Result<std::unique_ptr<Grant>>> next_grant;  // the trainer's thread or background's
   // Hashes `region`'s bytes, starts the update and waits for its verdict.
-  void RunUpdate(uint64_t version, const MemoryRegion& region, uint64_t region_id, SubscriberWait wait,
+  void RunUpdate(uint64_t version, const MemoryRegion& region, uint64_t region_id, WholeSubscriberWait wait,
                  PublishReport& report);
   void Log(const std::string& line) const {
     if (options.log) options.log(line);
   }
 };
 
-Result<std::unique_ptr<Publisher>> Publisher::Create(std::vector<TensorMeta> tensors, const Secret& secret,
-                                                     PublisherOptions options) {
+Result<std::unique_ptr<WholePublisher>> WholePublisher::Create(std::vector<TensorMeta> tensors,
+                                                               const Secret& secret,
+                                                               WholePublisherOptions options) {
   if (!options.make_transport) return InvalidArgument("publisher: no transport factory given");
   if (tensors.empty()) return InvalidArgument("publisher: the model has no tensors");
   auto impl = std::make_unique<Impl>();
@@ -140,10 +141,10 @@ Result<std::unique_ptr<Publisher>> Publisher::Create(std::vector<TensorMeta> ten
   }
 
   if (impl->options.coordinator.empty()) {
-    CoordinatorOptions copts = impl->options.coordinator_options;
+    WholeCoordinatorOptions copts = impl->options.coordinator_options;
     if (!copts.log) copts.log = impl->options.log;
-    WP_ASSIGN_OR_RETURN(impl->coordinator, Coordinator::Start(impl->options.listen_host,
-                                                              impl->options.listen_port, secret, copts));
+    WP_ASSIGN_OR_RETURN(impl->coordinator, WholeCoordinator::Start(impl->options.listen_host,
+                                                                   impl->options.listen_port, secret, copts));
     impl->coordinator_address = impl->coordinator->address();
   } else {
     impl->coordinator_address = impl->options.coordinator;
@@ -174,26 +175,26 @@ Result<std::unique_ptr<Publisher>> Publisher::Create(std::vector<TensorMeta> ten
   }
   Impl* raw = impl.get();
   impl->reader = std::thread([raw] { raw->ReadLoop(); });
-  return std::unique_ptr<Publisher>(new Publisher(std::move(impl)));
+  return std::unique_ptr<WholePublisher>(new WholePublisher(std::move(impl)));
 }
 
-Publisher::Publisher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Publisher::~Publisher() { Close(); }
+WholePublisher::WholePublisher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+WholePublisher::~WholePublisher() { Close(); }
 
-std::span<std::byte> Publisher::weights() { return {impl_->live_bytes(), impl_->bytes}; }
+std::span<std::byte> WholePublisher::weights() { return {impl_->live_bytes(), impl_->bytes}; }
 
-std::span<std::byte> Publisher::TensorData(std::string_view name) {
+std::span<std::byte> WholePublisher::TensorData(std::string_view name) {
   for (size_t i = 0; i < impl_->tensors.size(); ++i)
     if (impl_->tensors[i].name == name) return weights().subspan(impl_->offsets[i], impl_->tensors[i].bytes);
   return {};
 }
 
-const std::vector<TensorMeta>& Publisher::tensors() const { return impl_->tensors; }
-uint64_t Publisher::model_bytes() const { return impl_->bytes; }
-Coordinator* Publisher::coordinator() { return impl_->coordinator.get(); }
-const std::string& Publisher::coordinator_address() const { return impl_->coordinator_address; }
+const std::vector<TensorMeta>& WholePublisher::tensors() const { return impl_->tensors; }
+uint64_t WholePublisher::model_bytes() const { return impl_->bytes; }
+WholeCoordinator* WholePublisher::coordinator() { return impl_->coordinator.get(); }
+const std::string& WholePublisher::coordinator_address() const { return impl_->coordinator_address; }
 
-Status Publisher::Impl::SendKeys(ProgressLoop& via, const std::vector<KeyedRegion>& regions) {
+Status WholePublisher::Impl::SendKeys(ProgressLoop& via, const std::vector<KeyedRegion>& regions) {
   RegionKeysMsg keys;
   keys.transport_address = via.Call([](Transport& t) { return t.address(); });
   for (const auto& [id, region] : regions)
@@ -201,11 +202,11 @@ Status Publisher::Impl::SendKeys(ProgressLoop& via, const std::vector<KeyedRegio
   return channel->Send(keys);
 }
 
-Status Publisher::Impl::SendRegionKeys() {
+Status WholePublisher::Impl::SendRegionKeys() {
   return SendKeys(*loop, {{kLiveRegion, live.get()}, {kSnapshotRegion, snapshot.get()}});
 }
 
-Result<std::unique_ptr<Grant>> Publisher::Impl::PrepareGrant() {
+Result<std::unique_ptr<Grant>> WholePublisher::Impl::PrepareGrant() {
   auto grant = std::make_unique<Grant>();
   WP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, options.make_transport(options.name));
   grant->loop = std::make_unique<ProgressLoop>(std::move(transport));
@@ -223,7 +224,7 @@ Result<std::unique_ptr<Grant>> Publisher::Impl::PrepareGrant() {
   return grant;
 }
 
-Result<std::unique_ptr<Grant>> Publisher::Impl::TakeGrant(PublishReport& report) {
+Result<std::unique_ptr<Grant>> WholePublisher::Impl::TakeGrant(PublishReport& report) {
   const auto t0 = Clock::now();
   Result<std::unique_ptr<Grant>> grant = next_grant.valid() ? next_grant.get() : PrepareGrant();
   report.grant = Clock::now() - t0;
@@ -235,12 +236,12 @@ Result<std::unique_ptr<Grant>> Publisher::Impl::TakeGrant(PublishReport& report)
   return grant;
 }
 
-void Publisher::Impl::RetireGrant(std::shared_ptr<Grant>& grant) {
+void WholePublisher::Impl::RetireGrant(std::shared_ptr<Grant>& grant) {
   grant.reset();  // its keys stop working
   if (!closing.load()) next_grant = std::async(std::launch::async, [this] { return PrepareGrant(); });
 }
 
-void Publisher::Impl::ReadLoop() {
+void WholePublisher::Impl::ReadLoop() {
   auto last_sent = Clock::now(), last_heard = Clock::now();
   auto end_session = [&](Status why) {
     MutexLock lock(mu);
@@ -281,8 +282,8 @@ void Publisher::Impl::ReadLoop() {
   }
 }
 
-void Publisher::Impl::RunUpdate(uint64_t version, const MemoryRegion& region, uint64_t region_id,
-                                SubscriberWait wait, PublishReport& report) {
+void WholePublisher::Impl::RunUpdate(uint64_t version, const MemoryRegion& region, uint64_t region_id,
+                                     WholeSubscriberWait wait, PublishReport& report) {
   auto t0 = Clock::now();
   std::vector<TensorBytes> views;
   views.reserve(tensors.size());
@@ -326,7 +327,7 @@ void Publisher::Impl::RunUpdate(uint64_t version, const MemoryRegion& region, ui
   }
 }
 
-Result<PublishReport> Publisher::Publish(uint64_t version, PublishMode mode, SubscriberWait wait) {
+Result<PublishReport> WholePublisher::Publish(uint64_t version, PublishMode mode, WholeSubscriberWait wait) {
   Impl& d = *impl_;
   if (d.closed) return FailedPrecondition("publisher '" + d.options.name + "' is closed");
   const auto t0 = Clock::now();
@@ -383,7 +384,7 @@ Result<PublishReport> Publisher::Publish(uint64_t version, PublishMode mode, Sub
   return report;
 }
 
-Result<PublishReport> Publisher::Wait(uint64_t version, milliseconds timeout) {
+Result<PublishReport> WholePublisher::Wait(uint64_t version, milliseconds timeout) {
   MutexLock lock(impl_->mu);
   if (!impl_->cv.wait_for(lock.native(), timeout,
                           [&]() REQUIRES(impl_->mu) { return impl_->reports.count(version) != 0; }))
@@ -392,7 +393,7 @@ Result<PublishReport> Publisher::Wait(uint64_t version, milliseconds timeout) {
   return impl_->reports[version];
 }
 
-void Publisher::Close() {
+void WholePublisher::Close() {
   Impl& d = *impl_;
   if (d.closed) return;
   d.closed = true;

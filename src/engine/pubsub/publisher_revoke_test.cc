@@ -1,4 +1,4 @@
-// Keys are revoked when a version is retired (PublisherOptions::rotate_keys). A spy joins the
+// Keys are revoked when a version is retired (WholePublisherOptions::rotate_keys). A spy joins the
 // coordinator as a subscriber with the secret, takes each version's keys and issues raw one-sided
 // Gets and Puts with them, as a peer ignoring the protocol would. With rotation the keys of a
 // decided version stop working and never reach a later version's bytes; without it (the contrast
@@ -80,8 +80,8 @@ class Spy {
   Grant current_;
 };
 
-PublisherOptions Options(Cluster& c, TransportFactory factory, bool rotate) {
-  PublisherOptions po;
+WholePublisherOptions Options(Cluster& c, TransportFactory factory, bool rotate) {
+  WholePublisherOptions po;
   po.make_transport = std::move(factory);
   po.chunk_size = 16 << 10;
   po.coordinator_options = c.CoordOpts();
@@ -104,11 +104,11 @@ TEST_P(KeyRevocation, KeysOfADecidedVersionStopWorkingOnlyWhenKeysRotate) {
   auto factory = UcxTransportFactory(GetParam().transport);
   ASSERT_TRUE(factory.ok()) << factory.status().ToString();
   Cluster c;
-  auto pub = Publisher::Create(SmallModel(), c.secret, Options(c, *factory, rotate));
+  auto pub = WholePublisher::Create(SmallModel(), c.secret, Options(c, *factory, rotate));
   ASSERT_TRUE(pub.ok()) << pub.status().ToString();
-  SubscriberOptions so = c.SubscriberOpts(**pub, "sub");
+  WholeSubscriberOptions so = c.SubscriberOpts(**pub, "sub");
   so.make_transport = *factory;
-  auto sub = Subscriber::Connect(c.secret, so);
+  auto sub = WholeSubscriber::Connect(c.secret, so);
   ASSERT_TRUE(sub.ok()) << sub.status().ToString();
   Spy spy(*factory, (*pub)->coordinator_address(), c.secret);
   ASSERT_TRUE((*pub)->coordinator()->WaitForSubscribers(2, kWait).ok());
@@ -158,7 +158,7 @@ TEST_P(KeyRevocation, KeysOfADecidedVersionStopWorkingOnlyWhenKeysRotate) {
 // both publish modes, bit-exact, and a delta still fetches only the changed chunks from the new grant.
 TEST(KeyRotation, SubscribersGetEveryVersionInBothModesAndDeltasStaySmall) {
   Cluster c;
-  auto pub = Publisher::Create(SmallModel(), c.secret, Options(c, c.Factory(), /*rotate=*/true));
+  auto pub = WholePublisher::Create(SmallModel(), c.secret, Options(c, c.Factory(), /*rotate=*/true));
   ASSERT_TRUE(pub.ok()) << pub.status().ToString();
   auto sub = c.MakeSubscriber(**pub, "sub");
   ASSERT_TRUE(sub);

@@ -16,7 +16,7 @@ using namespace engine_test;
 TEST(Teleport, ThreeSubscribersReceiveEveryVersionBitExactInBothPublishModes) {
   Cluster c;
   auto pub = c.MakePublisher(SmallModel());
-  std::vector<std::unique_ptr<Subscriber>> subs;
+  std::vector<std::unique_ptr<WholeSubscriber>> subs;
   for (int i = 0; i < 3; ++i) subs.push_back(c.MakeSubscriber(*pub, "sub-" + std::to_string(i)));
   ASSERT_TRUE(pub->coordinator()->WaitForSubscribers(3, kWait).ok());
 
@@ -91,7 +91,7 @@ TEST(Teleport, FailedUpdateLeavesThePreviousVersionLiveAndBitExact) {
   EXPECT_FALSE(r->outcome.ok());
   EXPECT_NE(r->outcome.message().find("'bad'"), std::string::npos) << r->outcome.message();
   EXPECT_NE(r->outcome.message().find("chunk"), std::string::npos) << r->outcome.message();
-  for (Subscriber* s : {good.get(), bad.get()}) {
+  for (WholeSubscriber* s : {good.get(), bad.get()}) {
     auto pin = s->Acquire();
     ASSERT_TRUE(pin.ok());
     EXPECT_EQ(pin->version(), 1u);
@@ -107,7 +107,7 @@ TEST(Teleport, FailedUpdateLeavesThePreviousVersionLiveAndBitExact) {
 }
 
 TEST(Teleport, SlowSubscriberTimesOutNamedAndTheOthersKeepTheirVersion) {
-  CoordinatorOptions copts;
+  WholeCoordinatorOptions copts;
   copts.update_timeout = std::chrono::milliseconds(800);
   Cluster c(copts);
   auto pub = c.MakePublisher(SmallModel());
@@ -128,7 +128,7 @@ TEST(Teleport, SlowSubscriberTimesOutNamedAndTheOthersKeepTheirVersion) {
 }
 
 TEST(Teleport, SilentPeerIsDetectedAsLostAndNamed) {
-  CoordinatorOptions copts;
+  WholeCoordinatorOptions copts;
   copts.heartbeat_interval = std::chrono::milliseconds(100);
   copts.peer_timeout = std::chrono::milliseconds(1500);  // generous: sanitizer builds on a loaded machine
   Cluster c(copts);
@@ -151,8 +151,8 @@ TEST(Teleport, SilentPeerIsDetectedAsLostAndNamed) {
 TEST(Teleport, WrongSecretIsRefusedAndLogged) {
   Cluster c;
   auto pub = c.MakePublisher(SmallModel());
-  SubscriberOptions o = c.SubscriberOpts(*pub, "intruder");
-  auto sub = Subscriber::Connect(MakeSecret('z'), o);
+  WholeSubscriberOptions o = c.SubscriberOpts(*pub, "intruder");
+  auto sub = WholeSubscriber::Connect(MakeSecret('z'), o);
   ASSERT_FALSE(sub.ok());
   EXPECT_EQ(sub.status().code(), StatusCode::kPermissionDenied) << sub.status().ToString();
   EXPECT_TRUE(c.log.Contains("refused"));
@@ -163,9 +163,9 @@ TEST(Teleport, UnknownTensorIsRefusedByNameAndNothingIsWritten) {
   Cluster c;
   auto pub = c.MakePublisher(SmallModel());
   auto ok = c.MakeSubscriber(*pub, "ok");
-  SubscriberOptions o = c.SubscriberOpts(*pub, "asks-too-much");
+  WholeSubscriberOptions o = c.SubscriberOpts(*pub, "asks-too-much");
   o.tensors = {"model.norm.weight", "no.such.tensor"};
-  auto bad = Subscriber::Connect(c.secret, o);
+  auto bad = WholeSubscriber::Connect(c.secret, o);
   ASSERT_TRUE(bad.ok());
   ASSERT_TRUE(pub->coordinator()->WaitForSubscribers(2, kWait).ok());
   FillVersion(*pub, 1);
@@ -182,9 +182,9 @@ TEST(Teleport, UnknownTensorIsRefusedByNameAndNothingIsWritten) {
 TEST(Teleport, SubscriberFetchesOnlyTheTensorsItAsksFor) {
   Cluster c;
   auto pub = c.MakePublisher(SmallModel());
-  SubscriberOptions o = c.SubscriberOpts(*pub, "partial");
+  WholeSubscriberOptions o = c.SubscriberOpts(*pub, "partial");
   o.tensors = {"model.norm.weight"};
-  auto sub = Subscriber::Connect(c.secret, o);
+  auto sub = WholeSubscriber::Connect(c.secret, o);
   ASSERT_TRUE(sub.ok());
   ASSERT_TRUE(pub->coordinator()->WaitForSubscribers(1, kWait).ok());
   FillVersion(*pub, 1);
@@ -216,9 +216,9 @@ TEST(Teleport, ADeltaFetchesOnlyTheChangedChunksInEverySwapMode) {
     Cluster c;
     auto pub = c.MakePublisher(SmallModel());
     auto sub = c.MakeSubscriber(*pub, "delta", nullptr, mode);
-    SubscriberOptions full_opts = c.SubscriberOpts(*pub, "full");
+    WholeSubscriberOptions full_opts = c.SubscriberOpts(*pub, "full");
     full_opts.delta = false;
-    auto full = Subscriber::Connect(c.secret, full_opts);
+    auto full = WholeSubscriber::Connect(c.secret, full_opts);
     ASSERT_TRUE(sub && full.ok());
     ASSERT_TRUE(pub->coordinator()->WaitForSubscribers(2, kWait).ok());
     FillVersion(*pub, 1);
@@ -252,7 +252,7 @@ TEST(Teleport, ADeltaFetchesOnlyTheChangedChunksInEverySwapMode) {
       ASSERT_TRUE(report.ok());
       for (const auto& s : report->subscribers)
         EXPECT_EQ(s.bytes, s.name == "delta" ? changed : pub->model_bytes()) << s.name << " v" << v;
-      for (Subscriber* s : {sub.get(), full->get()}) {
+      for (WholeSubscriber* s : {sub.get(), full->get()}) {
         auto pin = s->Acquire();
         ASSERT_TRUE(pin.ok());
         EXPECT_EQ(pin->version(), v);
@@ -292,7 +292,7 @@ TEST(Teleport, AKeptChunkThatNoLongerMatchesItsHashIsFetched) {
 
 TEST(Teleport, MismatchedManifestIsRefusedAndTheLiveVersionStays) {
   Cluster c;
-  auto coordinator = Coordinator::Start("127.0.0.1", 0, c.secret, c.CoordOpts());
+  auto coordinator = WholeCoordinator::Start("127.0.0.1", 0, c.secret, c.CoordOpts());
   ASSERT_TRUE(coordinator.ok());
   auto first = c.MakePublisher(SmallModel(), {}, (*coordinator)->address());
   auto sub = c.MakeSubscriber(*first, "sub-0");

@@ -39,7 +39,7 @@ inline void FillVersion(std::span<std::byte> bytes, uint64_t version) {
   }
   for (size_t i = words * 8; i < bytes.size(); ++i) bytes[i] = std::byte(static_cast<uint8_t>(version));
 }
-inline void FillVersion(Publisher& pub, uint64_t version) { FillVersion(pub.weights(), version); }
+inline void FillVersion(WholePublisher& pub, uint64_t version) { FillVersion(pub.weights(), version); }
 
 // The version every word of `bytes` says it belongs to, or UINT64_MAX when they disagree.
 inline uint64_t VersionOf(std::span<const std::byte> bytes) {
@@ -55,7 +55,7 @@ inline uint64_t VersionOf(std::span<const std::byte> bytes) {
   return version;
 }
 
-inline void ExpectLive(Subscriber& sub, Publisher& pub, uint64_t version) {
+inline void ExpectLive(WholeSubscriber& sub, WholePublisher& pub, uint64_t version) {
   ASSERT_TRUE(sub.WaitForVersion(version, kWait).ok()) << sub.WaitForVersion(version, kWait).ToString();
   auto pin = sub.Acquire();
   ASSERT_TRUE(pin.ok()) << pin.status().ToString();
@@ -67,15 +67,15 @@ inline void ExpectLive(Subscriber& sub, Publisher& pub, uint64_t version) {
 }
 
 struct Cluster {
-  explicit Cluster(CoordinatorOptions coordinator = {}) : coordinator_options(std::move(coordinator)) {}
+  explicit Cluster(WholeCoordinatorOptions coordinator = {}) : coordinator_options(std::move(coordinator)) {}
 
   Secret secret = MakeSecret('s');
   std::shared_ptr<FakeFabric> fabric = std::make_shared<FakeFabric>();
   LogCapture log;
-  CoordinatorOptions coordinator_options;
+  WholeCoordinatorOptions coordinator_options;
 
-  CoordinatorOptions CoordOpts() {
-    CoordinatorOptions o = coordinator_options;
+  WholeCoordinatorOptions CoordOpts() {
+    WholeCoordinatorOptions o = coordinator_options;
     o.log = log.Sink();
     return o;
   }
@@ -89,10 +89,10 @@ struct Cluster {
     };
   }
 
-  std::unique_ptr<Publisher> MakePublisher(
+  std::unique_ptr<WholePublisher> MakePublisher(
       std::vector<TensorMeta> tensors, std::chrono::milliseconds heartbeat = std::chrono::milliseconds(200),
       std::string coordinator = "") {
-    PublisherOptions o;
+    WholePublisherOptions o;
     o.make_transport = Factory();
     o.chunk_size = 16 << 10;
     o.coordinator = std::move(coordinator);
@@ -101,18 +101,18 @@ struct Cluster {
     o.timing.connect_timeout = kWait;
     o.update_timeout = std::chrono::milliseconds(20'000);
     o.log = log.Sink();
-    auto p = Publisher::Create(std::move(tensors), secret, o);
+    auto p = WholePublisher::Create(std::move(tensors), secret, o);
     EXPECT_TRUE(p.ok()) << p.status().ToString();
     return p.ok() ? std::move(*p) : nullptr;
   }
 
-  SubscriberOptions SubscriberOpts(Publisher& pub, std::string name,
-                                   std::shared_ptr<FaultPlan> plan = nullptr) {
+  WholeSubscriberOptions SubscriberOpts(WholePublisher& pub, std::string name,
+                                        std::shared_ptr<FaultPlan> plan = nullptr) {
     return SubscriberOpts(pub.coordinator_address(), std::move(name), std::move(plan));
   }
-  SubscriberOptions SubscriberOpts(const std::string& coordinator, std::string name,
-                                   std::shared_ptr<FaultPlan> plan = nullptr) {
-    SubscriberOptions o;
+  WholeSubscriberOptions SubscriberOpts(const std::string& coordinator, std::string name,
+                                        std::shared_ptr<FaultPlan> plan = nullptr) {
+    WholeSubscriberOptions o;
     o.name = std::move(name);
     o.coordinator = coordinator;
     o.make_transport = Factory(std::move(plan));
@@ -125,12 +125,12 @@ struct Cluster {
     return o;
   }
 
-  std::unique_ptr<Subscriber> MakeSubscriber(Publisher& pub, std::string name,
-                                             std::shared_ptr<FaultPlan> plan = nullptr,
-                                             SwapMode mode = SwapMode::kDoubleBuffer) {
-    SubscriberOptions o = SubscriberOpts(pub, std::move(name), std::move(plan));
+  std::unique_ptr<WholeSubscriber> MakeSubscriber(WholePublisher& pub, std::string name,
+                                                  std::shared_ptr<FaultPlan> plan = nullptr,
+                                                  SwapMode mode = SwapMode::kDoubleBuffer) {
+    WholeSubscriberOptions o = SubscriberOpts(pub, std::move(name), std::move(plan));
     o.swap_mode = mode;
-    auto s = Subscriber::Connect(secret, o);
+    auto s = WholeSubscriber::Connect(secret, o);
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     return s.ok() ? std::move(*s) : nullptr;
   }

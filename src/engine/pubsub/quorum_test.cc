@@ -13,7 +13,7 @@ namespace {
 using namespace engine_test;
 
 TEST(Quorum, AFailingMemberIsDroppedAndTheOthersCommit) {
-  CoordinatorOptions copts;
+  WholeCoordinatorOptions copts;
   copts.quorum = 2;
   Cluster c(copts);
   auto pub = c.MakePublisher(SmallModel());
@@ -25,7 +25,7 @@ TEST(Quorum, AFailingMemberIsDroppedAndTheOthersCommit) {
   FillVersion(*pub, 1);
   const std::vector<std::byte> v1(pub->weights().begin(), pub->weights().end());
   ASSERT_TRUE(pub->Publish(1, PublishMode::kLive).ok());
-  for (Subscriber* s : {a.get(), b.get(), bad.get()}) ExpectLive(*s, *pub, 1);
+  for (WholeSubscriber* s : {a.get(), b.get(), bad.get()}) ExpectLive(*s, *pub, 1);
 
   plan->set_fail_after(2);  // the bad subscriber's Gets fail from the third on
   FillVersion(*pub, 2);
@@ -57,11 +57,11 @@ TEST(Quorum, AFailingMemberIsDroppedAndTheOthersCommit) {
   FillVersion(*pub, 3);
   auto r3 = pub->Publish(3, PublishMode::kLive);
   ASSERT_TRUE(r3.ok() && r3->outcome.ok());
-  for (Subscriber* s : {a.get(), b.get(), bad.get()}) ExpectLive(*s, *pub, 3);
+  for (WholeSubscriber* s : {a.get(), b.get(), bad.get()}) ExpectLive(*s, *pub, 3);
 }
 
 TEST(Quorum, BelowTheQuorumTheVersionIsAbortedForEveryone) {
-  CoordinatorOptions copts;
+  WholeCoordinatorOptions copts;
   copts.quorum = 2;
   Cluster c(copts);
   auto pub = c.MakePublisher(SmallModel());
@@ -78,7 +78,7 @@ TEST(Quorum, BelowTheQuorumTheVersionIsAbortedForEveryone) {
   ASSERT_FALSE(r->outcome.ok());
   EXPECT_NE(r->outcome.message().find("1 member(s) left, the quorum is 2"), std::string::npos)
       << r->outcome.message();
-  for (Subscriber* s : {good.get(), bad.get()}) {
+  for (WholeSubscriber* s : {good.get(), bad.get()}) {
     auto pin = s->Acquire();
     ASSERT_TRUE(pin.ok());
     EXPECT_EQ(pin->version(), 1u);

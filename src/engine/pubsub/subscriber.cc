@@ -25,7 +25,8 @@ constexpr milliseconds kSubscriberPoll(100);
 
 }  // namespace
 
-Result<std::unique_ptr<Subscriber>> Subscriber::Connect(const Secret& secret, SubscriberOptions options) {
+Result<std::unique_ptr<WholeSubscriber>> WholeSubscriber::Connect(const Secret& secret,
+                                                                  WholeSubscriberOptions options) {
   if (!options.make_transport) return InvalidArgument("subscriber: no transport factory given");
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
@@ -45,13 +46,13 @@ Result<std::unique_ptr<Subscriber>> Subscriber::Connect(const Secret& secret, Su
   Impl* raw = impl.get();
   impl->session_thread = std::thread([raw] { raw->SessionLoop(); });
   impl->heartbeat_thread = std::thread([raw] { raw->HeartbeatLoop(); });
-  return std::unique_ptr<Subscriber>(new Subscriber(std::move(impl)));
+  return std::unique_ptr<WholeSubscriber>(new WholeSubscriber(std::move(impl)));
 }
 
-Subscriber::Subscriber(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Subscriber::~Subscriber() { Close(); }
+WholeSubscriber::WholeSubscriber(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+WholeSubscriber::~WholeSubscriber() { Close(); }
 
-Result<VersionedStore::Pin> Subscriber::Acquire() {
+Result<VersionedStore::Pin> WholeSubscriber::Acquire() {
   VersionedStore* store;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -61,19 +62,19 @@ Result<VersionedStore::Pin> Subscriber::Acquire() {
   return store->Acquire();
 }
 
-uint64_t Subscriber::live_version() const {
+uint64_t WholeSubscriber::live_version() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->store ? impl_->store->live_version() : 0;
 }
 
-Result<Manifest> Subscriber::LiveManifest() const {
+Result<Manifest> WholeSubscriber::LiveManifest() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (!impl_->live_manifest)
     return FailedPrecondition("subscriber '" + impl_->options.name + "': no version yet");
   return *impl_->live_manifest;
 }
 
-Status Subscriber::WaitForVersion(uint64_t version, milliseconds timeout) {
+Status WholeSubscriber::WaitForVersion(uint64_t version, milliseconds timeout) {
   std::unique_lock<std::mutex> lock(impl_->mu);
   auto live = [&] { return impl_->store ? impl_->store->live_version() : 0; };
   impl_->cv.wait_for(lock, timeout, [&] { return live() >= version || impl_->ended.has_value(); });
@@ -88,7 +89,7 @@ Status Subscriber::WaitForVersion(uint64_t version, milliseconds timeout) {
                  " ms (live: " + std::to_string(live()) + ")");
 }
 
-Status Subscriber::WaitForEnd(milliseconds timeout) {
+Status WholeSubscriber::WaitForEnd(milliseconds timeout) {
   std::unique_lock<std::mutex> lock(impl_->mu);
   if (!impl_->cv.wait_for(lock, timeout, [&] { return impl_->ended.has_value(); }))
     return Timeout("subscriber '" + impl_->options.name + "': session still running after " +
@@ -96,7 +97,7 @@ Status Subscriber::WaitForEnd(milliseconds timeout) {
   return *impl_->ended;
 }
 
-void Subscriber::Close() {
+void WholeSubscriber::Close() {
   Impl& d = *impl_;
   if (d.closed) return;
   d.closed = true;
@@ -125,7 +126,7 @@ void Subscriber::Close() {
 
 // ---- the session ------------------------------------------------------------------------------------
 
-void Subscriber::Impl::SessionLoop() {
+void WholeSubscriber::Impl::SessionLoop() {
   auto last_heard = Clock::now();
   // Ends the session: any update in flight is abandoned (its staging copy dropped) first.
   auto end = [&](Status why, const std::string& abandon_reason) {
@@ -161,7 +162,7 @@ void Subscriber::Impl::SessionLoop() {
 
 // Heartbeats have a thread of their own: the session thread may be busy for a while (mapping a
 // large store, waiting for readers to drain), and must not look lost meanwhile.
-void Subscriber::Impl::HeartbeatLoop() {
+void WholeSubscriber::Impl::HeartbeatLoop() {
   std::unique_lock<std::mutex> lock(heartbeat_mu);  // not `mu`: the session thread holds that while busy
   while (!closing.load() && !session_over.load()) {
     if (!channel->Send(HeartbeatMsg{}).ok()) return;  // the session thread sees the failure too
@@ -170,7 +171,7 @@ void Subscriber::Impl::HeartbeatLoop() {
   }
 }
 
-void Subscriber::Impl::Handle(const ControlMessage& m) {
+void WholeSubscriber::Impl::Handle(const ControlMessage& m) {
   switch (m.type) {
     case MessageType::kRegionKeys:
       if (auto k = RegionKeysMsg::Decode(m.payload); k.ok()) OnRegionKeys(*k);
@@ -205,7 +206,7 @@ void Subscriber::Impl::Handle(const ControlMessage& m) {
   }
 }
 
-void Subscriber::Impl::OnRegionKeys(const RegionKeysMsg& m) {
+void WholeSubscriber::Impl::OnRegionKeys(const RegionKeysMsg& m) {
   std::map<uint64_t, RemoteKey> parsed;
   for (const auto& r : m.regions) {
     auto key = RemoteKey::Deserialize(r.remote_key, "publisher region " + std::to_string(r.region_id));
@@ -238,7 +239,7 @@ void Subscriber::Impl::OnRegionKeys(const RegionKeysMsg& m) {
   if (!staging_ready_sent && first) PrepareStaging(*first);
 }
 
-void Subscriber::Impl::PrepareStaging(const RemoteKey& source) {
+void WholeSubscriber::Impl::PrepareStaging(const RemoteKey& source) {
   const auto start = Clock::now();
   uint64_t bytes = 0;
   Status prepared = [&]() -> Status {
@@ -271,15 +272,14 @@ void Subscriber::Impl::PrepareStaging(const RemoteKey& source) {
     Log("subscriber '" + options.name + "': " + std::to_string(bytes >> 20) +
         " MiB of staging memory ready in " + std::to_string(took.count() / 1'000'000) + " ms");
   // Sent either way: a version held for this subscriber would otherwise wait for nothing.
-  channel->Send(StagingReadyMsg{.bytes = bytes, .prepare_ns = static_cast<uint64_t>(took.count())})
-      .IgnoreError();
+  Tell(StagingReadyMsg{.bytes = bytes, .prepare_ns = static_cast<uint64_t>(took.count())});
   staging_ready_sent = true;
 }
 
-void Subscriber::Impl::Fail(uint64_t version, const std::string& why) {
+void WholeSubscriber::Impl::Fail(uint64_t version, const std::string& why) {
   Log("subscriber '" + options.name + "': version " + std::to_string(version) + " failed: " + why);
-  channel->Send(UpdateFailedMsg{version, why}).IgnoreError();
-  Emit({.kind = SubscriberEvent::Kind::kFailed, .version = version, .detail = why});
+  Tell(UpdateFailedMsg{version, why});
+  Emit({.kind = WholeSubscriberEvent::Kind::kFailed, .version = version, .detail = why});
 }
 
 }  // namespace weightport

@@ -1,4 +1,4 @@
-// Internals of the Subscriber shared by subscriber.cc (session, lifecycle) and
+// Internals of the WholeSubscriber shared by subscriber.cc (session, lifecycle) and
 // subscriber_update.cc (one version: check, fetch, verdict, swap).
 #pragma once
 
@@ -17,8 +17,8 @@
 
 namespace weightport {
 
-struct Subscriber::Impl {
-  SubscriberOptions options;
+struct WholeSubscriber::Impl {
+  WholeSubscriberOptions options;
   std::unique_ptr<ProgressLoop> loop;
   std::unique_ptr<ControlChannel> channel;
   std::thread session_thread;
@@ -74,11 +74,20 @@ struct Subscriber::Impl {
   // Stops the fetch in flight (if any) and waits for it to report.
   void CancelFetch(const std::string& why);
   void Fail(uint64_t version, const std::string& why);  // UpdateFailed, staging abandoned
-  void Emit(SubscriberEvent e) const {
+  void Emit(WholeSubscriberEvent e) const {
     if (options.on_event) options.on_event(e);
   }
   void Log(const std::string& line) const {
     if (options.log) options.log(line);
+  }
+  // Sends to the coordinator. A failed send is logged, not returned: the reader thread sees the
+  // same broken connection and ends the session with its error.
+  template <typename M>
+  void Tell(const M& message) {
+    const Status sent = channel->Send(message);
+    if (!sent.ok())
+      Log("subscriber '" + options.name + "': could not send " + std::string(MessageTypeName(M::kType)) +
+          ": " + sent.message());
   }
 };
 

@@ -77,7 +77,7 @@ std::vector<size_t> KeepChunks(const std::vector<ChunkFetch>& kept, const std::v
 
 }  // namespace
 
-void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
+void WholeSubscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
   const uint64_t v = m.version;
   std::unique_lock<std::mutex> lock(mu);
   if (updating != 0) {
@@ -217,7 +217,7 @@ void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
   if (!mismatched.empty())
     Log("subscriber '" + options.name + "': " + std::to_string(mismatched.size()) +
         " unchanged chunk(s) did not match their hash in the held copy; fetching them");
-  Emit({.kind = SubscriberEvent::Kind::kBegin,
+  Emit({.kind = WholeSubscriberEvent::Kind::kBegin,
         .version = v,
         .detail = held ? std::to_string(changed_chunks) + " of " + std::to_string(all_chunks) +
                              " chunks changed since version " + std::to_string(held->version())
@@ -244,7 +244,7 @@ void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
           ->Send(ChunksVerifiedMsg{v, stats.chunks, stats.bytes, static_cast<uint64_t>(stats.elapsed.count()),
                                    stats.corrupt_refetched + stats.errors_retried})
           .IgnoreError();
-      Emit({.kind = SubscriberEvent::Kind::kVerified,
+      Emit({.kind = WholeSubscriberEvent::Kind::kVerified,
             .version = v,
             .bytes = stats.bytes,
             .retries = stats.corrupt_refetched + stats.errors_retried,
@@ -259,7 +259,7 @@ void Subscriber::Impl::OnUpdateBegin(const UpdateBeginMsg& m) {
   });
 }
 
-void Subscriber::Impl::CancelFetch(const std::string& why) {
+void WholeSubscriber::Impl::CancelFetch(const std::string& why) {
   std::unique_lock<std::mutex> lock(mu);
   if (!fetch_running) return;
   std::shared_ptr<FetchExecutor> executor = fetch;
@@ -269,7 +269,7 @@ void Subscriber::Impl::CancelFetch(const std::string& why) {
     Log("subscriber '" + options.name + "': the fetch did not stop in time");
 }
 
-void Subscriber::Impl::OnCommit(uint64_t version) {
+void WholeSubscriber::Impl::OnCommit(uint64_t version) {
   std::unique_lock<std::mutex> lock(mu);
   if (version != updating || fetch_running || !fetch_ok || !store) return;
   Status committed = store->Commit();
@@ -284,16 +284,16 @@ void Subscriber::Impl::OnCommit(uint64_t version) {
   const auto pause = store->stats().last_pause;
   cv.notify_all();
   lock.unlock();
-  channel->Send(CommittedMsg{version, static_cast<uint64_t>(pause.count())}).IgnoreError();
-  Emit({.kind = SubscriberEvent::Kind::kCommitted, .version = version, .pause = pause});
+  Tell(CommittedMsg{version, static_cast<uint64_t>(pause.count())});
+  Emit({.kind = WholeSubscriberEvent::Kind::kCommitted, .version = version, .pause = pause});
 }
 
-Result<std::unique_ptr<VersionedStore>> Subscriber::Impl::MakeStore(uint64_t bytes) const {
+Result<std::unique_ptr<VersionedStore>> WholeSubscriber::Impl::MakeStore(uint64_t bytes) const {
   return VersionedStore::Create(
       {.bytes = bytes, .mode = options.swap_mode, .wait_timeout = options.swap_wait_timeout});
 }
 
-Status Subscriber::Impl::RegisterOnce(std::span<std::byte> buffer, std::unique_lock<std::mutex>& lock) {
+Status WholeSubscriber::Impl::RegisterOnce(std::span<std::byte> buffer, std::unique_lock<std::mutex>& lock) {
   if (registered.count(buffer.data()) != 0) return Status::Ok();
   lock.unlock();  // registering a large buffer takes a while; only this thread adds to `registered`
   auto region = loop->Call([buffer](Transport& t) {
@@ -305,7 +305,7 @@ Status Subscriber::Impl::RegisterOnce(std::span<std::byte> buffer, std::unique_l
   return Status::Ok();
 }
 
-void Subscriber::Impl::RetireStore(std::unique_lock<std::mutex>& lock) {
+void WholeSubscriber::Impl::RetireStore(std::unique_lock<std::mutex>& lock) {
   std::vector<std::unique_ptr<MemoryRegion>> regions;
   for (std::span<std::byte> b : store->buffers()) {
     if (auto it = registered.find(b.data()); it != registered.end()) {
@@ -320,7 +320,7 @@ void Subscriber::Impl::RetireStore(std::unique_lock<std::mutex>& lock) {
   lock.lock();
 }
 
-void Subscriber::Impl::OnAbort(uint64_t version, const std::string& why) {
+void WholeSubscriber::Impl::OnAbort(uint64_t version, const std::string& why) {
   std::unique_lock<std::mutex> lock(mu);
   if (version == 0 || version != updating) return;
   updating = 0;
@@ -328,7 +328,7 @@ void Subscriber::Impl::OnAbort(uint64_t version, const std::string& why) {
   cv.notify_all();
   lock.unlock();
   Log("subscriber '" + options.name + "': version " + std::to_string(version) + " abandoned: " + why);
-  Emit({.kind = SubscriberEvent::Kind::kAborted, .version = version, .detail = why});
+  Emit({.kind = WholeSubscriberEvent::Kind::kAborted, .version = version, .detail = why});
 }
 
 }  // namespace weightport

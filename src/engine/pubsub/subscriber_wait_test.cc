@@ -1,4 +1,4 @@
-// A publisher asks the coordinator to hold a version for its subscribers (SubscriberWait), and
+// A publisher asks the coordinator to hold a version for its subscribers (WholeSubscriberWait), and
 // learns from the Commit how many made it live: with an embedded and a standalone coordinator.
 #include <chrono>
 #include <mutex>
@@ -25,13 +25,13 @@ using engine_test::SmallModel;
 using engine_test::VersionOf;
 using std::chrono::milliseconds;
 
-TEST(SubscriberWait, AVersionWaitsForASubscriberThatJoinsLateAndCountsIt) {
+TEST(WholeSubscriberWait, AVersionWaitsForASubscriberThatJoinsLateAndCountsIt) {
   Cluster c;
-  auto coordinator = Coordinator::Start("127.0.0.1", 0, c.secret, c.CoordOpts());
+  auto coordinator = WholeCoordinator::Start("127.0.0.1", 0, c.secret, c.CoordOpts());
   ASSERT_TRUE(coordinator.ok());
   auto pub = c.MakePublisher(SmallModel(), milliseconds(200), (*coordinator)->address());
   ASSERT_NE(pub, nullptr);
-  std::unique_ptr<Subscriber> sub;
+  std::unique_ptr<WholeSubscriber> sub;
   std::thread late([&] {
     std::this_thread::sleep_for(milliseconds(500));
     sub = c.MakeSubscriber(*pub, "late");
@@ -46,7 +46,7 @@ TEST(SubscriberWait, AVersionWaitsForASubscriberThatJoinsLateAndCountsIt) {
   ExpectLive(*sub, *pub, 1);
 }
 
-TEST(SubscriberWait, TooFewSubscribersAbortTheVersionNamingHowManyCame) {
+TEST(WholeSubscriberWait, TooFewSubscribersAbortTheVersionNamingHowManyCame) {
   Cluster c;
   auto pub = c.MakePublisher(SmallModel());
   auto sub = c.MakeSubscriber(*pub, "only-one");
@@ -80,7 +80,7 @@ int LineWith(LogCapture& log, std::string_view a, std::string_view b) {
   return -1;
 }
 
-TEST(SubscriberWait, TheFirstVersionWaitsForStagingMemoryPreparedAtJoin) {
+TEST(WholeSubscriberWait, TheFirstVersionWaitsForStagingMemoryPreparedAtJoin) {
   Cluster c;
   auto pub = c.MakePublisher(SmallModel());
   auto twice = c.MakeSubscriber(*pub, "double");
@@ -106,7 +106,7 @@ TEST(SubscriberWait, TheFirstVersionWaitsForStagingMemoryPreparedAtJoin) {
   auto first = pub->coordinator()->WaitForVersion(1, kWait);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   ASSERT_EQ(first->subscribers.size(), 2u);
-  for (const SubscriberVersionReport& s : first->subscribers) {
+  for (const WholeSubscriberVersionReport& s : first->subscribers) {
     EXPECT_EQ(s.staging_bytes, (s.name == "double" ? 2 : 1) * pub->model_bytes()) << s.name;
     EXPECT_GT(s.staging_prepare.count(), 0) << s.name;
   }
@@ -116,16 +116,16 @@ TEST(SubscriberWait, TheFirstVersionWaitsForStagingMemoryPreparedAtJoin) {
   ASSERT_TRUE(next.ok() && next->outcome.ok()) << (next.ok() ? next->outcome : next.status()).ToString();
   auto second = pub->coordinator()->WaitForVersion(2, kWait);
   ASSERT_TRUE(second.ok()) << second.status().ToString();
-  for (const SubscriberVersionReport& s : second->subscribers) EXPECT_EQ(s.staging_bytes, 0u) << s.name;
+  for (const WholeSubscriberVersionReport& s : second->subscribers) EXPECT_EQ(s.staging_bytes, 0u) << s.name;
   ExpectLive(*twice, *pub, 2);
   ExpectLive(*once, *pub, 2);
 }
 
-TEST(SubscriberWait, ASubscriberThatJoinedBeforeThePublisherPreparesWhenItsKeysArrive) {
+TEST(WholeSubscriberWait, ASubscriberThatJoinedBeforeThePublisherPreparesWhenItsKeysArrive) {
   Cluster c;
-  auto coordinator = Coordinator::Start("127.0.0.1", 0, c.secret, c.CoordOpts());
+  auto coordinator = WholeCoordinator::Start("127.0.0.1", 0, c.secret, c.CoordOpts());
   ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
-  auto sub = Subscriber::Connect(c.secret, c.SubscriberOpts((*coordinator)->address(), "early"));
+  auto sub = WholeSubscriber::Connect(c.secret, c.SubscriberOpts((*coordinator)->address(), "early"));
   ASSERT_TRUE(sub.ok()) << sub.status().ToString();
   ASSERT_TRUE((*coordinator)->WaitForSubscribers(1, kWait).ok());
   auto pub = c.MakePublisher(SmallModel(), milliseconds(200), (*coordinator)->address());
@@ -145,7 +145,7 @@ TEST(SubscriberWait, ASubscriberThatJoinedBeforeThePublisherPreparesWhenItsKeysA
   EXPECT_EQ(first->subscribers[0].staging_bytes, 2 * pub->model_bytes());
 }
 
-TEST(SubscriberWait, ASubscriberThatNeverSaysStagingReadyIsNamedWhenTheWaitEnds) {
+TEST(WholeSubscriberWait, ASubscriberThatNeverSaysStagingReadyIsNamedWhenTheWaitEnds) {
   Cluster c;
   auto pub = c.MakePublisher(SmallModel());
   // Connected, but it never prepares anything.
@@ -165,9 +165,9 @@ TEST(SubscriberWait, ASubscriberThatNeverSaysStagingReadyIsNamedWhenTheWaitEnds)
 
 // A publisher's region may hold more than its model: the staging memory prepared at the region's
 // size is made again at the first manifest's, and the version lands whole.
-TEST(SubscriberWait, StagingPreparedForALargerRegionIsMadeAgainAtTheManifestsSize) {
+TEST(WholeSubscriberWait, StagingPreparedForALargerRegionIsMadeAgainAtTheManifestsSize) {
   Cluster c;
-  auto coordinator = Coordinator::Start("127.0.0.1", 0, c.secret, c.CoordOpts());
+  auto coordinator = WholeCoordinator::Start("127.0.0.1", 0, c.secret, c.CoordOpts());
   ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
   const std::vector<TensorMeta> model = SmallModel();
   uint64_t model_bytes = 0;
@@ -193,7 +193,7 @@ TEST(SubscriberWait, StagingPreparedForALargerRegionIsMadeAgainAtTheManifestsSiz
   keys.regions.push_back({0, (*region)->remote_key().Serialize()});
   ASSERT_TRUE((*pub)->Send(keys).ok());
 
-  auto sub = Subscriber::Connect(c.secret, c.SubscriberOpts((*coordinator)->address(), "sub"));
+  auto sub = WholeSubscriber::Connect(c.secret, c.SubscriberOpts((*coordinator)->address(), "sub"));
   ASSERT_TRUE(sub.ok()) << sub.status().ToString();
   ASSERT_TRUE((*coordinator)->WaitForSubscribers(1, kWait).ok());
   ASSERT_TRUE((*pub)->Send(ManifestMsg{manifest->ToJson().dump()}).ok());
@@ -217,7 +217,7 @@ TEST(SubscriberWait, StagingPreparedForALargerRegionIsMadeAgainAtTheManifestsSiz
   loop.Call([&](Transport&) { region->reset(); });
 }
 
-TEST(SubscriberWait, ACommitToNobodyCarriesACountOfZero) {
+TEST(WholeSubscriberWait, ACommitToNobodyCarriesACountOfZero) {
   Cluster c;
   auto pub = c.MakePublisher(SmallModel());
   FillVersion(*pub, 1);

@@ -200,7 +200,7 @@ Status VersionedStore::Commit() {
   std::chrono::nanoseconds pause{0};
   switch (options_.mode) {
     case SwapMode::kDoubleBuffer:
-      // Readers wait only for this lock: the pause is the flip itself.
+      // Readers wait only for this lock: the pause is the swap itself.
       buffers_[pending_target_].version = pending_version_;
       live_ = pending_target_;
       pause = Clock::now() - start;

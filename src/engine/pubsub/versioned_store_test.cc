@@ -144,7 +144,7 @@ TEST(VersionedStoreTest, DoubleBufferWaitsForOldReadersBeforeReuse) {
   auto old_pin = store->Acquire();  // holds version 1
   WriteVersion(*store->BeginUpdate(2), 2);
   ASSERT_TRUE(store->Commit().ok());
-  // The pause is the pointer flip inside Commit, nothing more.
+  // The pause is the pointer swap inside Commit, nothing more.
   EXPECT_LE(store->stats().last_pause, store->stats().last_commit);
   // Version 3 would overwrite version 1's buffer while it is pinned: refused after the timeout.
   auto blocked = store->BeginUpdate(3);

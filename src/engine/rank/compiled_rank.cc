@@ -20,29 +20,29 @@
 namespace weightport {
 namespace plan_rank_internal {
 
-using plan_layout::PlanLayout;
+using arena_layout::ArenaLayout;
 
 namespace {
 
 // Where a step's runs start within a copy of each end's arena: a packed end's area (plan.h), else
 // the rank's buffer at 0.
-uint64_t SenderBase(const std::map<Endpoint, PlanLayout>& layouts, const PlanStep& s) {
+uint64_t SenderBase(const std::map<Endpoint, ArenaLayout>& layouts, const PlanStep& s) {
   if (!SenderEndPacked(s)) return 0;
   return layouts.at(s.from).area_offset.at(
       s.transform == TransformKind::kConvertAtSender ? s.id : static_cast<uint32_t>(s.after));
 }
-uint64_t ReceiverBase(const std::map<Endpoint, PlanLayout>& layouts, const PlanStep& s) {
+uint64_t ReceiverBase(const std::map<Endpoint, ArenaLayout>& layouts, const PlanStep& s) {
   return ReceiverEndPacked(s) ? layouts.at(Endpoint{PlanSide::kDestination, s.to_rank}).area_offset.at(s.id)
                               : 0;
 }
 
 // The runs of `s`, grouped by chunk, with offsets within a copy of each end's arena (the bases
 // added), checked against both.
-Status CompileRuns(const Plan& plan, const std::map<Endpoint, PlanLayout>& layouts, const PlanStep& s,
+Status CompileRuns(const Plan& plan, const std::map<Endpoint, ArenaLayout>& layouts, const PlanStep& s,
                    uint64_t from_base, uint64_t to_base,
                    const std::function<void(uint32_t chunk, const Run&)>& add) {
-  const PlanLayout& from = layouts.at(s.from);
-  const PlanLayout& to = layouts.at(Endpoint{PlanSide::kDestination, s.to_rank});
+  const ArenaLayout& from = layouts.at(s.from);
+  const ArenaLayout& to = layouts.at(Endpoint{PlanSide::kDestination, s.to_rank});
   Status bad;
   WP_RETURN_IF_ERROR(ForEachStepRun(plan, s, [&](const StepRun& r) {
     if (!bad.ok()) return;
@@ -56,7 +56,7 @@ Status CompileRuns(const Plan& plan, const std::map<Endpoint, PlanLayout>& layou
   return bad;
 }
 
-Status CompileStep(const Plan& plan, const std::map<Endpoint, PlanLayout>& layouts, const PlanStep& s,
+Status CompileStep(const Plan& plan, const std::map<Endpoint, ArenaLayout>& layouts, const PlanStep& s,
                    const std::function<void(uint32_t chunk, const Run&)>& add) {
   return CompileRuns(plan, layouts, s, SenderBase(layouts, s), ReceiverBase(layouts, s), add);
 }
@@ -82,7 +82,7 @@ std::optional<PlanStep> DetourStep(const Plan& plan, const PlanStep& s, const Pl
 
 // The conversions of a converting step, by chunk: from the shard into the wire area at a source,
 // from the landing area into the shard at a receiver.
-Status CompileConversion(const Plan& plan, const PlanLayout& mine, const PlanStep& s,
+Status CompileConversion(const Plan& plan, const ArenaLayout& mine, const PlanStep& s,
                          const std::function<void(uint32_t chunk, const ConvertSpan&)>& add) {
   const DType from = plan.tensors[s.tensor].dtype, to = plan.destination_dtypes[s.tensor];
   const uint64_t wire = DTypeSize(plan.WireDType(s));
@@ -97,7 +97,7 @@ Status CompileConversion(const Plan& plan, const PlanLayout& mine, const PlanSte
 }
 
 // A quantising step at its source: the runs that gather the piece from the shard, and its shape.
-Status CompileQuantize(const Plan& plan, const PlanLayout& mine, const PlanStep& s, CompiledRank& rank) {
+Status CompileQuantize(const Plan& plan, const ArenaLayout& mine, const PlanStep& s, CompiledRank& rank) {
   const TensorMeta& t = plan.tensors[s.tensor];
   WP_ASSIGN_OR_RETURN(const QuantizedMatrix m,
                       QuantizedMatrixOf(s.piece, t.shape, plan.Fp8ScalingOf(s.tensor)));
@@ -117,7 +117,7 @@ Status CompileQuantize(const Plan& plan, const PlanLayout& mine, const PlanStep&
 
 // A step into a shard this destination quantises whole (quantized.h): the runs that gather its piece
 // from its landing area into the shard's matrix, by shard.
-Status CompileLandedGathers(const Plan& plan, const PlanLayout& mine, const PlanStep& s,
+Status CompileLandedGathers(const Plan& plan, const ArenaLayout& mine, const PlanStep& s,
                             std::map<uint32_t, std::vector<Run>>& gathers) {
   const uint64_t element = DTypeSize(plan.tensors[s.tensor].dtype);
   const uint64_t area = mine.area_offset.at(s.id);
@@ -257,11 +257,11 @@ Result<std::shared_ptr<const CompiledRank>> Compile(std::shared_ptr<const Plan> 
     rank.part = from_part->tables;
     rank.layouts = from_part->tables->layouts;
   } else {
-    rank.layouts = plan_layout::ComputeLayouts(*plan);
+    rank.layouts = arena_layout::ComputeLayouts(*plan);
   }
-  rank.slot_bytes = plan_layout::SlotBytes(*plan);
+  rank.slot_bytes = arena_layout::SlotBytes(*plan);
   rank.mine = &rank.layouts.at(me);
-  const PlanLayout& mine = *rank.mine;
+  const ArenaLayout& mine = *rank.mine;
   uint64_t end = mine.public_bytes;
 
   std::map<Endpoint, size_t> root_index;
@@ -302,7 +302,7 @@ Result<std::shared_ptr<const CompiledRank>> Compile(std::shared_ptr<const Plan> 
     in.chunks = s.chunks;
     if (s.compress) {
       in.compressed = true;
-      const PlanLayout& sender = rank.layouts.at(s.from);
+      const ArenaLayout& sender = rank.layouts.at(s.from);
       in.sender_slots =
           sender.slot_offset.at(s.from.side == PlanSide::kSource ? s.id : static_cast<uint32_t>(s.after));
       in.my_slots = mine.slot_offset.at(s.id);
@@ -310,12 +310,12 @@ Result<std::shared_ptr<const CompiledRank>> Compile(std::shared_ptr<const Plan> 
     if (s.after >= 0) {
       in.sender_counter = rank.layouts.at(s.from).CounterOffset(static_cast<uint32_t>(s.after));
       in.poll_scratch = end;
-      end += plan_layout::kCounterBytes;
+      end += arena_layout::kCounterBytes;
     }
     if (mine.counter_slot.count(s.id)) in.my_counter = static_cast<int64_t>(mine.CounterOffset(s.id));
     auto [it, fresh] = root_index.emplace(in.root_source, rank.roots.size());
     if (fresh) {
-      const PlanLayout& rl = rank.layouts.at(in.root_source);
+      const ArenaLayout& rl = rank.layouts.at(in.root_source);
       rank.roots.push_back({in.root_source, rl.hash_offset, rl.hash_bytes, 0});
     }
     in.expected_hashes = rank.layouts.at(in.root_source).HashOffset(s.root, 0);  // rebased below

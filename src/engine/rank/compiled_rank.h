@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "plan_layout.h"
+#include "arena_layout.h"
 #include "rank_plan_tables.h"
 #include "weightport/engine/rank/plan_rank.h"
 #include "weightport/engine/rank/rank_plan.h"
@@ -205,10 +205,10 @@ struct CompiledRank {
   std::vector<uint32_t> step_ids;
   std::shared_ptr<const PartTables> part;
   // Every rank's arena layout, from the plan alone: peers exchange only an address and a key.
-  std::map<Endpoint, plan_layout::PlanLayout> layouts;
-  const plan_layout::PlanLayout* mine = nullptr;
+  std::map<Endpoint, arena_layout::ArenaLayout> layouts;
+  const arena_layout::ArenaLayout* mine = nullptr;
   const RankBuffer* buffer = nullptr;
-  uint64_t slot_bytes = 0;   // of one compressed chunk (plan_layout::SlotBytes)
+  uint64_t slot_bytes = 0;   // of one compressed chunk (arena_layout::SlotBytes)
   uint64_t arena_bytes = 0;  // the public part, the poll scratch and the roots' mirrors
 
   std::vector<Run> out_runs;

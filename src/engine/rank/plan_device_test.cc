@@ -36,7 +36,7 @@ TEST(PlanRankDevice, SourcesPublishTheirDeviceShardsAndDestinationsGetThemOnThei
   }
 }
 
-// Between Receive and Commit the device's live copy still holds the old version; Commit flips it.
+// Between Receive and Commit the device's live copy still holds the old version; Commit swaps it.
 TEST(PlanRankDevice, TheDeviceLiveCopyChangesOnlyOnCommit) {
   Group g(MustPlan(TensorParallel(Model(), 2), ReplicasOfTp(2, 2), 0), OnDevice());
   g.Update(1);

@@ -18,7 +18,7 @@
 
 namespace weightport {
 
-using plan_layout::PlanLayout;
+using arena_layout::ArenaLayout;
 using namespace plan_rank_internal;
 
 PlanRank::PlanRank(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -62,7 +62,7 @@ Result<std::unique_ptr<PlanRank>> PlanRank::CreateCompiled(std::shared_ptr<const
   impl->c = std::move(compiled);
   impl->loop = &loop;
   impl->options = options;
-  const PlanLayout& mine = *impl->c->mine;
+  const ArenaLayout& mine = *impl->c->mine;
   const uint64_t end = impl->c->arena_bytes;
   if (options.keep_versions > 0 && options.device && !impl->is_source())
     return Unimplemented(impl->c->me.ToString() + ": keep_versions with shards on a device");
@@ -164,7 +164,7 @@ Status PlanRank::Connect(const std::map<Endpoint, PlanPeer>& peers, std::vector<
     auto it = peers.find(ep);
     if (it == peers.end() && lost.count(ep)) continue;
     if (it == peers.end()) return NotFound(impl->c->me.ToString() + ": no address for " + ep.ToString());
-    const PlanLayout& l = impl->c->layouts.at(ep);
+    const ArenaLayout& l = impl->c->layouts.at(ep);
     if (it->second.key.length < l.public_bytes)
       return InvalidArgument(ep.ToString() + ": its arena is " + std::to_string(it->second.key.length) +
                              " bytes, the plan needs " + std::to_string(l.public_bytes) +
@@ -290,7 +290,7 @@ void* PlanRank::device_shard(size_t shard) const {
 Status PlanRank::Publish(uint64_t version) {
   Impl& r = *impl_;
   if (!r.is_source()) return FailedPrecondition(r.c->me.ToString() + ": Publish on a destination");
-  if (version == 0 || version > plan_layout::kMaxCounterVersion)
+  if (version == 0 || version > arena_layout::kMaxCounterVersion)
     return InvalidArgument("Publish: version " + std::to_string(version) + " out of range");
   if (r.c->mine->hash_bytes == 0) {  // it sends nothing; its replicas are still compared
     if (!r.replicated.empty() && !r.options.device_direct) {
@@ -364,7 +364,7 @@ std::vector<std::pair<uint32_t, uint64_t>> PlanRank::replica_digests() const {
 Result<ReceiveStats> PlanRank::Receive(uint64_t version) {
   Impl& r = *impl_;
   if (r.is_source()) return FailedPrecondition(r.c->me.ToString() + ": Receive on a source");
-  if (version == 0 || version > plan_layout::kMaxCounterVersion)
+  if (version == 0 || version > arena_layout::kMaxCounterVersion)
     return InvalidArgument("Receive: version " + std::to_string(version) + " out of range");
   if (r.loop->on_loop_thread()) return FailedPrecondition("Receive called on the loop thread");
   r.received_version = 0;

@@ -17,8 +17,8 @@
 #include <span>
 #include <vector>
 
+#include "arena_layout.h"
 #include "compiled_rank.h"
-#include "plan_layout.h"
 #include "weightport/core/hash.h"
 #include "weightport/core/thread_role.h"
 #include "weightport/engine/common/worker_pool.h"
@@ -37,21 +37,21 @@ inline uint64_t LoadWord(const std::byte* at) {
 inline void StoreWord(std::byte* at, uint64_t value) {
   std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(at)).store(value, std::memory_order_release);
 }
-// A counter slot (plan_layout::kCounterBytes): the word, then its check.
+// A counter slot (arena_layout::kCounterBytes): the word, then its check.
 inline void StoreCounter(std::byte* at, uint64_t word) {
-  StoreWord(at + 8, plan_layout::CounterCheck(word));
+  StoreWord(at + 8, arena_layout::CounterCheck(word));
   StoreWord(at, word);
 }
 // The check word of a hash area (its header's second word): covers the version too, so a corrupt
 // read of an older header cannot pass as this version's hashes.
 inline uint64_t HashAreaCheck(uint64_t version, const std::byte* header, uint64_t hash_bytes) {
-  return Xxh3(header + plan_layout::kHashHeaderBytes, hash_bytes - plan_layout::kHashHeaderBytes) ^
-         plan_layout::CounterCheck(version);
+  return Xxh3(header + arena_layout::kHashHeaderBytes, hash_bytes - arena_layout::kHashHeaderBytes) ^
+         arena_layout::CounterCheck(version);
 }
 // The word of a counter slot read from a peer, or nullopt when its check fails.
 inline std::optional<uint64_t> LoadCounter(const std::byte* at) {
   const uint64_t word = LoadWord(at);
-  if (LoadWord(at + 8) != plan_layout::CounterCheck(word)) return std::nullopt;
+  if (LoadWord(at + 8) != arena_layout::CounterCheck(word)) return std::nullopt;
   return word;
 }
 

@@ -14,7 +14,7 @@
 
 namespace weightport {
 
-using plan_layout::PlanLayout;
+using arena_layout::ArenaLayout;
 using plan_rank_internal::PartDevice;
 using plan_rank_internal::PartTables;
 
@@ -41,7 +41,7 @@ std::vector<Endpoint> RankPlan::peers() const {
 struct RankPlanCutter::Index {
   std::shared_ptr<const Plan> whole;
   uint64_t digest = 0;
-  std::map<Endpoint, PlanLayout> layouts;
+  std::map<Endpoint, ArenaLayout> layouts;
   std::map<Endpoint, std::vector<uint32_t>> steps_of;    // steps each rank sends or receives, ascending
   std::map<Endpoint, PartDevice> devices;                // sources: the whole device copy's offsets
   std::map<Endpoint, std::vector<uint32_t>> replicated;  // sources: shards another source holds too
@@ -54,7 +54,7 @@ RankPlanCutter::RankPlanCutter(std::shared_ptr<const Plan> whole) : index_(std::
   Index& x = *index_;
   x.whole = std::move(whole);
   x.digest = x.whole->Digest();
-  x.layouts = plan_layout::ComputeLayouts(*x.whole);
+  x.layouts = arena_layout::ComputeLayouts(*x.whole);
   for (const SourceReplicaGroup& g : SourceReplicaGroups(*x.whole))
     for (const auto& [ep, shard] : g.holders) {
       x.replicated[ep].push_back(shard);
@@ -157,8 +157,8 @@ Result<RankPlan> RankPlanCutter::Cut(Endpoint me) const {
   // Steps, renumbered; their layout entries on both ends, translated.
   auto tables = std::make_shared<PartTables>();
   for (const auto& [ep, list] : shards) {
-    const PlanLayout& whole_layout = x.layouts.at(ep);
-    PlanLayout l;  // its scalars; the entries of the part's steps follow
+    const ArenaLayout& whole_layout = x.layouts.at(ep);
+    ArenaLayout l;  // its scalars; the entries of the part's steps follow
     l.endpoint = ep;
     l.data_bytes = whole_layout.data_bytes;
     l.copies = whole_layout.copies;
@@ -186,8 +186,8 @@ Result<RankPlan> RankPlanCutter::Cut(Endpoint me) const {
     }
     WP_ASSIGN_OR_RETURN(s.root, LocalOf(ids, s.root, "step"));
     for (const Endpoint& ep : {s.from, DestinationOf(s)}) {
-      const PlanLayout& from = x.layouts.at(ep);
-      PlanLayout& to = tables->layouts.at(ep);
+      const ArenaLayout& from = x.layouts.at(ep);
+      ArenaLayout& to = tables->layouts.at(ep);
       auto copy = [&](const std::map<uint32_t, uint64_t>& in, std::map<uint32_t, uint64_t>& out) {
         if (auto it = in.find(global); it != in.end()) out[local] = it->second;
       };

@@ -8,7 +8,7 @@
 
 namespace weightport {
 
-using plan_layout::PlanLayout;
+using arena_layout::ArenaLayout;
 using plan_rank_internal::PartDevice;
 using plan_rank_internal::PartTables;
 using namespace plan_binary;
@@ -99,7 +99,7 @@ Result<RankPlan> DecodeRankPlan(std::string_view in) {
   auto tables = std::make_shared<PartTables>();
   WP_ASSIGN_OR_RETURN(size_t layouts, GetCount(in, 11, "layouts"));
   for (size_t i = 0; i < layouts; ++i) {
-    PlanLayout l;
+    ArenaLayout l;
     WP_ASSIGN_OR_RETURN(l.endpoint, GetEndpoint(in, "layout rank"));
     uint64_t copies = 0;
     for (uint64_t* v :

@@ -7,7 +7,7 @@
 #include <map>
 #include <vector>
 
-#include "plan_layout.h"
+#include "arena_layout.h"
 
 namespace weightport::plan_rank_internal {
 
@@ -17,7 +17,7 @@ struct PartDevice {
 };
 
 struct PartTables {
-  std::map<Endpoint, plan_layout::PlanLayout> layouts;
+  std::map<Endpoint, arena_layout::ArenaLayout> layouts;
   std::map<Endpoint, PartDevice> devices;  // sources only
 };
 

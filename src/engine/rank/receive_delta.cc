@@ -9,7 +9,7 @@
 namespace weightport {
 namespace plan_rank_internal {
 
-using namespace plan_layout;
+using namespace arena_layout;
 
 void ReceiveRun::StartKeeping() {
   const int live = staging_ ^ 1;

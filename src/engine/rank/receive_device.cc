@@ -9,7 +9,7 @@
 namespace weightport {
 namespace plan_rank_internal {
 
-using namespace plan_layout;
+using namespace arena_layout;
 
 void ReceiveRun::OnDeviceCopier(std::function<Result<DeviceCopied>()> copy) {
   if (!r_.device_copier || failed_) return;

@@ -14,7 +14,7 @@
 namespace weightport {
 namespace plan_rank_internal {
 
-using namespace plan_layout;
+using namespace arena_layout;
 
 void ReceiveRun::FetchMirror(size_t i) {
   r_.OnLoopThread();  // a task of the loop thread

@@ -11,7 +11,7 @@
 namespace weightport {
 namespace plan_rank_internal {
 
-using namespace plan_layout;
+using namespace arena_layout;
 
 bool ReceiveRun::Detour(size_t st) {
   r_.OnLoopThread();  // a task of the loop thread

@@ -12,7 +12,7 @@
 namespace weightport {
 namespace plan_rank_internal {
 
-using namespace plan_layout;
+using namespace arena_layout;
 
 bool Fatal(const Status& s, const Connection& c) {
   const StatusCode k = s.code();

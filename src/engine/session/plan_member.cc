@@ -3,8 +3,9 @@
 #include <algorithm>
 #include <thread>
 
-#include "weightport/engine/session/reshard_coordinator.h"
-#include "weightport/engine/session/reshard_member.h"
+#include "engine/session/session_timing.h"
+#include "weightport/engine/session/plan_control.h"
+#include "weightport/engine/session/plan_coordinator.h"
 #include "weightport/plan/quantized.h"
 
 namespace weightport {
@@ -34,12 +35,12 @@ Result<std::unique_ptr<JoinedRank>> JoinPlan(const Secret& secret, const PlanMem
     options.log(me.ToString() + ": its part of the plan: " + std::to_string(part.plan->steps.size()) +
                 " of " + std::to_string(part.whole_steps) + " steps, " + std::to_string(part.peers().size()) +
                 " peers, digest " + std::to_string(part.digest));
-  WP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, options.make_transport(ReshardName(me)));
+  WP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, options.make_transport(RankControlName(me)));
   j->loop = std::make_unique<ProgressLoop>(std::move(transport));
   WP_ASSIGN_OR_RETURN(j->rank, PlanRank::Create(part, *j->loop, options.rank));
   // The coordinator listens again once it has answered every offer: retry until it does.
-  auto member = RetryWhileUnreachable(deadline, std::chrono::milliseconds(100), [&](auto time_left) {
-    return ReshardMember::Join(std::string(ListenAddressOf(coordinator)), secret, *j->rank, time_left);
+  auto member = RetryWhileUnreachable(deadline, session_timing::kDialRetry, [&](auto time_left) {
+    return PlanControl::Join(std::string(ListenAddressOf(coordinator)), secret, *j->rank, time_left);
   });
   if (!member.ok()) return member.status().WithContext(me.ToString() + ": joining " + coordinator);
   j->member = std::move(*member);
@@ -49,9 +50,8 @@ Result<std::unique_ptr<JoinedRank>> JoinPlan(const Secret& secret, const PlanMem
 
 std::string_view ListenAddressOf(std::string_view found) { return found.substr(0, found.find('#')); }
 
-Result<std::unique_ptr<ReshardMember>> RejoinPlan(PlanRank& rank, const Secret& secret,
-                                                  const PlanMemberOptions& options,
-                                                  std::string& coordinator) {
+Result<std::unique_ptr<PlanControl>> RejoinPlan(PlanRank& rank, const Secret& secret,
+                                                const PlanMemberOptions& options, std::string& coordinator) {
   using std::chrono::milliseconds;
   const Endpoint me = options.offer.endpoint;
   if (!options.find_coordinator)
@@ -67,7 +67,7 @@ Result<std::unique_ptr<ReshardMember>> RejoinPlan(PlanRank& rank, const Secret& 
   while (std::chrono::steady_clock::now() < deadline) {
     auto address = options.find_coordinator(left());
     if (address.ok() && *address == coordinator) {
-      std::this_thread::sleep_for(milliseconds(100));
+      std::this_thread::sleep_for(session_timing::kDialRetry);
       continue;
     }
     Result<RankPlan> part =
@@ -76,7 +76,7 @@ Result<std::unique_ptr<ReshardMember>> RejoinPlan(PlanRank& rank, const Secret& 
     if (!part.ok()) {
       if (part.status().code() == StatusCode::kPermissionDenied) return part.status();  // refused
       last = part.status();
-      std::this_thread::sleep_for(milliseconds(200));
+      std::this_thread::sleep_for(session_timing::kRendezvousDialRetry);
       continue;
     }
     if (part->digest != rank.plan_digest())
@@ -84,8 +84,8 @@ Result<std::unique_ptr<ReshardMember>> RejoinPlan(PlanRank& rank, const Secret& 
                                 " planned something else (digest " + std::to_string(part->digest) +
                                 ", this rank's is " + std::to_string(rank.plan_digest()) + ")");
     if (options.log) options.log(me.ToString() + ": joining the coordinator that took over, at " + *address);
-    auto member = RetryWhileUnreachable(deadline, milliseconds(100), [&](auto time_left) {
-      return ReshardMember::Join(std::string(ListenAddressOf(*address)), secret, rank, time_left);
+    auto member = RetryWhileUnreachable(deadline, session_timing::kDialRetry, [&](auto time_left) {
+      return PlanControl::Join(std::string(ListenAddressOf(*address)), secret, rank, time_left);
     });
     if (member.ok()) {
       coordinator = *address;
@@ -105,7 +105,7 @@ bool TermWatch::Replaced(const std::string& current) {
   const auto now = std::chrono::steady_clock::now();
   if (now < next_) return false;
   next_ = now + interval_;
-  auto found = find_(std::chrono::milliseconds(200));  // none yet (between terms): not replaced
+  auto found = find_(session_timing::kMessagePoll);  // none yet (between terms): not replaced
   return found.ok() && *found != current;
 }
 

@@ -6,10 +6,11 @@
 #include <optional>
 #include <thread>
 
+#include "engine/session/session_timing.h"
 #include "weightport/core/thread_annotations.h"
+#include "weightport/engine/session/plan_control.h"
 #include "weightport/engine/session/plan_member.h"
-#include "weightport/engine/session/reshard_member.h"
-#include "weightport/engine/session/reshard_source.h"
+#include "weightport/engine/session/plan_source.h"
 
 namespace weightport {
 
@@ -35,8 +36,8 @@ struct PlanPublisher::Impl {
   // before.
   std::map<uint64_t, Status> held GUARDED_BY(mu);  // verdicts waiting for their Rekey
 
-  static Status VerdictOf(const ReshardMember::Event& e) {
-    if (e.kind == ReshardMember::Event::kAbort)
+  static Status VerdictOf(const PlanControl::Event& e) {
+    if (e.kind == PlanControl::Event::kAbort)
       return Unavailable("version " + std::to_string(e.version) + " aborted: " + e.reason);
     return Status::Ok();
   }
@@ -47,7 +48,7 @@ struct PlanPublisher::Impl {
     hooks.rekey = [this](uint64_t) {
       return MoveToFreshTransport(*joined->rank, joined->loop, options.make_transport);
     };
-    hooks.held = [this](const ReshardMember::Event& verdict) {
+    hooks.held = [this](const PlanControl::Event& verdict) {
       MutexLock lock(mu);
       held[verdict.version] = VerdictOf(verdict);
       return Status::Ok();
@@ -59,7 +60,7 @@ struct PlanPublisher::Impl {
       hooks.replaced = [this, &term] { return term.Replaced(joined->coordinator); };
     SourceFollower follower(*joined->rank, *joined->member, options.rank.rotate_keys, hooks);
     while (true) {
-      auto e = follower.Next(std::chrono::milliseconds(200));
+      auto e = follower.Next(session_timing::kMessagePoll);
       if (!e.ok() && closing.load()) return;  // Close stopped it, or interrupted its wait
       if (!e.ok() && follower.connection_failed() && options.find_coordinator) {
         auto fresh = RejoinPlan(*joined->rank, *secret, options, joined->coordinator);
@@ -74,7 +75,7 @@ struct PlanPublisher::Impl {
         e = fresh.status().WithContext("lost the coordinator: " + e.status().message());
       }
       MutexLock lock(mu);
-      if (!e.ok() || e->kind == ReshardMember::Event::kBye) {
+      if (!e.ok() || e->kind == PlanControl::Event::kBye) {
         ended = true;
         if (e.ok())
           end_status = Status::Ok();
@@ -85,7 +86,7 @@ struct PlanPublisher::Impl {
         cv.notify_all();
         return;
       }
-      if (e->kind == ReshardMember::Event::kCommit || e->kind == ReshardMember::Event::kAbort) {
+      if (e->kind == PlanControl::Event::kCommit || e->kind == PlanControl::Event::kAbort) {
         held.erase(e->version);
         verdicts[e->version] = VerdictOf(*e);
       }

@@ -8,13 +8,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/session/session_timing.h"
 #include "engine/session/wire_side.h"
 #include "weightport/control/handshake.h"
 #include "weightport/control/joining_peers.h"
 #include "weightport/control/plan_messages.h"
 #include "weightport/core/json_util.h"
 #include "weightport/engine/common/transport_factory.h"
-#include "weightport/engine/session/reshard_coordinator.h"
+#include "weightport/engine/session/plan_coordinator.h"
 
 namespace weightport {
 namespace {
@@ -143,7 +144,7 @@ Result<PlannedSession> CollectLayoutsAndPlan(ControlListener& listener, const Re
   JoiningPeers joining(kJoinMessageTimeout);
   auto refuse_all = [&](const Status& why) {
     for (auto& ch : channels) {
-      ch->Send(RefusedMsg{why.message().substr(0, kMaxReasonSize)}).IgnoreError();
+      ch->TurnAway(why.message());
       ch->Close();
     }
     return why;
@@ -162,7 +163,8 @@ Result<PlannedSession> CollectLayoutsAndPlan(ControlListener& listener, const Re
                                 (have.empty() ? "none" : have)));
     }
     if (options.should_stop && options.should_stop()) return refuse_all(Cancelled("the coordinator stopped"));
-    auto ch = listener.Accept(std::min(left, joining.empty() ? milliseconds(500) : milliseconds(20)));
+    auto ch = listener.Accept(
+        std::min(left, joining.empty() ? session_timing::kAcceptIdle : session_timing::kAcceptWhileJoining));
     if (ch.ok()) {
       joining.Add(std::move(*ch));
     } else if (ch.status().code() != StatusCode::kTimeout) {
@@ -184,7 +186,7 @@ Result<PlannedSession> CollectLayoutsAndPlan(ControlListener& listener, const Re
       }
       if (!bad.ok()) {
         log("refused " + a.channel->peer() + ": " + bad.message());
-        a.channel->Send(RefusedMsg{bad.message().substr(0, kMaxReasonSize)}).IgnoreError();
+        a.channel->TurnAway(bad.message());
         continue;
       }
       log(offer->endpoint.ToString() + " on " + offer->host + " offered " +
@@ -259,9 +261,10 @@ Result<RankPlan> OfferLayout(const std::string& coordinator, const Secret& secre
     return std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
   };
   // The coordinator may not listen yet: retry a refused or failed connection until the deadline.
-  auto channel = RetryWhileUnreachable(deadline, milliseconds(200), [&](milliseconds time_left) {
-    return ControlChannel::Connect(coordinator, ReshardName(me), role, secret, time_left);
-  });
+  auto channel =
+      RetryWhileUnreachable(deadline, session_timing::kRendezvousDialRetry, [&](milliseconds time_left) {
+        return ControlChannel::Connect(coordinator, RankControlName(me), role, secret, time_left);
+      });
   if (!channel.ok()) return channel.status().WithContext(me.ToString() + ": connecting to " + coordinator);
   LayoutOfferMsg msg{WireSide(me.side), static_cast<uint32_t>(me.rank),
                      static_cast<uint32_t>(offer.side_ranks), offer.host, offer.placement.ToJson().dump()};

@@ -9,7 +9,7 @@ namespace {
 
 using namespace plan_session_test;
 
-// The coordinator lists an outcome once every subscriber flipped; the sources hear it a little before.
+// The coordinator lists an outcome once every subscriber swapped; the sources hear it a little before.
 void ExpectLiveEverywhere(Group& g, uint64_t v) {
   for (auto& s : g.subs) {
     const auto deadline = std::chrono::steady_clock::now() + milliseconds(10'000);

@@ -10,9 +10,10 @@
 #include <random>
 #include <thread>
 
+#include "engine/session/session_timing.h"
 #include "weightport/core/thread_annotations.h"
 #include "weightport/engine/rank/source_replicas.h"
-#include "weightport/engine/session/reshard_coordinator.h"
+#include "weightport/engine/session/plan_coordinator.h"
 #include "weightport/engine/session/store_health.h"
 #include "weightport/store/coordinator_election.h"
 #include "weightport/store/fleet_record.h"
@@ -104,15 +105,15 @@ struct PlanService::Impl {
       }
       if (!unreachable(s)) return s;
       if (stopping.load()) return Cancelled("stopped while the store was unreachable");
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      std::this_thread::sleep_for(session_timing::kElectionRetry);
     }
     if (!election->is_leader()) Log("coordinator: standing by for session '" + options.session + "'");
     while (!election->is_leader()) {
       if (stopping.load()) return Cancelled("stopped while standing by");
-      Status won = election->WaitForLeadership(std::chrono::milliseconds(500));
+      Status won = election->WaitForLeadership(session_timing::kElectionRetry);
       if (!won.ok() && !unreachable(won)) return won;
       if (!won.ok() && won.code() != StatusCode::kTimeout)
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        std::this_thread::sleep_for(session_timing::kElectionRetry);
     }
     Log("coordinator: leading session '" + options.session + "' at " + listener->address());
     store_health->SetLeading(true);
@@ -124,7 +125,7 @@ struct PlanService::Impl {
   // The ranks of this term, as the next membership epoch of the session's record.
   Status RecordMembers(const std::vector<Endpoint>& ranks) {
     std::vector<std::string> names;
-    for (const Endpoint& ep : ranks) names.push_back(ReshardName(ep));
+    for (const Endpoint& ep : ranks) names.push_back(RankControlName(ep));
     WP_ASSIGN_OR_RETURN(std::optional<Membership> now, record->Members());
     const uint64_t epoch = now ? now->epoch + 1 : 1;
     return record->SetMembers(epoch, names).WithContext("recording the members");
@@ -189,7 +190,7 @@ struct PlanService::Impl {
       for (const auto& [ep, peers] : planned->peers)
         stats.max_peers = std::max(stats.max_peers, peers.size());
     }
-    ReshardCoordinatorOptions co;
+    PlanCoordinatorOptions co;
     co.plan_digest = planned->digest;
     co.ranks = PlanRanks(*planned->plan);
     co.peers_of = std::move(planned->peers);
@@ -221,7 +222,7 @@ struct PlanService::Impl {
         return std::optional<bool>(d->outcome == Outcome::kCommitted);
       };
     }
-    ReshardCoordinator coordinator(std::move(listener), co);
+    PlanCoordinator coordinator(std::move(listener), co);
     WP_RETURN_IF_ERROR(coordinator.WaitForJoins());
     {
       MutexLock lock(mu);
@@ -232,7 +233,7 @@ struct PlanService::Impl {
     uint64_t last = 0;
     Status end;
     while (!Stopping()) {
-      auto next = coordinator.NextRequest(last, std::chrono::milliseconds(100));
+      auto next = coordinator.NextRequest(last, session_timing::kEventPoll);
       if (!next.ok()) continue;  // Timeout: nothing announced yet
       auto report =
           next->rollback ? coordinator.RunRollback(next->version) : coordinator.RunVersion(next->version);
@@ -402,7 +403,7 @@ std::function<Result<std::string>(std::chrono::milliseconds)> CoordinatorFinder(
       auto leader = CoordinatorElection::Leader(**client, session);
       if (leader.ok()) return leader;
       last = leader.status();
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::this_thread::sleep_for(session_timing::kDialRetry);
     } while (std::chrono::steady_clock::now() < deadline);
     return last.WithContext("finding the coordinator of session '" + session + "' in " + store);
   };

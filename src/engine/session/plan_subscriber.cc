@@ -7,10 +7,11 @@
 #include <optional>
 #include <thread>
 
+#include "engine/session/session_timing.h"
 #include "weightport/core/thread_annotations.h"
+#include "weightport/engine/session/plan_control.h"
+#include "weightport/engine/session/plan_destination.h"
 #include "weightport/engine/session/plan_member.h"
-#include "weightport/engine/session/reshard_destination.h"
-#include "weightport/engine/session/reshard_member.h"
 
 namespace weightport {
 
@@ -77,13 +78,13 @@ struct PlanSubscriber::Impl {
     if (options.find_coordinator)
       hooks.replaced = [this, &term] { return term.Replaced(joined->coordinator); };
     if (options.find_coordinator)
-      hooks.reconnect = [this]() -> Result<ReshardMember*> {
+      hooks.reconnect = [this]() -> Result<PlanControl*> {
         WP_ASSIGN_OR_RETURN(auto fresh, RejoinPlan(*joined->rank, *secret, options, joined->coordinator));
         MutexLock lock(mu);  // Close interrupts the member under it
         joined->member = std::move(fresh);
         return joined->member.get();
       };
-    Status s = FollowAsDestination(*joined->rank, *joined->member, std::chrono::milliseconds(200), hooks);
+    Status s = FollowAsDestination(*joined->rank, *joined->member, session_timing::kMessagePoll, hooks);
     MutexLock lock(mu);
     ended = true;
     end_status = closing.load() ? Status::Ok() : s;  // Close interrupts the wait: no error of the rank's

@@ -1,4 +1,4 @@
-// Coordinator: the control plane of one model's updates. Publishers and subscribers connect to it
+// WholeCoordinator: the control plane of one model's updates. Publishers and subscribers connect to it
 // over authenticated control channels (control/channel.h); it tells subscribers where the
 // publisher's weights are (RegionKeys), what the next version holds (Manifest) and when to fetch it
 // (UpdateBegin), collects their verdicts, and commits a version only once every subscriber of the
@@ -16,7 +16,7 @@
 // later takes part from the next version. Only one version is in flight at a time; a publisher
 // starting another one meanwhile, or an older one, gets an Abort naming the version in flight.
 //
-// Commit policy (CoordinatorOptions::quorum): all or nothing by default; with a quorum, a failing
+// Commit policy (WholeCoordinatorOptions::quorum): all or nothing by default; with a quorum, a failing
 // member is dropped from the version instead of aborting it for everyone.
 //
 // Failure handling: every peer sends a message at least every heartbeat interval; one silent for
@@ -48,7 +48,7 @@ namespace weightport {
 
 class Metrics;
 
-struct CoordinatorOptions {
+struct WholeCoordinatorOptions {
   std::string name = "coordinator";
   std::chrono::milliseconds heartbeat_interval{1000};  // how often it pings every peer
   std::chrono::milliseconds peer_timeout{10'000};      // silence after which a peer is lost
@@ -65,7 +65,7 @@ struct CoordinatorOptions {
 };
 
 // What one subscriber did for one version.
-struct SubscriberVersionReport {
+struct WholeSubscriberVersionReport {
   std::string name;
   uint64_t chunks = 0;
   uint64_t bytes = 0;
@@ -88,17 +88,18 @@ struct VersionReport {
   Status outcome;                    // OK once committed; the Abort reason otherwise
   bool decided = false;              // committed or aborted
   std::chrono::nanoseconds copy{0};  // UpdateBegin sent to the last member verified
-  std::vector<SubscriberVersionReport> subscribers;
+  std::vector<WholeSubscriberVersionReport> subscribers;
 };
 
-class Coordinator {
+class WholeCoordinator {
  public:
   // Listens on host:port (port 0: any free port) and starts serving.
-  static Result<std::unique_ptr<Coordinator>> Start(std::string_view host, uint16_t port,
-                                                    const Secret& secret, CoordinatorOptions options = {});
-  ~Coordinator();  // Stop()
-  Coordinator(const Coordinator&) = delete;
-  Coordinator& operator=(const Coordinator&) = delete;
+  static Result<std::unique_ptr<WholeCoordinator>> Start(std::string_view host, uint16_t port,
+                                                         const Secret& secret,
+                                                         WholeCoordinatorOptions options = {});
+  ~WholeCoordinator();  // Stop()
+  WholeCoordinator(const WholeCoordinator&) = delete;
+  WholeCoordinator& operator=(const WholeCoordinator&) = delete;
 
   // Says Bye to every peer, closes every channel and joins every thread. Idempotent.
   void Stop();
@@ -118,7 +119,7 @@ class Coordinator {
   struct Impl;
 
  private:
-  explicit Coordinator(std::unique_ptr<Impl> impl);
+  explicit WholeCoordinator(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -1,4 +1,4 @@
-// Publisher: holds a model's weights in one registered arena and publishes versions of them to the
+// WholePublisher: holds a model's weights in one registered arena and publishes versions of them to the
 // subscribers of a coordinator, which fetch them with one-sided Gets (publisher's CPU not involved).
 //
 // The trainer (or whatever produces weights) writes `weights()` — every tensor at its Manifest
@@ -44,14 +44,14 @@ enum class PublishMode { kLive, kSnapshot };
 std::string_view PublishModeName(PublishMode mode);  // "live", "snapshot"
 Result<PublishMode> ParsePublishMode(std::string_view name);
 
-struct PublisherOptions {
+struct WholePublisherOptions {
   std::string name = "publisher";
   // "host:port" of a standalone coordinator; empty: start an embedded one on listen_host:listen_port.
   std::string coordinator;
   std::string listen_host = "127.0.0.1";
   uint16_t listen_port = 0;
-  CoordinatorOptions coordinator_options;  // for the embedded one
-  TransportFactory make_transport;         // required
+  WholeCoordinatorOptions coordinator_options;  // for the embedded one
+  TransportFactory make_transport;              // required
   uint64_t chunk_size = kDefaultChunkSize;
   SessionTiming timing;
   std::chrono::milliseconds update_timeout{300'000};  // Publish / Wait give up after this
@@ -63,7 +63,7 @@ struct PublisherOptions {
 // staging memory ready (mapped and zero-filled when they joined, so that the version moves bytes
 // instead of paying page faults), for at most `within`; fewer by then aborts the version, naming how
 // many came. Works with an embedded and a standalone coordinator alike.
-struct SubscriberWait {
+struct WholeSubscriberWait {
   size_t at_least = 0;
   std::chrono::milliseconds within{0};
 };
@@ -80,13 +80,13 @@ struct PublishReport {
   std::chrono::nanoseconds transfer{0};       // UpdateBegin sent to the verdict received
 };
 
-class Publisher {
+class WholePublisher {
  public:
-  static Result<std::unique_ptr<Publisher>> Create(std::vector<TensorMeta> tensors, const Secret& secret,
-                                                   PublisherOptions options);
-  ~Publisher();  // Close()
-  Publisher(const Publisher&) = delete;
-  Publisher& operator=(const Publisher&) = delete;
+  static Result<std::unique_ptr<WholePublisher>> Create(std::vector<TensorMeta> tensors, const Secret& secret,
+                                                        WholePublisherOptions options);
+  ~WholePublisher();  // Close()
+  WholePublisher(const WholePublisher&) = delete;
+  WholePublisher& operator=(const WholePublisher&) = delete;
 
   // The live weights: every tensor at its offset in the version's flat byte space.
   std::span<std::byte> weights();
@@ -95,13 +95,13 @@ class Publisher {
   uint64_t model_bytes() const;
 
   // The embedded coordinator, or null when joined to a standalone one.
-  Coordinator* coordinator();
+  WholeCoordinator* coordinator();
   const std::string& coordinator_address() const;
 
   // Publishes the weights as `version` (see the modes above). Errors: the version is not newer,
   // a snapshot publish still in flight failed to finish in time, the coordinator is lost. A version
   // the coordinator aborts is not an error of the call: report.outcome says why.
-  Result<PublishReport> Publish(uint64_t version, PublishMode mode, SubscriberWait wait = {});
+  Result<PublishReport> Publish(uint64_t version, PublishMode mode, WholeSubscriberWait wait = {});
   // Waits for the outcome of a version published with kSnapshot (or returns a kLive one's).
   Result<PublishReport> Wait(uint64_t version, std::chrono::milliseconds timeout);
 
@@ -111,7 +111,7 @@ class Publisher {
   struct Impl;
 
  private:
-  explicit Publisher(std::unique_ptr<Impl> impl);
+  explicit WholePublisher(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

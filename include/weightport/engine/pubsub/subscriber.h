@@ -1,4 +1,4 @@
-// Subscriber: receives every version a coordinator commits and serves it to local readers.
+// WholeSubscriber: receives every version a coordinator commits and serves it to local readers.
 //
 // For each UpdateBegin it checks the version's manifest against the layout it holds (a version
 // whose tensors differ in name, dtype or shape is refused with UpdateFailed before anything is
@@ -31,7 +31,7 @@
 
 namespace weightport {
 
-struct SubscriberEvent {
+struct WholeSubscriberEvent {
   enum class Kind { kBegin, kVerified, kFailed, kCommitted, kAborted };
   Kind kind = Kind::kBegin;
   uint64_t version = 0;
@@ -44,7 +44,7 @@ struct SubscriberEvent {
   std::string detail;                 // kFailed / kAborted: why; kBegin: chunks changed (delta)
 };
 
-struct SubscriberOptions {
+struct WholeSubscriberOptions {
   std::string name = "subscriber";
   std::string coordinator;  // "host:port"
   SwapMode swap_mode = SwapMode::kDoubleBuffer;
@@ -60,16 +60,17 @@ struct SubscriberOptions {
   std::function<void(std::string)> log;
   // Called on an internal thread for each step of each version (progress, tests). Must not block
   // long or call back into the subscriber.
-  std::function<void(const SubscriberEvent&)> on_event;
+  std::function<void(const WholeSubscriberEvent&)> on_event;
 };
 
-class Subscriber {
+class WholeSubscriber {
  public:
   // Connects and authenticates; the session then runs in the background.
-  static Result<std::unique_ptr<Subscriber>> Connect(const Secret& secret, SubscriberOptions options);
-  ~Subscriber();  // Close()
-  Subscriber(const Subscriber&) = delete;
-  Subscriber& operator=(const Subscriber&) = delete;
+  static Result<std::unique_ptr<WholeSubscriber>> Connect(const Secret& secret,
+                                                          WholeSubscriberOptions options);
+  ~WholeSubscriber();  // Close()
+  WholeSubscriber(const WholeSubscriber&) = delete;
+  WholeSubscriber& operator=(const WholeSubscriber&) = delete;
 
   // Pins the live version (see VersionedStore::Acquire). FailedPrecondition before the first commit.
   Result<VersionedStore::Pin> Acquire();
@@ -89,7 +90,7 @@ class Subscriber {
   struct Impl;
 
  private:
-  explicit Subscriber(std::unique_ptr<Impl> impl);
+  explicit WholeSubscriber(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -6,7 +6,7 @@
 // then Commit() or Abort(). What Commit does depends on the swap mode, chosen per subscriber by its
 // memory budget:
 //
-//   kDoubleBuffer   two buffers; Commit flips a pointer (pause ~0, readers never blocked). Readers
+//   kDoubleBuffer   two buffers; Commit swaps a pointer (pause ~0, readers never blocked). Readers
 //                   pinned to the old version keep reading it; the next BeginUpdate waits until
 //                   they have released it, since it becomes the next staging buffer.
 //   kStageThenCopy  a separate staging buffer; Commit blocks new readers, waits for pins on the

@@ -4,7 +4,7 @@
 // Create compiles the rank's work from the plan (a destination: its incoming steps' runs, grouped
 // by chunk; every rank: the slots of the chunk hashes it originates and of the "chunk verified"
 // counters of the steps others relay from it), allocates ONE arena and registers it once. Every rank
-// derives every other rank's arena layout from the same plan (src/engine/rank/plan_layout.h), so peers
+// derives every other rank's arena layout from the same plan (src/engine/rank/arena_layout.h), so peers
 // exchange only a transport address and one RemoteKey each (PlanPeer; a source publishing on its
 // device, PlanRankOptions::device_direct, a second for that copy), once, before Connect.
 //
@@ -26,7 +26,7 @@
 //                from their root source instead, the same chunks against the same hashes. A source
 //                lost the same way after its hashes were mirrored is replaced by another source
 //                holding the same slice (source_replicas.h) for the plain steps read from its shards.
-//                Commit(v) then flips staging to live; Abort(v) (or no commit) keeps the old live.
+//                Commit(v) then swaps staging to live; Abort(v) (or no commit) keeps the old live.
 //
 // Thread-safety: Create, Connect, Publish, Receive, Commit and Abort from one thread at a time (not
 // the loop's); Cancel and PeerLost from any thread; the data they touch is not shared with the loop except
@@ -113,7 +113,7 @@ struct PlanRankOptions {
   bool device_direct = false;
   // Rollback, at a destination: how many committed versions it keeps beside the live one, each a
   // copy of the rank's arena copy (shards and packed areas: PlanRank::kept_bytes() each), made by
-  // Commit from the staging copy before the flip (so a reader's writes to the live copy are not
+  // Commit from the staging copy before the swap (so a reader's writes to the live copy are not
   // kept) with a hash per 4 MiB block. Restore(v) makes one the staging copy again. Not with
   // `device` yet (Create refuses it). Ignored at a source.
   size_t keep_versions = 0;

@@ -19,8 +19,8 @@
 #include "weightport/core/tensor_meta.h"
 #include "weightport/engine/common/transport_factory.h"
 #include "weightport/engine/rank/plan_rank.h"
+#include "weightport/engine/session/plan_control.h"
 #include "weightport/engine/session/plan_rendezvous.h"
-#include "weightport/engine/session/reshard_member.h"
 #include "weightport/plan/plan.h"
 #include "weightport/transport/progress_loop.h"
 
@@ -67,7 +67,7 @@ struct JoinedRank {
   std::string coordinator;             // the address it joined
   std::unique_ptr<ProgressLoop> loop;  // declared before rank: the rank is destroyed first
   std::unique_ptr<PlanRank> rank;
-  std::unique_ptr<ReshardMember> member;
+  std::unique_ptr<PlanControl> member;
 
   ~JoinedRank();
   // Closes the control connection, then frees the arena, then stops the loop.
@@ -87,8 +87,8 @@ std::string_view ListenAddressOf(std::string_view found);
 // (options.find_coordinator, once it names another address): offers its layout again, checks the
 // new plan's digest against its own and joins with its existing rank (PlanRank::Connect to the new
 // peer table). Retries until options.connect_timeout; `coordinator` is then the new address.
-Result<std::unique_ptr<ReshardMember>> RejoinPlan(PlanRank& rank, const Secret& secret,
-                                                  const PlanMemberOptions& options, std::string& coordinator);
+Result<std::unique_ptr<PlanControl>> RejoinPlan(PlanRank& rank, const Secret& secret,
+                                                const PlanMemberOptions& options, std::string& coordinator);
 
 // Whether a rank's coordinator was replaced although its connection is still open: a leader frozen
 // (SIGSTOP, a hung host) past its lease keeps its sockets, and only the store tells that the next

@@ -11,8 +11,8 @@
 // tensor's dtype or shape, a rank offered twice, sides disagreeing about their size, no plan) is
 // sent to every rank as Refused, naming the rank and tensor, and returned.
 //
-// The ranks then compile their PlanRank from their part and join the ReshardCoordinator
-// (reshard_coordinator.h) on the same listener, as ranks given the plan up front do.
+// The ranks then compile their PlanRank from their part and join the PlanCoordinator
+// (plan_coordinator.h) on the same listener, as ranks given the plan up front do.
 //
 // Thread-safety: free functions; each call from one thread.
 #pragma once
@@ -77,7 +77,7 @@ struct PlannedSession {
 // connections.
 Result<PlannedSession> CollectLayoutsAndPlan(ControlListener& listener, const RendezvousOptions& options);
 
-// For a rank that starts again once the session runs (ReshardCoordinatorOptions::rejoin_offer):
+// For a rank that starts again once the session runs (PlanCoordinatorOptions::rejoin_offer):
 // its part of `plan` (cut by `cutter`, made from it), as PlanAssign's payload, when `offer` (a
 // LayoutOffer from `peer`) names a rank of the plan and the shards the plan gives it; else the
 // error, naming the rank.

@@ -3,7 +3,7 @@
 //
 //   PlanService     the coordinator, on a background thread: collects the layouts, plans once,
 //                   accepts the ranks' joins, then runs every version the sources announce
-//                   (ReshardCoordinator), until Stop. Usually hosted by source rank 0.
+//                   (PlanCoordinator), until Stop. Usually hosted by source rank 0.
 //   PlanPublisher   a source rank (plan_publisher.h).
 //   PlanSubscriber  a destination rank (plan_subscriber.h).
 // The ranks' options and their view of a shard: plan_member.h.
@@ -36,13 +36,13 @@ struct PlanServiceOptions {
   RendezvousOptions rendezvous;
   std::chrono::milliseconds join_timeout{60'000};
   std::chrono::milliseconds update_timeout{120'000};
-  // ReshardCoordinatorOptions::quorum: 0, every destination verifies each version; N > 0, a lost or
+  // PlanCoordinatorOptions::quorum: 0, every destination verifies each version; N > 0, a lost or
   // failing destination is dropped and the others commit while at least N verified.
   size_t quorum = 0;
-  // Keys per version (ReshardCoordinatorOptions::rotate_keys); the ranks join with
+  // Keys per version (PlanCoordinatorOptions::rotate_keys); the ranks join with
   // PlanRankOptions::rotate_keys.
   bool rotate_keys = false;
-  // ReshardCoordinatorOptions::rejoin: a rank whose connection was lost (a subscriber closed or
+  // PlanCoordinatorOptions::rejoin: a rank whose connection was lost (a subscriber closed or
   // restarted, a publisher replaced) may offer the same layout again once the session runs; it is
   // given its part of the plan again and takes part from the next version.
   bool rejoin = false;

@@ -1,29 +1,30 @@
-// ReshardCoordinator: one version, or one rollback, from the first message to the verdict, and
-// the rekey round after it (the protocol: reshard_coordinator.h).
+// PlanCoordinator: one version, or one rollback, from the first message to the verdict, and
+// the rekey round after it (the protocol: plan_coordinator.h).
 #include <string>
 
+#include "engine/session/session_timing.h"
 #include "engine/session/wire_side.h"
-#include "reshard_coordinator_impl.h"
+#include "plan_coordinator_impl.h"
 
 namespace weightport {
 
-using reshard_internal::milliseconds;
+using plan_coordinator_internal::milliseconds;
 
-Result<ReshardVersionReport> ReshardCoordinator::RunRollback(uint64_t version) {
-  ReshardVersionReport report = impl_->Run(version, true);
+Result<PlanVersionReport> PlanCoordinator::RunRollback(uint64_t version) {
+  PlanVersionReport report = impl_->Run(version, true);
   if (!impl_->record_error.ok()) return impl_->record_error;
   if (impl_->options.rotate_keys) impl_->Rekey(version, report);
   return report;
 }
 
-Result<ReshardVersionReport> ReshardCoordinator::RunVersion(uint64_t version) {
-  ReshardVersionReport report = impl_->Run(version, false);
+Result<PlanVersionReport> PlanCoordinator::RunVersion(uint64_t version) {
+  PlanVersionReport report = impl_->Run(version, false);
   if (!impl_->record_error.ok()) return impl_->record_error;
   if (impl_->options.rotate_keys) impl_->Rekey(version, report);
   return report;
 }
 
-void ReshardCoordinator::Impl::Rekey(uint64_t version, ReshardVersionReport& report) {
+void PlanCoordinator::Impl::Rekey(uint64_t version, PlanVersionReport& report) {
   const auto t0 = Clock::now();
   const auto deadline = t0 + options.update_timeout;
   SendAll(MessageType::kRekey, RekeyMsg{version}.Encode(), Impl::Audience::kEveryone);
@@ -39,7 +40,7 @@ void ReshardCoordinator::Impl::Rekey(uint64_t version, ReshardVersionReport& rep
     if (!e) {
       // Not given the new table: such a rank is out of the session, and told so by its closed channel.
       for (const Endpoint& ep : waiting()) {
-        Log("reshard: " + ep.ToString() + " sent no new keys within " +
+        Log("plan coordinator: " + ep.ToString() + " sent no new keys within " +
             std::to_string(options.update_timeout.count()) + " ms after version " + std::to_string(version) +
             "; it leaves the session");
         Lose(ep);
@@ -59,7 +60,7 @@ void ReshardCoordinator::Impl::Rekey(uint64_t version, ReshardVersionReport& rep
                       static_cast<int>(join->rank) == e->from.rank &&
                       join->plan_digest == options.plan_digest;
     if (!same) {
-      Log("reshard: " + e->from.ToString() +
+      Log("plan coordinator: " + e->from.ToString() +
           " answered the rekey with keys not its own; it leaves the session");
       Lose(e->from);
       channels.at(e->from)->Close();
@@ -72,7 +73,7 @@ void ReshardCoordinator::Impl::Rekey(uint64_t version, ReshardVersionReport& rep
   report.rekey_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-ReshardVersionReport ReshardCoordinator::Impl::Run(uint64_t version, bool rollback) {
+PlanVersionReport PlanCoordinator::Impl::Run(uint64_t version, bool rollback) {
   Impl& m = *this;
   // A rollback's verdict is not recorded: its versions were decided already, and a rollback whose
   // coordinator fails before its verdict is made live nowhere.
@@ -95,14 +96,14 @@ ReshardVersionReport ReshardCoordinator::Impl::Run(uint64_t version, bool rollba
     for (const Endpoint& ep : m.lost)
       if (ep.side == PlanSide::kSource) gone.push_back(ep);
     if (!gone.empty()) {
-      m.Log("reshard: version " + std::to_string(version) + " waits for " + gone.front().ToString() +
+      m.Log("plan coordinator: version " + std::to_string(version) + " waits for " + gone.front().ToString() +
             (gone.size() > 1 ? " and " + std::to_string(gone.size() - 1) + " more source(s)" : "") +
             " to come back");
       Status back = m.AwaitRejoins(gone, Clock::now() + m.options.update_timeout);
-      if (!back.ok()) m.Log("reshard: version " + std::to_string(version) + ": " + back.message());
+      if (!back.ok()) m.Log("plan coordinator: version " + std::to_string(version) + ": " + back.message());
     }
   }
-  ReshardVersionReport report;
+  PlanVersionReport report;
   report.version = version;
   report.rollback = rollback;
   report.rejoined.swap(m.rejoined);
@@ -127,7 +128,7 @@ ReshardVersionReport ReshardCoordinator::Impl::Run(uint64_t version, bool rollba
     if (quorum == 0) return fail(why);
     if (!left_out.insert(ep).second) return;
     report.dropped.push_back(why);
-    m.Log("reshard: version " + std::to_string(version) + ": dropped " + why);
+    m.Log("plan coordinator: version " + std::to_string(version) + ": dropped " + why);
     if (destinations - left_out.size() < quorum)
       fail(why + "; " + std::to_string(destinations - left_out.size()) +
            " destination(s) left, the quorum is " + std::to_string(quorum));
@@ -136,7 +137,8 @@ ReshardVersionReport ReshardCoordinator::Impl::Run(uint64_t version, bool rollba
   auto lose_source = [&](const Endpoint& ep, const std::string& why) {
     if (std::string no = m.Irreplaceable(ep, version); !no.empty()) return fail(why + " (" + no + ")");
     report.replaced_sources.push_back(ep);
-    m.Log("reshard: version " + std::to_string(version) + ": " + why + "; its replicas stand in for it");
+    m.Log("plan coordinator: version " + std::to_string(version) + ": " + why +
+          "; its replicas stand in for it");
   };
   for (const Endpoint& ep : m.lost) {
     if (rollback) break;  // the sources take no part; lost destinations are out of the session
@@ -150,7 +152,7 @@ ReshardVersionReport ReshardCoordinator::Impl::Run(uint64_t version, bool rollba
       begun = true;
       begin = Clock::now();
       if (rollback) {
-        m.Log("reshard: rolling back to version " + std::to_string(version));
+        m.Log("plan coordinator: rolling back to version " + std::to_string(version));
         m.SendAll(MessageType::kRollback, RollbackMsg{version}.Encode(), Impl::Audience::kDestinations);
       } else if (std::string diverged = m.DivergedReplicas(version); !diverged.empty()) {
         fail("the sources' replicas of version " + std::to_string(version) + " differ: " + diverged);
@@ -163,7 +165,7 @@ ReshardVersionReport ReshardCoordinator::Impl::Run(uint64_t version, bool rollba
       if (destinations == 0) break;
     }
     // Bounded waits: a coordinator told to stop (or abandoned) leaves the version with no verdict.
-    auto e = m.Next(std::min(deadline, Clock::now() + milliseconds(100)));
+    auto e = m.Next(std::min(deadline, Clock::now() + session_timing::kEventPoll));
     if (!e && m.options.should_stop && m.options.should_stop()) {
       m.record_error = Cancelled("the coordinator stopped during version " + std::to_string(version));
       return report;
@@ -210,7 +212,7 @@ ReshardVersionReport ReshardCoordinator::Impl::Run(uint64_t version, bool rollba
   auto recorded = rollback ? Result<bool>(failure.empty()) : m.Record(version, failure.empty(), failure);
   if (!recorded.ok()) {
     m.record_error = recorded.status();
-    m.Log("reshard: " + recorded.status().message() + "; no verdict sent");
+    m.Log("plan coordinator: " + recorded.status().message() + "; no verdict sent");
     return report;
   }
   if (*recorded && !failure.empty()) {
@@ -220,17 +222,17 @@ ReshardVersionReport ReshardCoordinator::Impl::Run(uint64_t version, bool rollba
   if (!*recorded && failure.empty()) failure = "aborted by an earlier coordinator";
   if (!failure.empty()) {
     report.reason = failure;
-    m.Log("reshard: version " + std::to_string(version) + " aborted: " + failure);
+    m.Log("plan coordinator: version " + std::to_string(version) + " aborted: " + failure);
     m.SendAll(MessageType::kAbort, AbortMsg{version, failure}.Encode(), Impl::Audience::kEveryone);
     return report;
   }
-  // The dropped ones keep their old version; the others flip.
+  // The dropped ones keep their old version; the others swap.
   const Bytes abort = AbortMsg{version, "dropped from version " + std::to_string(version)}.Encode();
   for (const Endpoint& ep : left_out)
-    if (!m.lost.count(ep)) m.channels.at(ep)->Send(MessageType::kAbort, abort).IgnoreError();
+    if (!m.lost.count(ep)) m.SendTo(ep, MessageType::kAbort, abort);
   m.SendAll(MessageType::kCommit, CommitMsg{version}.Encode(), Impl::Audience::kEveryone, left_out);
   report.committed = true;
-  m.WaitForFlips(std::move(done));
+  m.WaitForSwaps(std::move(done));
   return report;
 }
 

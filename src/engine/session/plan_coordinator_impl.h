@@ -1,7 +1,7 @@
-// ReshardCoordinator's state, shared by its files: reshard_coordinator.cc (joins, the requests of
-// the sources), reshard_version.cc (running a version or a rollback, and the rekey after it),
-// reshard_rejoin.cc (ranks let in once the session runs) and reshard_coordinator_impl.cc (the
-// helpers they share: the record, the flips, peer tables, the ranks' events).
+// PlanCoordinator's state, shared by its files: plan_coordinator.cc (joins, the requests of
+// the sources), plan_version.cc (running a version or a rollback, and the rekey after it),
+// plan_rejoin.cc (ranks let in once the session runs) and plan_coordinator_impl.cc (the
+// helpers they share: the record, the swaps, peer tables, the ranks' events).
 #pragma once
 
 #include <chrono>
@@ -20,10 +20,10 @@
 #include "weightport/control/plan_messages.h"
 #include "weightport/control/version_messages.h"
 #include "weightport/core/thread_annotations.h"
-#include "weightport/engine/session/reshard_coordinator.h"
+#include "weightport/engine/session/plan_coordinator.h"
 
 namespace weightport {
-namespace reshard_internal {
+namespace plan_coordinator_internal {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
@@ -32,15 +32,15 @@ struct Event {
   Result<ControlMessage> message;
   const ControlChannel* via = nullptr;  // the connection it came on
 };
-}  // namespace reshard_internal
+}  // namespace plan_coordinator_internal
 
-struct ReshardCoordinator::Impl {
-  using Clock = reshard_internal::Clock;
-  using Event = reshard_internal::Event;
+struct PlanCoordinator::Impl {
+  using Clock = plan_coordinator_internal::Clock;
+  using Event = plan_coordinator_internal::Event;
   using milliseconds = std::chrono::milliseconds;
 
   std::unique_ptr<ControlListener> listener;
-  ReshardCoordinatorOptions options;
+  PlanCoordinatorOptions options;
   std::map<Endpoint, std::unique_ptr<ControlChannel>> channels;
   std::vector<std::thread> readers;
   std::atomic<bool> stopping{false};
@@ -56,7 +56,7 @@ struct ReshardCoordinator::Impl {
   // Every rank's newest join (its address and keys): what peer tables are made of.
   std::map<Endpoint, PlanJoinMsg> joins;
 
-  // options.rejoin (reshard_rejoin.cc): the acceptor thread takes the joins that come once the
+  // options.rejoin (plan_rejoin.cc): the acceptor thread takes the joins that come once the
   // session runs; the coordinator's thread lets them in at a version boundary (AdmitRejoins).
   struct PendingJoin {
     Endpoint endpoint;
@@ -91,8 +91,8 @@ struct ReshardCoordinator::Impl {
 
   // One version, decided (RunVersion); then, with rotate_keys, every rank's move to a fresh
   // transport and the new peer table to the ranks still in the session.
-  ReshardVersionReport Run(uint64_t version, bool rollback);
-  void Rekey(uint64_t version, ReshardVersionReport& report);
+  PlanVersionReport Run(uint64_t version, bool rollback);
+  void Rekey(uint64_t version, PlanVersionReport& report);
   // Set when the record could not be written: the version has no verdict and RunVersion fails.
   Status record_error;
 
@@ -104,7 +104,8 @@ struct ReshardCoordinator::Impl {
     auto answer = call();
     for (int attempt = 0; !answer.ok() && Clock::now() < deadline; ++attempt) {
       if (attempt == 0)
-        Log("reshard: the record of version " + std::to_string(version) + ": " + answer.status().message());
+        Log("plan coordinator: the record of version " + std::to_string(version) + ": " +
+            answer.status().message());
       if (options.should_stop && options.should_stop()) break;
       std::this_thread::sleep_for(milliseconds(std::min(1000, 50 << std::min(attempt, 4))));
       answer = call();
@@ -116,13 +117,13 @@ struct ReshardCoordinator::Impl {
   // on record.
   Result<bool> Record(uint64_t version, bool commit, const std::string& reason);
 
-  // Waits (bounded) until each of `expect` reported its flip (Committed) or its connection failed,
-  // so the next version never overlaps a flip.
-  void WaitForFlips(std::set<Endpoint> expect);
+  // Waits (bounded) until each of `expect` reported its swap (Committed) or its connection failed,
+  // so the next version never overlaps a swap.
+  void WaitForSwaps(std::set<Endpoint> expect);
 
   // Sends a verdict already on record to every rank and, for a commit, waits (bounded) for the
-  // destinations' flips.
-  ReshardVersionReport SendRecorded(uint64_t version, bool committed);
+  // destinations' swaps.
+  PlanVersionReport SendRecorded(uint64_t version, bool committed);
 
   // The PlanPeers payload for rank `to` of the joins (first or after a rekey) of the ranks not lost:
   // its peers' (options.peers_of), or everyone's.
@@ -151,6 +152,9 @@ struct ReshardCoordinator::Impl {
   enum class Audience { kSources, kDestinations, kEveryone };
 
   void SendAll(MessageType type, const Bytes& payload, Audience to, const std::set<Endpoint>& except = {});
+  // Sends to one rank. A failed send is logged, naming the rank, and not returned: the rank's
+  // reader thread sees the same broken connection and reports the rank lost, which decides.
+  void SendTo(const Endpoint& ep, MessageType type, const Bytes& payload);
 
   // A rank's control connection failed. Under a quorum the destinations hear of it, so that the
   // ranks it relayed to fetch from the sources instead of waiting for it; and of a source that has

@@ -1,7 +1,7 @@
 // SourceFollower with the coordinator played by hand over a real control channel and a source rank
 // on the fake transport: without rotated keys a verdict is given at once; with them, only once the
 // Rekey after it has moved the rank and its new keys are sent.
-#include "weightport/engine/session/reshard_source.h"
+#include "weightport/engine/session/plan_source.h"
 
 #include <gtest/gtest.h>
 
@@ -12,10 +12,10 @@
 
 #include "engine/pubsub/pubsub_test_util.h"
 #include "engine/testing/raw_ops_test_util.h"
-#include "reshard_test_util.h"
+#include "plan_coordinator_test_util.h"
 #include "weightport/control/plan_messages.h"
 #include "weightport/control/version_messages.h"
-#include "weightport/engine/session/reshard_member.h"
+#include "weightport/engine/session/plan_control.h"
 #include "weightport/transport/testing/fake_transport.h"
 
 namespace weightport {
@@ -40,14 +40,14 @@ class Source {
       options.rotate_keys = rotate_keys;
       auto rank = PlanRank::Create(OneToOnePlan(), {PlanSide::kSource, 0}, *loop, options);
       if (!rank.ok()) return void(events.push_back(rank.status()));
-      auto member = ReshardMember::Join(coordinator, secret, **rank, kWait);
+      auto member = PlanControl::Join(coordinator, secret, **rank, kWait);
       if (!member.ok()) return void(events.push_back(member.status()));
       SourceHooks hooks;
       hooks.rekey = [&](uint64_t) {
         ++moved;
         return MoveToFreshTransport(**rank, loop, factory);
       };
-      hooks.held = [&](const ReshardMember::Event&) {
+      hooks.held = [&](const PlanControl::Event&) {
         ++held;
         return Status::Ok();
       };
@@ -67,8 +67,8 @@ class Source {
     if (thread_.joinable()) thread_.join();
   }
 
-  std::vector<Result<ReshardMember::Event>> events;  // read after Join
-  std::atomic<size_t> given{0};                      // events returned so far
+  std::vector<Result<PlanControl::Event>> events;  // read after Join
+  std::atomic<size_t> given{0};                    // events returned so far
   std::atomic<int> held{0}, moved{0};
 
  private:
@@ -87,12 +87,12 @@ TEST(SourceFollower, WithoutRotatedKeysAVerdictIsGivenAtOnce) {
   source.Join();
   ASSERT_EQ(source.events.size(), 3u);
   for (const auto& e : source.events) ASSERT_TRUE(e.ok()) << e.status().ToString();
-  EXPECT_EQ(source.events[0]->kind, ReshardMember::Event::kCommit);
+  EXPECT_EQ(source.events[0]->kind, PlanControl::Event::kCommit);
   EXPECT_EQ(source.events[0]->version, 1u);
-  EXPECT_EQ(source.events[1]->kind, ReshardMember::Event::kAbort);
+  EXPECT_EQ(source.events[1]->kind, PlanControl::Event::kAbort);
   EXPECT_EQ(source.events[1]->version, 2u);
   EXPECT_EQ(source.events[1]->reason, "dst rank 0 failed");
-  EXPECT_EQ(source.events[2]->kind, ReshardMember::Event::kBye);
+  EXPECT_EQ(source.events[2]->kind, PlanControl::Event::kBye);
   EXPECT_EQ(source.held.load(), 0);
   EXPECT_EQ(source.moved.load(), 0);
 }
@@ -114,10 +114,10 @@ TEST(SourceFollower, WithRotatedKeysAVerdictWaitsForTheRekeyAfterIt) {
   source.Join();
   ASSERT_EQ(source.events.size(), 2u);
   ASSERT_TRUE(source.events[0].ok()) << source.events[0].status().ToString();
-  EXPECT_EQ(source.events[0]->kind, ReshardMember::Event::kCommit);
+  EXPECT_EQ(source.events[0]->kind, PlanControl::Event::kCommit);
   EXPECT_EQ(source.events[0]->version, 1u);
   ASSERT_TRUE(source.events[1].ok()) << source.events[1].status().ToString();
-  EXPECT_EQ(source.events[1]->kind, ReshardMember::Event::kBye);
+  EXPECT_EQ(source.events[1]->kind, PlanControl::Event::kBye);
   EXPECT_EQ(source.held.load(), 1);
   EXPECT_EQ(source.moved.load(), 1);
 }

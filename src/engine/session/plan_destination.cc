@@ -1,4 +1,4 @@
-#include "weightport/engine/session/reshard_destination.h"
+#include "weightport/engine/session/plan_destination.h"
 
 #include <map>
 #include <mutex>
@@ -6,11 +6,11 @@
 #include <thread>
 #include <vector>
 
-#include "weightport/engine/session/reshard_member.h"
+#include "weightport/engine/session/plan_control.h"
 
 namespace weightport {
 
-Status FollowAsDestination(PlanRank& rank, ReshardMember& first, std::chrono::milliseconds timeout,
+Status FollowAsDestination(PlanRank& rank, PlanControl& first, std::chrono::milliseconds timeout,
                            const DestinationHooks& hooks) {
   std::thread receiver;
   uint64_t receiving = 0;  // the version the receiver thread works on, 0 when none
@@ -19,7 +19,7 @@ Status FollowAsDestination(PlanRank& rank, ReshardMember& first, std::chrono::mi
   // The member in use and what this rank last reported and has no verdict for: the receiver thread
   // reports through `member`, and after a reconnect the report goes again to the new coordinator.
   std::mutex mu;
-  ReshardMember* member = &first;
+  PlanControl* member = &first;
   Status send_error;                                       // a report that could not be sent (no reconnect)
   std::optional<ReceiveStats> verified;                    // verified, no verdict yet
   std::optional<std::pair<uint64_t, std::string>> failed;  // failed, no verdict yet
@@ -72,7 +72,7 @@ Status FollowAsDestination(PlanRank& rank, ReshardMember& first, std::chrono::mi
     }
     const uint64_t v = e->version;
     switch (e->kind) {
-      case ReshardMember::Event::kBegin: {
+      case PlanControl::Event::kBegin: {
         join();
         // A rekey's table is dialled when a version needs it: after the last version nothing
         // dials ranks that are ending (UCX does not survive a worker closed mid wire-up). A relay
@@ -101,7 +101,7 @@ Status FollowAsDestination(PlanRank& rank, ReshardMember& first, std::chrono::mi
         });
         break;
       }
-      case ReshardMember::Event::kRollback: {
+      case PlanControl::Event::kRollback: {
         // A local copy from what this rank kept: done here, no transfer to cancel.
         join();
         Status ready = hooks.before_receive ? hooks.before_receive(v) : Status::Ok();
@@ -110,12 +110,12 @@ Status FollowAsDestination(PlanRank& rank, ReshardMember& first, std::chrono::mi
         report(v, restored);
         break;
       }
-      case ReshardMember::Event::kCommit: {
+      case PlanControl::Event::kCommit: {
         join();
         decided(v);
-        // A coordinator that took over sends the verdict on record again: a rank that flipped
+        // A coordinator that took over sends the verdict on record again: a rank that swapped
         // already only says so.
-        // A rollback to the live version restored it into staging: nothing to flip either.
+        // A rollback to the live version restored it into staging: nothing to swap either.
         Status s = rank.live_version() == v ? Status::Ok() : rank.Commit(v);
         if (s.ok() && hooks.committed && rank.live_version() == v) s = hooks.committed(v);
         if (!s.ok() && problem.ok()) problem = s;
@@ -123,18 +123,18 @@ Status FollowAsDestination(PlanRank& rank, ReshardMember& first, std::chrono::mi
         if (!sent.ok() && !hooks.reconnect) return sent;
         break;
       }
-      case ReshardMember::Event::kAbort:
+      case PlanControl::Event::kAbort:
         if (receiving == v) rank.Cancel(v, "the coordinator aborted version " + std::to_string(v));
         join();
         decided(v);
         rank.Abort(v);
         if (hooks.aborted) hooks.aborted(v, e->reason);
         break;
-      case ReshardMember::Event::kPeerLost:
+      case PlanControl::Event::kPeerLost:
         rank.PeerLost(e->peer);
         table.erase(e->peer);  // routed around, not dialled
         break;
-      case ReshardMember::Event::kRekey: {
+      case PlanControl::Event::kRekey: {
         join();
         if (!hooks.rekey)
           return FailedPrecondition(rank.endpoint().ToString() +
@@ -143,10 +143,10 @@ Status FollowAsDestination(PlanRank& rank, ReshardMember& first, std::chrono::mi
         WP_RETURN_IF_ERROR(member->SendKeys(rank));
         break;
       }
-      case ReshardMember::Event::kPeers:
+      case PlanControl::Event::kPeers:
         table = std::move(e->peers);
         break;
-      case ReshardMember::Event::kBye:
+      case PlanControl::Event::kBye:
         join();
         return problem;
     }

@@ -1,4 +1,4 @@
-// A destination rank following the coordinator's versions (the protocol: reshard_coordinator.h).
+// A destination rank following the coordinator's versions (the protocol: plan_coordinator.h).
 //
 // Thread-safety: FollowAsDestination from one thread; it receives on a thread of its own inside.
 #pragma once
@@ -10,7 +10,7 @@
 
 #include "weightport/core/status.h"
 #include "weightport/engine/rank/plan_rank.h"
-#include "weightport/engine/session/reshard_member.h"
+#include "weightport/engine/session/plan_control.h"
 
 namespace weightport {
 
@@ -20,7 +20,7 @@ struct DestinationHooks {
   std::function<Status(uint64_t version)> before_receive;
   // After Receive(version), on the receiving thread.
   std::function<void(uint64_t version, const Result<ReceiveStats>&)> received;
-  // After the flip to `version`; an error is returned at the end (the run goes on).
+  // After the swap to `version`; an error is returned at the end (the run goes on).
   std::function<Status(uint64_t version)> committed;
   std::function<void(uint64_t version, const std::string& why)> aborted;
   // On the coordinator's Rekey after `version`: moves the rank to a fresh transport
@@ -35,7 +35,7 @@ struct DestinationHooks {
   // report, or that of a version verified and still waiting for its verdict, goes to the new
   // coordinator, which sends the verdict on record or runs the version to one. Without it, a lost
   // connection ends the run (and cancels the receive).
-  std::function<Result<ReshardMember*>()> reconnect;
+  std::function<Result<PlanControl*>()> reconnect;
   // With reconnect: asked while no instruction comes; true when the coordinator was replaced
   // although its connection is open (TermWatch): the rank then reconnects as if it were lost.
   std::function<bool()> replaced;
@@ -46,7 +46,7 @@ struct DestinationHooks {
 // this one stop waiting), reports, and commits or aborts as told; a PeerLost goes to the rank
 // (PlanRank::PeerLost) at once, also while it receives. `timeout` bounds each wait for an
 // instruction. Returns the first error of a hook or of the control connection.
-Status FollowAsDestination(PlanRank& rank, ReshardMember& member, std::chrono::milliseconds timeout,
+Status FollowAsDestination(PlanRank& rank, PlanControl& member, std::chrono::milliseconds timeout,
                            const DestinationHooks& hooks);
 
 }  // namespace weightport

@@ -1,10 +1,10 @@
-// PlanLayout: where everything one rank of a Plan keeps lives in its one registered arena, computed
+// ArenaLayout: where everything one rank of a Plan keeps lives in its one registered arena, computed
 // from the plan alone, so every rank knows every other rank's layout without exchanging offsets.
 //
 //   [copy 0 | copy 1 (destinations only) | hash area | counters | local scratch]
 //
 //   copy c      the rank's RankBuffer (a source: one copy, where the trainer writes; a destination:
-//               live and staging, which Commit flips), then its packed areas: a source's wire area
+//               live and staging, which Commit swaps), then its packed areas: a source's wire area
 //               per step it converts (plan.h, TransformKind), a destination's landing area per
 //               step converted at it; relays serve their landing areas to the next hop; and
 //               compressed slots (SlotBytes each) per compressed step: a source's, filled when
@@ -29,7 +29,7 @@
 #include "weightport/core/status.h"
 #include "weightport/plan/plan.h"
 
-namespace weightport::plan_layout {
+namespace weightport::arena_layout {
 
 inline constexpr uint64_t kHashHeaderBytes = 16;
 inline constexpr uint64_t kHashEntryBytes = 16;  // {hash, compressed length}
@@ -38,7 +38,7 @@ inline constexpr uint64_t kHashEntryBytes = 16;  // {hash, compressed length}
 // reader to the wrong copy, or ahead of the relay, until it gave up on a chunk that was fine.
 inline constexpr uint64_t kCounterBytes = 16;
 
-struct PlanLayout {
+struct ArenaLayout {
   Endpoint endpoint;
   uint64_t data_bytes = 0;                   // one copy with its packed areas, rounded up to 64
   std::map<uint32_t, uint64_t> area_offset;  // step id -> its wire or landing area, within a copy
@@ -64,7 +64,7 @@ struct PlanLayout {
 uint64_t SlotBytes(const Plan& plan);
 
 // The public layout of every rank of the plan, in one pass over the steps.
-std::map<Endpoint, PlanLayout> ComputeLayouts(const Plan& plan);
+std::map<Endpoint, ArenaLayout> ComputeLayouts(const Plan& plan);
 
 // A counter word: bits 63..33 the version, bit 32 the copy being received into, bits 31..0 how many
 // leading chunks of the step are verified. A counter of another version never matches.
@@ -85,4 +85,4 @@ inline uint64_t CounterCheck(uint64_t word) {
   return word ^ (word >> 29);
 }
 
-}  // namespace weightport::plan_layout
+}  // namespace weightport::arena_layout

@@ -1,21 +1,22 @@
-// ReshardCoordinator: joins, the peer table, and the sources' requests (the versions themselves run
-// in reshard_version.cc). One reading thread per rank feeds an event queue that the caller's thread
+// PlanCoordinator: joins, the peer table, and the sources' requests (the versions themselves run
+// in plan_version.cc). One reading thread per rank feeds an event queue that the caller's thread
 // drains, so a rank that stops sending cannot block the others and every wait is bounded.
-#include "weightport/engine/session/reshard_coordinator.h"
+#include "weightport/engine/session/plan_coordinator.h"
 
 #include <map>
 #include <set>
 #include <thread>
 
+#include "engine/session/session_timing.h"
 #include "engine/session/wire_side.h"
-#include "reshard_coordinator_impl.h"
+#include "plan_coordinator_impl.h"
 #include "weightport/control/handshake.h"
 #include "weightport/control/joining_peers.h"
 
 namespace weightport {
 namespace {
-using reshard_internal::Clock;
-using reshard_internal::milliseconds;
+using plan_coordinator_internal::Clock;
+using plan_coordinator_internal::milliseconds;
 }  // namespace
 
 std::vector<Endpoint> PlanRanks(const Plan& plan) {
@@ -25,27 +26,26 @@ std::vector<Endpoint> PlanRanks(const Plan& plan) {
   return out;
 }
 
-std::string ReshardName(Endpoint endpoint) {
+std::string RankControlName(Endpoint endpoint) {
   return std::string(endpoint.side == PlanSide::kSource ? "src-" : "dst-") + std::to_string(endpoint.rank);
 }
 
-ReshardCoordinator::ReshardCoordinator(std::unique_ptr<ControlListener> listener,
-                                       ReshardCoordinatorOptions options)
+PlanCoordinator::PlanCoordinator(std::unique_ptr<ControlListener> listener, PlanCoordinatorOptions options)
     : impl_(std::make_unique<Impl>()) {
   impl_->listener = std::move(listener);
   impl_->options = std::move(options);
 }
 
-ReshardCoordinator::~ReshardCoordinator() {
+PlanCoordinator::~PlanCoordinator() {
   impl_->stopping = true;
   if (impl_->acceptor.joinable()) impl_->acceptor.join();
   for (auto& [ep, ch] : impl_->channels) ch->Close();
   for (auto& t : impl_->readers) t.join();
 }
 
-const std::string& ReshardCoordinator::address() const { return impl_->listener->address(); }
+const std::string& PlanCoordinator::address() const { return impl_->listener->address(); }
 
-Status ReshardCoordinator::WaitForJoins() {
+Status PlanCoordinator::WaitForJoins() {
   Impl& m = *impl_;
   const std::set<Endpoint> expected(m.options.ranks.begin(), m.options.ranks.end());
   const std::set<Endpoint> late(m.options.late.begin(), m.options.late.end());
@@ -79,15 +79,16 @@ Status ReshardCoordinator::WaitForJoins() {
       return Timeout(why);
     }
     if (m.options.should_stop && m.options.should_stop()) return Cancelled("stopped while waiting for joins");
-    auto ch = m.listener->Accept(std::min(left, joining.empty() ? milliseconds(500) : milliseconds(20)));
+    auto ch = m.listener->Accept(
+        std::min(left, joining.empty() ? session_timing::kAcceptIdle : session_timing::kAcceptWhileJoining));
     if (ch.ok()) {
       joining.Add(std::move(*ch));
     } else if (ch.status().code() != StatusCode::kTimeout) {
-      m.Log("reshard: " + ch.status().ToString());
+      m.Log("plan coordinator: " + ch.status().ToString());
     }
     for (JoiningPeers::Arrival& a : joining.Take()) {
       if (!a.first.ok()) {
-        m.Log("reshard: " + a.channel->peer() + " sent no PlanJoin: " + a.first.status().ToString());
+        m.Log("plan coordinator: " + a.channel->peer() + " sent no PlanJoin: " + a.first.status().ToString());
         continue;
       }
       Status bad;
@@ -109,12 +110,12 @@ Status ReshardCoordinator::WaitForJoins() {
                                  std::to_string(join.plan_digest) + ", the coordinator's is " +
                                  std::to_string(m.options.plan_digest) + ")");
       if (!bad.ok()) {
-        m.Log("reshard: refused " + a.channel->peer() + ": " + bad.message());
+        m.Log("plan coordinator: refused " + a.channel->peer() + ": " + bad.message());
         refused.push_back(bad.message());
-        a.channel->Send(RefusedMsg{bad.message()}).IgnoreError();
+        a.channel->TurnAway(bad.message());
         continue;
       }
-      m.Log("reshard: " + ep.ToString() + " joined");
+      m.Log("plan coordinator: " + ep.ToString() + " joined");
       joins[ep] = std::move(join);
       m.channels[ep] = std::move(a.channel);
     }
@@ -122,7 +123,7 @@ Status ReshardCoordinator::WaitForJoins() {
   for (const Endpoint& ep : late)
     if (!joins.count(ep)) m.absent.insert(ep);
   if (!m.absent.empty())
-    m.Log("reshard: " + std::to_string(m.absent.size()) +
+    m.Log("plan coordinator: " + std::to_string(m.absent.size()) +
           " late rank(s) not here yet; the others read around them");
   const Bytes everyone = m.options.peers_of.empty() ? m.PeerTable({}, joins) : Bytes{};
   for (auto& [ep, ch] : m.channels) {
@@ -137,16 +138,16 @@ Status ReshardCoordinator::WaitForJoins() {
   return Status::Ok();
 }
 
-Result<uint64_t> ReshardCoordinator::NextReadyVersion(uint64_t after, milliseconds timeout) {
+Result<uint64_t> PlanCoordinator::NextReadyVersion(uint64_t after, milliseconds timeout) {
   while (true) {
     WP_ASSIGN_OR_RETURN(CoordinatorRequest next, NextRequest(after, timeout));
     if (!next.rollback) return next.version;
-    impl_->Log("reshard: a rollback to version " + std::to_string(next.version) +
+    impl_->Log("plan coordinator: a rollback to version " + std::to_string(next.version) +
                " was asked for; this coordinator runs announced versions only");
   }
 }
 
-Result<CoordinatorRequest> ReshardCoordinator::NextRequest(uint64_t after, milliseconds timeout) {
+Result<CoordinatorRequest> PlanCoordinator::NextRequest(uint64_t after, milliseconds timeout) {
   Impl& m = *impl_;
   const auto deadline = Clock::now() + timeout;
   auto newest = [&] {
@@ -157,7 +158,8 @@ Result<CoordinatorRequest> ReshardCoordinator::NextRequest(uint64_t after, milli
   // The version boundary: ranks that came back are let in here (options.rejoin).
   if (m.options.rejoin) m.AdmitRejoins();
   while (m.rollbacks.empty() && newest() <= after) {
-    auto e = m.Next(m.options.rejoin ? std::min(deadline, Clock::now() + milliseconds(100)) : deadline);
+    auto e =
+        m.Next(m.options.rejoin ? std::min(deadline, Clock::now() + session_timing::kEventPoll) : deadline);
     if (!e && m.options.rejoin && Clock::now() < deadline) {
       m.AdmitRejoins();
       continue;
@@ -177,12 +179,11 @@ Result<CoordinatorRequest> ReshardCoordinator::NextRequest(uint64_t after, milli
   return CoordinatorRequest{newest(), false};
 }
 
-void ReshardCoordinator::Finish() {
+void PlanCoordinator::Finish() {
   impl_->SendAll(MessageType::kBye, {}, Impl::Audience::kEveryone);
   MutexLock lock(impl_->pending_mu);
   for (Impl::PendingJoin& p : impl_->pending)
-    p.channel->Send(RefusedMsg{"the session ended before " + p.endpoint.ToString() + " could join again"})
-        .IgnoreError();
+    p.channel->TurnAway("the session ended before " + p.endpoint.ToString() + " could join again");
   impl_->pending.clear();
 }
 

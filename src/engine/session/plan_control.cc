@@ -1,4 +1,4 @@
-#include "weightport/engine/session/reshard_member.h"
+#include "weightport/engine/session/plan_control.h"
 
 #include <map>
 
@@ -6,7 +6,7 @@
 #include "weightport/control/handshake.h"
 #include "weightport/control/plan_messages.h"
 #include "weightport/control/version_messages.h"
-#include "weightport/engine/session/reshard_coordinator.h"
+#include "weightport/engine/session/plan_coordinator.h"
 
 namespace weightport {
 namespace {
@@ -37,13 +37,12 @@ PlanJoinMsg JoinOf(const PlanRank& rank) {
 
 }  // namespace
 
-Result<std::unique_ptr<ReshardMember>> ReshardMember::Join(const std::string& coordinator,
-                                                           const Secret& secret, PlanRank& rank,
-                                                           std::chrono::milliseconds timeout) {
+Result<std::unique_ptr<PlanControl>> PlanControl::Join(const std::string& coordinator, const Secret& secret,
+                                                       PlanRank& rank, std::chrono::milliseconds timeout) {
   const Endpoint me = rank.endpoint();
   const PeerRole role = me.side == PlanSide::kSource ? PeerRole::kPublisher : PeerRole::kSubscriber;
   WP_ASSIGN_OR_RETURN(auto channel,
-                      ControlChannel::Connect(coordinator, ReshardName(me), role, secret, timeout));
+                      ControlChannel::Connect(coordinator, RankControlName(me), role, secret, timeout));
   WP_RETURN_IF_ERROR(channel->Send(JoinOf(rank)));
   WP_ASSIGN_OR_RETURN(ControlMessage reply, channel->Receive(timeout));
   // A rank joining a running session hears first the ranks it must go around (PeerLost).
@@ -61,18 +60,18 @@ Result<std::unique_ptr<ReshardMember>> ReshardMember::Join(const std::string& co
                            ", not PlanPeers");
   WP_ASSIGN_OR_RETURN(auto table, DecodePeerTable(reply.payload));
   WP_RETURN_IF_ERROR(rank.Connect(table));
-  return std::unique_ptr<ReshardMember>(new ReshardMember(std::move(channel), std::move(table)));
+  return std::unique_ptr<PlanControl>(new PlanControl(std::move(channel), std::move(table)));
 }
 
-ReshardMember::~ReshardMember() {
+PlanControl::~PlanControl() {
   if (channel_) channel_->Close();
 }
 
-void ReshardMember::Interrupt() {
+void PlanControl::Interrupt() {
   if (channel_) channel_->Close();
 }
 
-Result<ReshardMember::Event> ReshardMember::Next(std::chrono::milliseconds timeout) {
+Result<PlanControl::Event> PlanControl::Next(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
     const auto left =
@@ -119,25 +118,25 @@ Result<ReshardMember::Event> ReshardMember::Next(std::chrono::milliseconds timeo
   }
 }
 
-Status ReshardMember::Ready(uint64_t version, std::vector<std::pair<uint32_t, uint64_t>> replica_digests) {
+Status PlanControl::Ready(uint64_t version, std::vector<std::pair<uint32_t, uint64_t>> replica_digests) {
   return channel_->Send(PlanReadyMsg{version, std::move(replica_digests)});
 }
-Status ReshardMember::RequestRollback(uint64_t version) { return channel_->Send(RollbackMsg{version}); }
-Status ReshardMember::Verified(const ReceiveStats& s) {
+Status PlanControl::RequestRollback(uint64_t version) { return channel_->Send(RollbackMsg{version}); }
+Status PlanControl::Verified(const ReceiveStats& s) {
   return channel_->Send(ChunksVerifiedMsg{s.version, s.chunks, s.bytes,
                                           static_cast<uint64_t>(s.elapsed.count()),
                                           s.corrupt_refetched + s.errors_retried});
 }
-Status ReshardMember::Failed(uint64_t version, const std::string& why) {
+Status PlanControl::Failed(uint64_t version, const std::string& why) {
   return channel_->Send(UpdateFailedMsg{version, why.substr(0, kMaxReasonSize)});
 }
-Status ReshardMember::Committed(uint64_t version) { return channel_->Send(CommittedMsg{version, 0}); }
-Status ReshardMember::SendKeys(const PlanRank& rank) { return channel_->Send(JoinOf(rank)); }
+Status PlanControl::Committed(uint64_t version) { return channel_->Send(CommittedMsg{version, 0}); }
+Status PlanControl::SendKeys(const PlanRank& rank) { return channel_->Send(JoinOf(rank)); }
 
 Status MoveToFreshTransport(PlanRank& rank, std::unique_ptr<ProgressLoop>& loop,
                             const TransportFactory& make_transport) {
   const Endpoint me = rank.endpoint();
-  auto transport = make_transport(ReshardName(me));
+  auto transport = make_transport(RankControlName(me));
   if (!transport.ok()) return transport.status().WithContext(me.ToString() + ": a fresh transport");
   auto fresh = std::make_unique<ProgressLoop>(std::move(*transport));
   WP_RETURN_IF_ERROR(rank.Rekey(*fresh));

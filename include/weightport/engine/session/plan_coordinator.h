@@ -1,5 +1,5 @@
 // Running one Plan across processes: M source ranks and N destination ranks, each a PlanRank in its
-// own process, under one ReshardCoordinator, over the authenticated control plane
+// own process, under one PlanCoordinator, over the authenticated control plane
 // (control/channel.h). Weights move only between the ranks (one-sided Gets); the coordinator moves
 // small messages.
 //
@@ -11,30 +11,30 @@
 //   version v sources -> PlanReady(v) after Publish(v); coordinator -> destinations UpdateBegin(v);
 //             destinations -> ChunksVerified(v, chunks, bytes, time, retries) or UpdateFailed(v, why);
 //             coordinator -> every rank Commit(v) when all verified, Abort(v, why naming the rank)
-//             otherwise; destinations -> Committed(v) after their flip.
+//             otherwise; destinations -> Committed(v) after their swap.
 //   rollback  a source -> Rollback(v) for a version committed before; coordinator -> destinations
 //             Rollback(v); each restores the copy of v it kept and answers ChunksVerified or
 //             UpdateFailed; then Commit(v) / Abort(v) to every rank and Committed(v), as for v.
 //   rekey     with rotate_keys, once v is decided: coordinator -> every rank Rekey(v); each moves
 //             to a fresh transport and answers PlanJoin (new address and key); coordinator ->
 //             every rank still in the session PlanPeers (the new table), before the next version.
-//   rejoin    (ReshardCoordinatorOptions::rejoin) a rank that was lost -> PlanJoin again; at the next
+//   rejoin    (PlanCoordinatorOptions::rejoin) a rank that was lost -> PlanJoin again; at the next
 //             version boundary coordinator -> it PeerLost(rank) for each rank still lost, then
 //             PlanPeers; -> every other destination PlanPeers (the table with its new entry).
 //   end       coordinator -> every rank Bye.
 // A rank whose control connection is lost fails the version in flight, named; or, with a quorum
-// (ReshardCoordinatorOptions::quorum), a lost or failing destination is dropped from the version,
+// (PlanCoordinatorOptions::quorum), a lost or failing destination is dropped from the version,
 // the others are told PeerLost(rank) for a lost one (the ranks it relayed to fetch from the
 // sources, PlanRank::PeerLost), and the version commits to the rest while at least `quorum` verify.
 // A source lost after it announced the version whose shards live replicas hold is told to the
 // destinations as PeerLost too, and they read its steps from the replicas
-// (ReshardCoordinatorOptions::replicas).
+// (PlanCoordinatorOptions::replicas).
 //
-// A rank's end is ReshardMember (reshard_member.h); a destination follows the versions with
-// FollowAsDestination (reshard_destination.h), a source hears the verdicts on its own with
-// SourceFollower (reshard_source.h).
+// A rank's end is PlanControl (plan_control.h); a destination follows the versions with
+// FollowAsDestination (plan_destination.h), a source hears the verdicts on its own with
+// SourceFollower (plan_source.h).
 //
-// Thread-safety: ReshardCoordinator from one thread (it runs reader threads of its own inside).
+// Thread-safety: PlanCoordinator from one thread (it runs reader threads of its own inside).
 #pragma once
 
 #include <chrono>
@@ -54,7 +54,7 @@
 
 namespace weightport {
 
-struct ReshardCoordinatorOptions {
+struct PlanCoordinatorOptions {
   uint64_t plan_digest = 0;
   std::vector<Endpoint> ranks;  // every rank of the plan
   // Per rank, the peers its part of the plan names (RankPlan::peers): each rank's peer table lists
@@ -128,7 +128,7 @@ struct ReshardCoordinatorOptions {
   std::function<Result<Bytes>(const ControlMessage& first, const std::string& peer)> rejoin_offer;
 };
 
-struct ReshardRankReport {
+struct PlanRankReport {
   Endpoint endpoint;
   bool ok = false;
   uint64_t chunks = 0;
@@ -138,13 +138,13 @@ struct ReshardRankReport {
   std::string error;
 };
 
-struct ReshardVersionReport {
+struct PlanVersionReport {
   uint64_t version = 0;
   bool committed = false;
   std::string reason;  // why it was aborted
   uint64_t bytes = 0;  // over every destination
   double seconds = 0;  // UpdateBegin sent -> last destination verified
-  std::vector<ReshardRankReport> destinations;
+  std::vector<PlanRankReport> destinations;
   // Quorum policy: the destinations left out of this version, with why ("dst rank 2: control
   // connection lost: ..."); they keep their old version (a lost one is gone).
   std::vector<std::string> dropped;
@@ -157,25 +157,25 @@ struct ReshardVersionReport {
   bool from_record = false;
   // A rollback to `version` (RunRollback), not a new version.
   bool rollback = false;
-  // ReshardCoordinatorOptions::rejoin: the ranks let back in before this version.
+  // PlanCoordinatorOptions::rejoin: the ranks let back in before this version.
   std::vector<Endpoint> rejoined;
-  // ReshardCoordinatorOptions::late: the ranks that joined for the first time before this version.
+  // PlanCoordinatorOptions::late: the ranks that joined for the first time before this version.
   std::vector<Endpoint> joined;
 };
 
-// What the sources asked for next (ReshardCoordinator::NextRequest): a version they announced, or a
+// What the sources asked for next (PlanCoordinator::NextRequest): a version they announced, or a
 // rollback to a version committed before.
 struct CoordinatorRequest {
   uint64_t version = 0;
   bool rollback = false;
 };
 
-class ReshardCoordinator {
+class PlanCoordinator {
  public:
-  ReshardCoordinator(std::unique_ptr<ControlListener> listener, ReshardCoordinatorOptions options);
-  ~ReshardCoordinator();
-  ReshardCoordinator(const ReshardCoordinator&) = delete;
-  ReshardCoordinator& operator=(const ReshardCoordinator&) = delete;
+  PlanCoordinator(std::unique_ptr<ControlListener> listener, PlanCoordinatorOptions options);
+  ~PlanCoordinator();
+  PlanCoordinator(const PlanCoordinator&) = delete;
+  PlanCoordinator& operator=(const PlanCoordinator&) = delete;
 
   const std::string& address() const;
   // Accepts until every rank joined, then sends them the peer table.
@@ -189,15 +189,15 @@ class ReshardCoordinator {
   Result<CoordinatorRequest> NextRequest(uint64_t after, std::chrono::milliseconds timeout);
   // Runs one version; the report says whether it was committed. Errors only for a broken
   // coordinator (not for a failed update, which is aborted and reported).
-  Result<ReshardVersionReport> RunVersion(uint64_t version);
+  Result<PlanVersionReport> RunVersion(uint64_t version);
   // Rolls every destination still in the session back to `version`: each restores it from what it
   // kept (PlanRank::Restore) and reports; Commit(version) to every rank when all did, Abort with
   // the first failure (a destination that does not keep it, or is lost meanwhile) otherwise, so
   // the old version stays live everywhere. All or nothing whatever the quorum; the sources take no
-  // part. Not recorded in the store (ReshardCoordinatorOptions::decide). With rotate_keys, a rekey
+  // part. Not recorded in the store (PlanCoordinatorOptions::decide). With rotate_keys, a rekey
   // round follows, as after a version.
-  Result<ReshardVersionReport> RunRollback(uint64_t version);
-  // ReshardCoordinatorOptions::rejoin: waits until each of `ranks` joined (again, or late) and was let in
+  Result<PlanVersionReport> RunRollback(uint64_t version);
+  // PlanCoordinatorOptions::rejoin: waits until each of `ranks` joined (again, or late) and was let in
   // since the last version began (what RunVersion and NextRequest do with the joins that came
   // meanwhile), serving the other ranks' messages while it waits; Timeout naming the ranks still
   // out otherwise. For a caller that restarted a rank and wants it in the next version.
@@ -211,10 +211,10 @@ class ReshardCoordinator {
   std::unique_ptr<Impl> impl_;
 };
 
-// Every rank of a plan, sources first: the ranks a ReshardCoordinator waits for.
+// Every rank of a plan, sources first: the ranks a PlanCoordinator waits for.
 std::vector<Endpoint> PlanRanks(const Plan& plan);
 
 // "src-3", "dst-0": a rank's name on the control plane.
-std::string ReshardName(Endpoint endpoint);
+std::string RankControlName(Endpoint endpoint);
 
 }  // namespace weightport

@@ -1,18 +1,18 @@
-#include "plan_layout.h"
+#include "arena_layout.h"
 
 #include "weightport/kernels/compress.h"
 
-namespace weightport::plan_layout {
+namespace weightport::arena_layout {
 namespace {
 uint64_t Align64(uint64_t n) { return (n + 63) & ~uint64_t{63}; }
 }  // namespace
 
 uint64_t SlotBytes(const Plan& plan) { return Align64(kernels::ZstdBound(plan.options.chunk_bytes)); }
 
-std::map<Endpoint, PlanLayout> ComputeLayouts(const Plan& plan) {
-  std::map<Endpoint, PlanLayout> out;
+std::map<Endpoint, ArenaLayout> ComputeLayouts(const Plan& plan) {
+  std::map<Endpoint, ArenaLayout> out;
   auto add = [&](const RankBuffer& b, int copies) {
-    PlanLayout& l = out[b.endpoint];
+    ArenaLayout& l = out[b.endpoint];
     l.endpoint = b.endpoint;
     l.data_bytes = Align64(b.bytes);
     l.copies = copies;
@@ -22,12 +22,12 @@ std::map<Endpoint, PlanLayout> ComputeLayouts(const Plan& plan) {
 
   std::map<Endpoint, uint64_t> hashes;  // chunks so far, per source
   // Packed areas after the shards, in step order.
-  auto area = [](PlanLayout& l, const PlanStep& s) {
+  auto area = [](ArenaLayout& l, const PlanStep& s) {
     l.area_offset[s.id] = l.data_bytes;
     l.data_bytes = Align64(l.data_bytes + s.bytes);
   };
   const uint64_t slot = SlotBytes(plan);
-  auto slots = [slot](PlanLayout& l, const PlanStep& s) {
+  auto slots = [slot](ArenaLayout& l, const PlanStep& s) {
     l.slot_offset[s.id] = l.data_bytes;
     l.data_bytes += slot * s.chunks;
   };
@@ -46,7 +46,7 @@ std::map<Endpoint, PlanLayout> ComputeLayouts(const Plan& plan) {
     }
     if (s.after >= 0) {
       const PlanStep& a = plan.steps[static_cast<size_t>(s.after)];
-      PlanLayout& l = out[Endpoint{PlanSide::kDestination, a.to_rank}];
+      ArenaLayout& l = out[Endpoint{PlanSide::kDestination, a.to_rank}];
       if (!l.counter_slot.count(a.id)) l.counter_slot.emplace(a.id, l.counter_slot.size());
     }
   }
@@ -60,4 +60,4 @@ std::map<Endpoint, PlanLayout> ComputeLayouts(const Plan& plan) {
   return out;
 }
 
-}  // namespace weightport::plan_layout
+}  // namespace weightport::arena_layout

@@ -1,24 +1,25 @@
-// ReshardCoordinator: ranks that come back (ReshardCoordinatorOptions::rejoin). A thread of its own
+// PlanCoordinator: ranks that come back (PlanCoordinatorOptions::rejoin). A thread of its own
 // accepts and checks their joins while versions run; the coordinator's thread lets them in only
 // between versions, so no version sees its membership change halfway.
 #include <algorithm>
 #include <string>
 #include <utility>
 
+#include "engine/session/session_timing.h"
 #include "engine/session/wire_side.h"
-#include "reshard_coordinator_impl.h"
+#include "plan_coordinator_impl.h"
 #include "weightport/control/handshake.h"
 #include "weightport/control/joining_peers.h"
 #include "weightport/control/plan_messages.h"
 
 namespace weightport {
 namespace {
-using reshard_internal::Clock;
-using reshard_internal::milliseconds;
+using plan_coordinator_internal::Clock;
+using plan_coordinator_internal::milliseconds;
 constexpr milliseconds kAcceptPoll(200);  // how often the acceptor looks at `stopping`
 }  // namespace
 
-void ReshardCoordinator::Impl::AcceptRejoins() {
+void PlanCoordinator::Impl::AcceptRejoins() {
   const std::set<Endpoint> plan_ranks(options.ranks.begin(), options.ranks.end());
   auto note = [&](std::string line) {
     MutexLock lock(pending_mu);
@@ -27,7 +28,7 @@ void ReshardCoordinator::Impl::AcceptRejoins() {
   while (!stopping.load()) {
     auto ch = listener->Accept(kAcceptPoll);
     if (!ch.ok()) {
-      if (ch.status().code() != StatusCode::kTimeout) note("reshard: " + ch.status().ToString());
+      if (ch.status().code() != StatusCode::kTimeout) note("plan coordinator: " + ch.status().ToString());
       continue;
     }
     auto first = (*ch)->Receive(kJoinMessageTimeout);
@@ -35,10 +36,12 @@ void ReshardCoordinator::Impl::AcceptRejoins() {
       // A rank asking for its part of the plan before it joins again.
       auto part = options.rejoin_offer(*first, (*ch)->peer());
       if (part.ok()) {
-        (*ch)->Send(PlanAssignMsg::kType, *part).IgnoreError();
+        const Status sent = (*ch)->Send(PlanAssignMsg::kType, *part);
+        if (!sent.ok())
+          note("plan coordinator: could not send " + (*ch)->peer() + " its part: " + sent.message());
       } else {
-        note("reshard: refused an offer: " + part.status().message());
-        (*ch)->Send(RefusedMsg{part.status().message()}).IgnoreError();
+        note("plan coordinator: refused an offer: " + part.status().message());
+        (*ch)->TurnAway(part.status().message());
       }
       (*ch)->Close();
       continue;
@@ -63,17 +66,17 @@ void ReshardCoordinator::Impl::AcceptRejoins() {
                                std::to_string(join.plan_digest) + ", the coordinator's is " +
                                std::to_string(options.plan_digest) + ")");
     if (!bad.ok()) {
-      note("reshard: refused a join: " + bad.message());
-      if (first.ok()) (*ch)->Send(RefusedMsg{bad.message()}).IgnoreError();
+      note("plan coordinator: refused a join: " + bad.message());
+      if (first.ok()) (*ch)->TurnAway(bad.message());
       continue;
     }
-    note("reshard: " + ep.ToString() + " asks to join; it comes in at the next version");
+    note("plan coordinator: " + ep.ToString() + " asks to join; it comes in at the next version");
     MutexLock lock(pending_mu);
     pending.push_back(PendingJoin{ep, std::move(*ch), std::move(join), Clock::now()});
   }
 }
 
-Status ReshardCoordinator::Impl::SendPeersGone(ControlChannel& channel, const Endpoint& to) const {
+Status PlanCoordinator::Impl::SendPeersGone(ControlChannel& channel, const Endpoint& to) const {
   if (to.side != PlanSide::kDestination) return Status::Ok();  // the sources read from nobody
   auto send = [&](const Endpoint& gone) {
     const PeerLostMsg msg{WireSide(gone.side), static_cast<uint32_t>(gone.rank)};
@@ -89,7 +92,7 @@ Status ReshardCoordinator::Impl::SendPeersGone(ControlChannel& channel, const En
   return Status::Ok();
 }
 
-void ReshardCoordinator::Impl::AdmitRejoins() {
+void PlanCoordinator::Impl::AdmitRejoins() {
   std::vector<PendingJoin> now;
   std::vector<std::string> lines;
   {
@@ -110,8 +113,8 @@ void ReshardCoordinator::Impl::AdmitRejoins() {
         continue;
       }
       const std::string why = ep.ToString() + " joined twice: its first connection is still up";
-      Log("reshard: refused " + p.channel->peer() + ": " + why);
-      p.channel->Send(RefusedMsg{why}).IgnoreError();
+      Log("plan coordinator: refused " + p.channel->peer() + ": " + why);
+      p.channel->TurnAway(why);
       continue;
     }
     if (ep.side == PlanSide::kSource && !SourcesHoldStill(ep)) {
@@ -125,7 +128,7 @@ void ReshardCoordinator::Impl::AdmitRejoins() {
     joins[ep] = std::move(p.join);
     if (sent.ok()) sent = p.channel->Send(MessageType::kPlanPeers, PeerTable(ep, joins));
     if (!sent.ok()) {
-      Log("reshard: " + ep.ToString() + " could not be sent its peer table: " + sent.message());
+      Log("plan coordinator: " + ep.ToString() + " could not be sent its peer table: " + sent.message());
       // As it was: lost (its old channel still counts in a version, which drops it), or a late
       // rank not here yet (it has no channel, so it must not count as a destination to drop).
       if (first_time) {
@@ -142,17 +145,16 @@ void ReshardCoordinator::Impl::AdmitRejoins() {
     StartReader(ep, ch);
     for (auto& [other, och] : channels)  // the sources read from nobody
       if (other != ep && other.side == PlanSide::kDestination && !lost.count(other))
-        och->Send(MessageType::kPlanPeers, PeerTable(other, joins)).IgnoreError();
+        SendTo(other, MessageType::kPlanPeers, PeerTable(other, joins));
     (first_time ? joined : rejoined).push_back(ep);
-    Log("reshard: " + ep.ToString() + (first_time ? " joined" : " joined again") +
+    Log("plan coordinator: " + ep.ToString() + (first_time ? " joined" : " joined again") +
         "; it takes part from the next version");
   }
   MutexLock lock(pending_mu);
   for (PendingJoin& p : later) pending.push_back(std::move(p));
 }
 
-Status ReshardCoordinator::Impl::AwaitRejoins(const std::vector<Endpoint>& ranks,
-                                              Clock::time_point deadline) {
+Status PlanCoordinator::Impl::AwaitRejoins(const std::vector<Endpoint>& ranks, Clock::time_point deadline) {
   auto out = [&] {
     std::string names;
     for (const Endpoint& ep : ranks)
@@ -168,7 +170,7 @@ Status ReshardCoordinator::Impl::AwaitRejoins(const std::vector<Endpoint>& ranks
     if (Clock::now() >= deadline) return Timeout(missing + " did not join again");
     if (options.should_stop && options.should_stop())
       return Cancelled("stopped while waiting for " + missing);
-    auto e = Next(std::min(deadline, Clock::now() + milliseconds(50)));
+    auto e = Next(std::min(deadline, Clock::now() + session_timing::kRejoinEventPoll));
     if (!e) continue;
     if (!e->message.ok())
       Lose(e->from);
@@ -177,7 +179,7 @@ Status ReshardCoordinator::Impl::AwaitRejoins(const std::vector<Endpoint>& ranks
   }
 }
 
-Status ReshardCoordinator::AwaitRejoins(const std::vector<Endpoint>& ranks, milliseconds timeout) {
+Status PlanCoordinator::AwaitRejoins(const std::vector<Endpoint>& ranks, milliseconds timeout) {
   if (!impl_->options.rejoin)
     return FailedPrecondition("the coordinator does not take ranks back (rejoin is off)");
   Status s = impl_->AwaitRejoins(ranks, Clock::now() + timeout);

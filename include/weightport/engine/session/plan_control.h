@@ -1,8 +1,8 @@
-// One rank's end of a reshard's control plane (the protocol: reshard_coordinator.h): joins the
+// One rank's end of a plan session's control plane (the protocol: plan_coordinator.h): joins the
 // coordinator, hears its instructions, reports; and the move to a fresh transport that a Rekey asks
 // of a rank.
 //
-// Thread-safety: ReshardMember from one thread.
+// Thread-safety: PlanControl from one thread.
 #pragma once
 
 #include <chrono>
@@ -21,13 +21,13 @@
 namespace weightport {
 
 // One rank's end of the control plane.
-class ReshardMember {
+class PlanControl {
  public:
   // Connects to the coordinator at host:port, joins with `rank`'s plan digest, address and key,
   // waits for the peer table and connects `rank` to its peers.
-  static Result<std::unique_ptr<ReshardMember>> Join(const std::string& coordinator, const Secret& secret,
-                                                     PlanRank& rank, std::chrono::milliseconds timeout);
-  ~ReshardMember();
+  static Result<std::unique_ptr<PlanControl>> Join(const std::string& coordinator, const Secret& secret,
+                                                   PlanRank& rank, std::chrono::milliseconds timeout);
+  ~PlanControl();
   // Shuts the control connection down from any thread: a Next waiting on it returns at once with
   // an error. For closing a rank whose follower thread waits in Next.
   void Interrupt();
@@ -59,7 +59,7 @@ class ReshardMember {
   const std::map<Endpoint, PlanPeer>& joined_peers() const { return joined_peers_; }
 
  private:
-  ReshardMember(std::unique_ptr<ControlChannel> channel, std::map<Endpoint, PlanPeer> peers)
+  PlanControl(std::unique_ptr<ControlChannel> channel, std::map<Endpoint, PlanPeer> peers)
       : channel_(std::move(channel)), joined_peers_(std::move(peers)) {}
   std::unique_ptr<ControlChannel> channel_;
   std::map<Endpoint, PlanPeer> joined_peers_;
@@ -68,7 +68,7 @@ class ReshardMember {
 // The coordinator's Rekey, on the rank's side: moves `rank` (created with rotate_keys) to a fresh
 // transport from `make_transport` (PlanRank::Rekey), then stops the old transport's loop, held in
 // `loop`, which then holds the new one. The keys peers hold for the rank stop working there. The
-// caller then sends the new keys (ReshardMember::SendKeys).
+// caller then sends the new keys (PlanControl::SendKeys).
 Status MoveToFreshTransport(PlanRank& rank, std::unique_ptr<ProgressLoop>& loop,
                             const TransportFactory& make_transport);
 

@@ -2,7 +2,7 @@
 // over a real control channel and ranks on the fake transport. A rekey's table is dialled at the
 // next UpdateBegin, not when it comes: the newest table wins, and one naming a peer that is gone
 // fails that version, named, while the run goes on.
-#include "weightport/engine/session/reshard_destination.h"
+#include "weightport/engine/session/plan_destination.h"
 
 #include <gtest/gtest.h>
 
@@ -11,10 +11,10 @@
 
 #include "engine/pubsub/pubsub_test_util.h"
 #include "engine/testing/raw_ops_test_util.h"
-#include "reshard_test_util.h"
+#include "plan_coordinator_test_util.h"
 #include "weightport/control/plan_messages.h"
 #include "weightport/control/version_messages.h"
-#include "weightport/engine/session/reshard_member.h"
+#include "weightport/engine/session/plan_control.h"
 #include "weightport/transport/testing/fake_transport.h"
 
 namespace weightport {
@@ -49,7 +49,7 @@ TEST(FollowAsDestination, AnUnreachablePeerTableIsRetriedAtTheNextVersionAndAGoo
     ProgressLoop loop(std::move(*t));
     auto rank = PlanRank::Create(plan, {PlanSide::kDestination, 0}, loop);
     if (!rank.ok()) return void(followed = rank.status());
-    auto member = ReshardMember::Join(coordinator.address(), secret, **rank, kWait);
+    auto member = PlanControl::Join(coordinator.address(), secret, **rank, kWait);
     if (!member.ok()) return void(followed = member.status());
     followed = FollowAsDestination(**rank, **member, kWait, {});
     member->reset();

@@ -1,16 +1,17 @@
-// ReshardCoordinator::Impl's helpers that every part of the coordinator uses (reshard_coordinator.cc,
-// reshard_version.cc, reshard_rejoin.cc): the record, the flips, peer tables, the ranks' events
+// PlanCoordinator::Impl's helpers that every part of the coordinator uses (plan_coordinator.cc,
+// plan_version.cc, plan_rejoin.cc): the record, the swaps, peer tables, the ranks' events
 // and what is sent to them.
 #include <algorithm>
 #include <optional>
 #include <set>
 #include <string>
 
-#include "engine/session/reshard_coordinator_impl.h"
+#include "engine/session/plan_coordinator_impl.h"
+#include "engine/session/session_timing.h"
 
 namespace weightport {
 
-bool ReshardCoordinator::Impl::SourcesHoldStill(const Endpoint& back) const {
+bool PlanCoordinator::Impl::SourcesHoldStill(const Endpoint& back) const {
   for (const auto& [ep, ch] : channels) {
     if (ep.side != PlanSide::kSource || ep == back || lost.count(ep)) continue;
     auto r = ready.find(ep);
@@ -19,7 +20,7 @@ bool ReshardCoordinator::Impl::SourcesHoldStill(const Endpoint& back) const {
   return true;
 }
 
-std::string ReshardCoordinator::Impl::DivergedReplicas(uint64_t version) const {
+std::string PlanCoordinator::Impl::DivergedReplicas(uint64_t version) const {
   if (options.replicas.empty()) return "";
   return DescribeDivergence(options.replicas, [&](Endpoint ep, uint32_t shard) -> std::optional<uint64_t> {
     auto d = digests.find(ep);
@@ -29,17 +30,17 @@ std::string ReshardCoordinator::Impl::DivergedReplicas(uint64_t version) const {
   });
 }
 
-Result<bool> ReshardCoordinator::Impl::Record(uint64_t version, bool commit, const std::string& reason) {
+Result<bool> PlanCoordinator::Impl::Record(uint64_t version, bool commit, const std::string& reason) {
   if (!options.decide) return commit;
   auto d = AskStore(version, [&] { return options.decide(version, commit, reason); });
   if (!d.ok()) return d.status().WithContext("recording the outcome of version " + std::to_string(version));
   if (*d != commit)
-    Log("reshard: version " + std::to_string(version) + " was already recorded as " +
+    Log("plan coordinator: version " + std::to_string(version) + " was already recorded as " +
         (*d ? "committed" : "aborted") + "; sending that");
   return d;
 }
 
-void ReshardCoordinator::Impl::WaitForFlips(std::set<Endpoint> expect) {
+void PlanCoordinator::Impl::WaitForSwaps(std::set<Endpoint> expect) {
   // A rank already lost sends no Committed (its loss may have been read before the verdict).
   for (const Endpoint& ep : lost) expect.erase(ep);
   const auto deadline = Clock::now() + options.update_timeout;
@@ -48,23 +49,23 @@ void ReshardCoordinator::Impl::WaitForFlips(std::set<Endpoint> expect) {
     if (!e) break;
     if (!e->message.ok()) {
       Lose(e->from);
-      expect.erase(e->from);  // it will not report its flip; do not wait for it
+      expect.erase(e->from);  // it will not report its swap; do not wait for it
       continue;
     }
     if (e->message->type == MessageType::kCommitted) expect.erase(e->from);
     NoteReady(e->from, *e->message);
   }
   for (const Endpoint& ep : expect)
-    Log("reshard: no Committed from " + ep.ToString() + " within " +
+    Log("plan coordinator: no Committed from " + ep.ToString() + " within " +
         std::to_string(options.update_timeout.count()) + " ms of the commit");
 }
 
-ReshardVersionReport ReshardCoordinator::Impl::SendRecorded(uint64_t version, bool committed) {
-  ReshardVersionReport report;
+PlanVersionReport PlanCoordinator::Impl::SendRecorded(uint64_t version, bool committed) {
+  PlanVersionReport report;
   report.version = version;
   report.committed = committed;
   report.from_record = true;
-  Log("reshard: version " + std::to_string(version) + " is on record as " +
+  Log("plan coordinator: version " + std::to_string(version) + " is on record as " +
       (committed ? "committed" : "aborted") + "; telling every rank");
   if (!committed) {
     report.reason = "aborted by an earlier coordinator";
@@ -75,12 +76,12 @@ ReshardVersionReport ReshardCoordinator::Impl::SendRecorded(uint64_t version, bo
   std::set<Endpoint> destinations;
   for (const auto& [ep, ch] : channels)
     if (ep.side == PlanSide::kDestination && !lost.count(ep)) destinations.insert(ep);
-  WaitForFlips(std::move(destinations));
+  WaitForSwaps(std::move(destinations));
   return report;
 }
 
-Bytes ReshardCoordinator::Impl::PeerTable(const Endpoint& to,
-                                          const std::map<Endpoint, PlanJoinMsg>& joins) const {
+Bytes PlanCoordinator::Impl::PeerTable(const Endpoint& to,
+                                       const std::map<Endpoint, PlanJoinMsg>& joins) const {
   PlanPeersMsg table;
   auto add = [&](const Endpoint& ep) {
     auto j = joins.find(ep);
@@ -96,7 +97,7 @@ Bytes ReshardCoordinator::Impl::PeerTable(const Endpoint& to,
   return table.Encode();
 }
 
-void ReshardCoordinator::Impl::SendPeerTables(const std::map<Endpoint, PlanJoinMsg>& joins) {
+void PlanCoordinator::Impl::SendPeerTables(const std::map<Endpoint, PlanJoinMsg>& joins) {
   const Bytes everyone = options.peers_of.empty() ? PeerTable({}, joins) : Bytes{};
   for (auto& [ep, ch] : channels)
     if (!lost.count(ep))
@@ -104,7 +105,7 @@ void ReshardCoordinator::Impl::SendPeerTables(const std::map<Endpoint, PlanJoinM
           .IgnoreError();
 }
 
-void ReshardCoordinator::Impl::NoteReady(const Endpoint& from, const ControlMessage& msg) {
+void PlanCoordinator::Impl::NoteReady(const Endpoint& from, const ControlMessage& msg) {
   if (msg.type == MessageType::kRollback && from.side == PlanSide::kSource) {
     if (auto r = RollbackMsg::Decode(msg.payload); r.ok() && r->version > 0) rollbacks.push_back(r->version);
     return;
@@ -118,7 +119,7 @@ void ReshardCoordinator::Impl::NoteReady(const Endpoint& from, const ControlMess
   d.second = std::map<uint32_t, uint64_t>(r->replica_digests.begin(), r->replica_digests.end());
 }
 
-std::string ReshardCoordinator::Impl::Irreplaceable(const Endpoint& ep, uint64_t version) const {
+std::string PlanCoordinator::Impl::Irreplaceable(const Endpoint& ep, uint64_t version) const {
   auto announced = [&](const Endpoint& s) {
     auto r = ready.find(s);
     return r != ready.end() && r->second >= version;
@@ -130,16 +131,16 @@ std::string ReshardCoordinator::Impl::Irreplaceable(const Endpoint& ep, uint64_t
                          [&](Endpoint s) { return !lost.count(s) && announced(s); });
 }
 
-size_t ReshardCoordinator::Impl::ReadyFor(uint64_t version) const {
+size_t PlanCoordinator::Impl::ReadyFor(uint64_t version) const {
   size_t n = 0;
   for (const auto& [ep, v] : ready) n += v >= version;
   return n;
 }
 
-void ReshardCoordinator::Impl::StartReader(Endpoint ep, ControlChannel* ch) {
+void PlanCoordinator::Impl::StartReader(Endpoint ep, ControlChannel* ch) {
   readers.emplace_back([this, ep, ch] {
     while (!stopping.load()) {
-      auto m = ch->Receive(milliseconds(200));
+      auto m = ch->Receive(session_timing::kMessagePoll);
       if (!m.ok() && m.status().code() == StatusCode::kTimeout) continue;
       const bool end = !m.ok();
       events.Push(Event{ep, std::move(m), ch});
@@ -148,7 +149,7 @@ void ReshardCoordinator::Impl::StartReader(Endpoint ep, ControlChannel* ch) {
   });
 }
 
-std::optional<ReshardCoordinator::Impl::Event> ReshardCoordinator::Impl::Next(Clock::time_point deadline) {
+std::optional<PlanCoordinator::Impl::Event> PlanCoordinator::Impl::Next(Clock::time_point deadline) {
   while (true) {
     auto e = events.Next(deadline);
     if (!e) return e;
@@ -157,20 +158,26 @@ std::optional<ReshardCoordinator::Impl::Event> ReshardCoordinator::Impl::Next(Cl
   }
 }
 
-void ReshardCoordinator::Impl::SendAll(MessageType type, const Bytes& payload, Audience to,
-                                       const std::set<Endpoint>& except) {
+void PlanCoordinator::Impl::SendAll(MessageType type, const Bytes& payload, Audience to,
+                                    const std::set<Endpoint>& except) {
   for (auto& [ep, ch] : channels) {
     const bool want =
         to == Audience::kEveryone || (to == Audience::kSources) == (ep.side == PlanSide::kSource);
-    // A lost rank shows in its reader.
-    if (want && !lost.count(ep) && !except.count(ep)) ch->Send(type, payload).IgnoreError();
+    if (want && !lost.count(ep) && !except.count(ep)) SendTo(ep, type, payload);
   }
 }
 
-void ReshardCoordinator::Impl::Lose(const Endpoint& ep) {
+void PlanCoordinator::Impl::SendTo(const Endpoint& ep, MessageType type, const Bytes& payload) {
+  const Status sent = channels.at(ep)->Send(type, payload);
+  if (!sent.ok())
+    Log("plan coordinator: could not send " + std::string(MessageTypeName(type)) + " to " + ep.ToString() +
+        ": " + sent.message());
+}
+
+void PlanCoordinator::Impl::Lose(const Endpoint& ep) {
   if (!lost.insert(ep).second) return;
   if (ep.side == PlanSide::kSource ? options.replicas.empty() : options.quorum == 0) return;
-  Log("reshard: " + ep.ToString() + " is lost; the others go on without it");
+  Log("plan coordinator: " + ep.ToString() + " is lost; the others go on without it");
   const PeerLostMsg msg{WireSide(ep.side), static_cast<uint32_t>(ep.rank)};
   SendAll(MessageType::kPeerLost, msg.Encode(), Audience::kDestinations);
 }

@@ -1,14 +1,14 @@
-#include "weightport/engine/session/reshard_source.h"
+#include "weightport/engine/session/plan_source.h"
 
 #include <string>
 #include <utility>
 
 namespace weightport {
 
-SourceFollower::SourceFollower(PlanRank& rank, ReshardMember& member, bool rotate_keys, SourceHooks hooks)
+SourceFollower::SourceFollower(PlanRank& rank, PlanControl& member, bool rotate_keys, SourceHooks hooks)
     : rank_(rank), member_(&member), rotate_keys_(rotate_keys), hooks_(std::move(hooks)) {}
 
-Result<ReshardMember::Event> SourceFollower::Next(std::chrono::milliseconds timeout) {
+Result<PlanControl::Event> SourceFollower::Next(std::chrono::milliseconds timeout) {
   connection_failed_ = false;
   while (true) {
     if (hooks_.should_stop && hooks_.should_stop()) return Cancelled("the source is closing");
@@ -22,7 +22,7 @@ Result<ReshardMember::Event> SourceFollower::Next(std::chrono::milliseconds time
       return e.status();
     }
     switch (e->kind) {
-      case ReshardMember::Event::kRekey: {
+      case PlanControl::Event::kRekey: {
         if (!hooks_.rekey)
           return FailedPrecondition(rank_.endpoint().ToString() +
                                     ": the coordinator rotates keys and this rank cannot move");
@@ -30,15 +30,15 @@ Result<ReshardMember::Event> SourceFollower::Next(std::chrono::milliseconds time
         WP_RETURN_IF_ERROR(member_->SendKeys(rank_));
         auto it = held_.find(e->version);
         if (it == held_.end()) break;
-        ReshardMember::Event verdict = std::move(it->second);
+        PlanControl::Event verdict = std::move(it->second);
         held_.erase(it);
         return verdict;
       }
-      case ReshardMember::Event::kPeers:
+      case PlanControl::Event::kPeers:
         WP_RETURN_IF_ERROR(rank_.Connect(e->peers));  // memory stays where it is
         break;
-      case ReshardMember::Event::kCommit:
-      case ReshardMember::Event::kAbort:
+      case PlanControl::Event::kCommit:
+      case PlanControl::Event::kAbort:
         if (!rotate_keys_) return e;
         if (hooks_.held) WP_RETURN_IF_ERROR(hooks_.held(*e));
         held_[e->version] = std::move(*e);

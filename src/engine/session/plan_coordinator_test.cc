@@ -1,4 +1,4 @@
-#include "weightport/engine/session/reshard_coordinator.h"
+#include "weightport/engine/session/plan_coordinator.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 
 #include "weightport/control/plan_messages.h"
 #include "weightport/core/placement_builders.h"
-#include "weightport/engine/session/reshard_destination.h"
-#include "weightport/engine/session/reshard_member.h"
+#include "weightport/engine/session/plan_control.h"
+#include "weightport/engine/session/plan_destination.h"
 #include "weightport/plan/planner.h"
 #include "weightport/transport/testing/fake_transport.h"
 
@@ -40,8 +40,8 @@ std::shared_ptr<const Plan> TestPlan() {
 }
 
 // The options the tests here start from: every rank of `plan`, 10 s bounds.
-ReshardCoordinatorOptions OptionsFor(const Plan& plan) {
-  ReshardCoordinatorOptions o;
+PlanCoordinatorOptions OptionsFor(const Plan& plan) {
+  PlanCoordinatorOptions o;
   o.plan_digest = plan.Digest();
   o.ranks = PlanRanks(plan);
   o.join_timeout = o.update_timeout = milliseconds(10'000);
@@ -49,10 +49,10 @@ ReshardCoordinatorOptions OptionsFor(const Plan& plan) {
 }
 
 // A coordinator for `o` on a fresh loopback listener.
-std::unique_ptr<ReshardCoordinator> CoordinatorFor(ReshardCoordinatorOptions o) {
+std::unique_ptr<PlanCoordinator> CoordinatorFor(PlanCoordinatorOptions o) {
   auto listener = ControlListener::Listen("127.0.0.1", 0, "coord", TestSecret());
   EXPECT_TRUE(listener.ok()) << listener.status().ToString();
-  return std::make_unique<ReshardCoordinator>(std::move(*listener), std::move(o));
+  return std::make_unique<PlanCoordinator>(std::move(*listener), std::move(o));
 }
 
 // One rank in its own thread: joins, then follows the coordinator. `fail_version`: a destination
@@ -84,7 +84,7 @@ struct RankThread {
                         MakeFakeTransport(fabric, me.ToString() + "#" + std::to_string(incarnation)));
     ProgressLoop loop(std::move(transport));
     WP_ASSIGN_OR_RETURN(auto rank, PlanRank::Create(plan, me, loop));
-    WP_ASSIGN_OR_RETURN(auto member, ReshardMember::Join(address, TestSecret(), *rank, milliseconds(10'000)));
+    WP_ASSIGN_OR_RETURN(auto member, PlanControl::Join(address, TestSecret(), *rank, milliseconds(10'000)));
     if (gone_after_verify) {
       WP_ASSIGN_OR_RETURN(auto begin, member->Next(milliseconds(10'000)));
       WP_ASSIGN_OR_RETURN(auto stats, rank->Receive(begin.version));
@@ -117,7 +117,7 @@ struct RankThread {
       WP_RETURN_IF_ERROR(rank->Publish(v));
       WP_RETURN_IF_ERROR(member->Ready(v));
       WP_ASSIGN_OR_RETURN(auto e, member->Next(milliseconds(10'000)));
-      if (e.kind == ReshardMember::Event::kCommit) committed.push_back(v);
+      if (e.kind == PlanControl::Event::kCommit) committed.push_back(v);
     }
     if (me.side == PlanSide::kDestination) {
       DestinationHooks hooks;
@@ -138,7 +138,7 @@ struct RankThread {
       WP_RETURN_IF_ERROR(FollowAsDestination(*rank, *member, milliseconds(10'000), hooks));
     } else {
       WP_ASSIGN_OR_RETURN(auto bye, member->Next(milliseconds(10'000)));
-      if (bye.kind != ReshardMember::Event::kBye) return Internal("expected Bye");
+      if (bye.kind != PlanControl::Event::kBye) return Internal("expected Bye");
     }
     member.reset();
     rank.reset();
@@ -148,7 +148,7 @@ struct RankThread {
 };
 
 struct QuorumRun {
-  std::vector<ReshardVersionReport> reports;
+  std::vector<PlanVersionReport> reports;
   std::map<Endpoint, std::vector<uint64_t>> committed;
 };
 
@@ -156,10 +156,10 @@ struct QuorumRun {
 // and `vanishing` gone after version 1.
 QuorumRun RunThreeVersions(size_t quorum, Endpoint failing, Endpoint vanishing) {
   auto plan = TestPlan();
-  ReshardCoordinatorOptions o = OptionsFor(*plan);
+  PlanCoordinatorOptions o = OptionsFor(*plan);
   o.quorum = quorum;
   auto owned = CoordinatorFor(o);
-  ReshardCoordinator& coordinator = *owned;
+  PlanCoordinator& coordinator = *owned;
   auto fabric = std::make_shared<FakeFabric>();
   std::map<Endpoint, std::unique_ptr<RankThread>> ranks;
   for (const Endpoint& ep : o.ranks)
@@ -181,7 +181,7 @@ QuorumRun RunThreeVersions(size_t quorum, Endpoint failing, Endpoint vanishing) 
   return out;
 }
 
-TEST(Reshard, VersionsCommitAcrossMembersAndOneFailureAborts) {
+TEST(PlanCoordinator, VersionsCommitAcrossMembersAndOneFailureAborts) {
   QuorumRun run = RunThreeVersions(0, Endpoint{PlanSide::kDestination, 1}, Endpoint{PlanSide::kSource, 99});
   ASSERT_EQ(run.reports.size(), 3u);
   EXPECT_TRUE(run.reports[0].committed);
@@ -196,7 +196,7 @@ TEST(Reshard, VersionsCommitAcrossMembersAndOneFailureAborts) {
 
 // Under a quorum a failing destination is dropped from its version, named, and keeps its old
 // version; the others commit every version.
-TEST(Reshard, QuorumDropsAFailingDestination) {
+TEST(PlanCoordinator, QuorumDropsAFailingDestination) {
   const Endpoint failing{PlanSide::kDestination, 1};
   QuorumRun run = RunThreeVersions(3, failing, Endpoint{PlanSide::kSource, 99});
   ASSERT_EQ(run.reports.size(), 3u);
@@ -216,7 +216,7 @@ TEST(Reshard, QuorumDropsAFailingDestination) {
 // A relay whose control connection drops after version 1 and that never receives again: the
 // coordinator tells the others, the ranks it relayed to read the sources, and versions 2 and 3
 // commit to everyone else with the lost relay named as dropped.
-TEST(Reshard, LostRelayIsRoutedAroundUnderAQuorum) {
+TEST(PlanCoordinator, LostRelayIsRoutedAroundUnderAQuorum) {
   auto plan = TestPlan();
   int relay = -1;
   for (const PlanStep& s : plan->steps)
@@ -236,24 +236,23 @@ TEST(Reshard, LostRelayIsRoutedAroundUnderAQuorum) {
     EXPECT_EQ(versions, ep == lost ? first : all) << ep.ToString();
 }
 
-TEST(Reshard, RankWithADifferentPlanIsRefusedByName) {
+TEST(PlanCoordinator, RankWithADifferentPlanIsRefusedByName) {
   auto plan = TestPlan();
   auto listener = ControlListener::Listen("127.0.0.1", 0, "coord", TestSecret());
   ASSERT_TRUE(listener.ok());
-  ReshardCoordinatorOptions o;
+  PlanCoordinatorOptions o;
   o.plan_digest = plan->Digest() + 1;  // every rank's plan differs from the coordinator's
   o.ranks = {Endpoint{PlanSide::kDestination, 0}};
   o.join_timeout = milliseconds(2000);
-  ReshardCoordinator coordinator(std::move(*listener), o);
+  PlanCoordinator coordinator(std::move(*listener), o);
   auto fabric = std::make_shared<FakeFabric>();
   Status joined;
   std::thread rank([&] {
     auto t = MakeFakeTransport(fabric, "dst rank 0");
     ProgressLoop loop(std::move(*t));
     auto r = PlanRank::Create(plan, Endpoint{PlanSide::kDestination, 0}, loop);
-    joined = r.ok()
-                 ? ReshardMember::Join(coordinator.address(), TestSecret(), **r, milliseconds(5000)).status()
-                 : r.status();
+    joined = r.ok() ? PlanControl::Join(coordinator.address(), TestSecret(), **r, milliseconds(5000)).status()
+                    : r.status();
     r = Status(Cancelled("done"));
     loop.Stop();
   });
@@ -267,15 +266,15 @@ TEST(Reshard, RankWithADifferentPlanIsRefusedByName) {
 }
 
 // A rank that authenticates and then says nothing must not hold up the PlanJoin of the next one.
-TEST(Reshard, AMuteConnectionDoesNotHoldUpTheJoinsBehindIt) {
+TEST(PlanCoordinator, AMuteConnectionDoesNotHoldUpTheJoinsBehindIt) {
   auto plan = TestPlan();
   auto listener = ControlListener::Listen("127.0.0.1", 0, "coord", TestSecret());
   ASSERT_TRUE(listener.ok());
-  ReshardCoordinatorOptions o;
+  PlanCoordinatorOptions o;
   o.plan_digest = plan->Digest();
   o.ranks = {Endpoint{PlanSide::kDestination, 0}};
   o.join_timeout = milliseconds(10'000);
-  ReshardCoordinator coordinator(std::move(*listener), o);
+  PlanCoordinator coordinator(std::move(*listener), o);
   std::unique_ptr<ControlChannel> mute, rank;
   std::thread peers([&] {
     auto m = ControlChannel::Connect(coordinator.address(), "mute", PeerRole::kObserver, TestSecret(),
@@ -325,8 +324,8 @@ RelayedDestination LastRelayed(const Plan& plan) {
 }
 
 // Runs versions first..last, each committed or not, into `reports`.
-void RunVersions(ReshardCoordinator& coordinator, uint64_t first, uint64_t last,
-                 std::vector<ReshardVersionReport>& reports) {
+void RunVersions(PlanCoordinator& coordinator, uint64_t first, uint64_t last,
+                 std::vector<PlanVersionReport>& reports) {
   for (uint64_t v = first; v <= last; ++v) {
     auto r = coordinator.RunVersion(v);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -338,22 +337,22 @@ void RunVersions(ReshardCoordinator& coordinator, uint64_t first, uint64_t last,
 // arena goes), version 2 commits without it, it starts again and joins the running session
 // (rejoin): version 3 reaches it in full, its relayed steps from its relay, not from the sources,
 // and every rank verifies versions 3 and 4.
-TEST(Reshard, ACrashedDestinationJoinsAgainAndReadsFromItsRelay) {
+TEST(PlanCoordinator, ACrashedDestinationJoinsAgainAndReadsFromItsRelay) {
   auto plan = TestPlan();
   const auto [back, all_bytes, relayed_bytes] = LastRelayed(*plan);
   ASSERT_GE(back.rank, 0);
 
-  ReshardCoordinatorOptions o = OptionsFor(*plan);
+  PlanCoordinatorOptions o = OptionsFor(*plan);
   o.quorum = 3;
   o.rejoin = true;
   auto owned = CoordinatorFor(o);
-  ReshardCoordinator& coordinator = *owned;
+  PlanCoordinator& coordinator = *owned;
   auto fabric = std::make_shared<FakeFabric>();
   std::map<Endpoint, std::unique_ptr<RankThread>> ranks;
   for (const Endpoint& ep : o.ranks)
     ranks[ep] = std::make_unique<RankThread>(plan, ep, fabric, coordinator.address(), 4, 0, ep == back);
   ASSERT_TRUE(coordinator.WaitForJoins().ok());
-  std::vector<ReshardVersionReport> reports;
+  std::vector<PlanVersionReport> reports;
   ASSERT_NO_FATAL_FAILURE(RunVersions(coordinator, 1, 2, reports));
   ranks[back]->thread.join();
   ASSERT_TRUE(ranks[back]->result.ok()) << ranks[back]->result.ToString();
@@ -388,11 +387,11 @@ TEST(Reshard, ACrashedDestinationJoinsAgainAndReadsFromItsRelay) {
 }
 
 // A destination that verified and then lost its connection before the verdict: the version
-// commits to the others, and the coordinator does not wait for a flip the lost one cannot report
+// commits to the others, and the coordinator does not wait for a swap the lost one cannot report
 // (it would log "no Committed from" it once update_timeout ran out).
-TEST(Reshard, ADestinationLostAfterItVerifiedIsNotWaitedForAfterTheCommit) {
+TEST(PlanCoordinator, ADestinationLostAfterItVerifiedIsNotWaitedForAfterTheCommit) {
   auto plan = TestPlan();
-  ReshardCoordinatorOptions o = OptionsFor(*plan);
+  PlanCoordinatorOptions o = OptionsFor(*plan);
   o.update_timeout = milliseconds(3000);
   std::mutex mu;
   std::vector<std::string> lines;
@@ -404,7 +403,7 @@ TEST(Reshard, ADestinationLostAfterItVerifiedIsNotWaitedForAfterTheCommit) {
   // still get their bytes.
   const Endpoint gone = plan->destinations.back().endpoint;
   auto owned = CoordinatorFor(o);
-  ReshardCoordinator& coordinator = *owned;
+  PlanCoordinator& coordinator = *owned;
   auto fabric = std::make_shared<FakeFabric>();
   std::map<Endpoint, std::unique_ptr<RankThread>> ranks;
   for (const Endpoint& ep : o.ranks) {
@@ -431,23 +430,23 @@ TEST(Reshard, ADestinationLostAfterItVerifiedIsNotWaitedForAfterTheCommit) {
 
 // A replica the plan reserved a place for joins after two versions ran without it (late): the
 // others read around it until then; version 3 reaches it in full, its relayed steps from its relay.
-TEST(Reshard, ALateReplicaJoinsAfterTheFirstVersionsAndReadsFromItsRelay) {
+TEST(PlanCoordinator, ALateReplicaJoinsAfterTheFirstVersionsAndReadsFromItsRelay) {
   auto plan = TestPlan();
   const auto [late, all_bytes, relayed_bytes] = LastRelayed(*plan);
   ASSERT_GE(late.rank, 0);
 
-  ReshardCoordinatorOptions o = OptionsFor(*plan);
+  PlanCoordinatorOptions o = OptionsFor(*plan);
   o.quorum = 2;
   o.rejoin = true;
   o.late = {late};
   auto owned = CoordinatorFor(o);
-  ReshardCoordinator& coordinator = *owned;
+  PlanCoordinator& coordinator = *owned;
   auto fabric = std::make_shared<FakeFabric>();
   std::map<Endpoint, std::unique_ptr<RankThread>> ranks;
   for (const Endpoint& ep : o.ranks)
     if (ep != late) ranks[ep] = std::make_unique<RankThread>(plan, ep, fabric, coordinator.address(), 4);
   ASSERT_TRUE(coordinator.WaitForJoins().ok());
-  std::vector<ReshardVersionReport> reports;
+  std::vector<PlanVersionReport> reports;
   ASSERT_NO_FATAL_FAILURE(RunVersions(coordinator, 1, 2, reports));
   auto newcomer = std::make_unique<RankThread>(plan, late, fabric, coordinator.address(), 4);
   ASSERT_TRUE(coordinator.AwaitRejoins({late}, milliseconds(10'000)).ok());
@@ -480,9 +479,9 @@ TEST(Reshard, ALateReplicaJoinsAfterTheFirstVersionsAndReadsFromItsRelay) {
 }
 
 // Late ranks need a quorum and rejoin (versions run before they come), and must be destinations.
-TEST(Reshard, LateRanksWithoutAQuorumOrThatAreSourcesAreRefused) {
+TEST(PlanCoordinator, LateRanksWithoutAQuorumOrThatAreSourcesAreRefused) {
   auto plan = TestPlan();
-  ReshardCoordinatorOptions o = OptionsFor(*plan);
+  PlanCoordinatorOptions o = OptionsFor(*plan);
   o.rejoin = true;
   o.late = {Endpoint{PlanSide::kDestination, 1}};
   Status no_quorum = CoordinatorFor(o)->WaitForJoins();
@@ -497,12 +496,12 @@ TEST(Reshard, LateRanksWithoutAQuorumOrThatAreSourcesAreRefused) {
 
 // A join for a rank whose first connection is still up is held (AwaitRejoins times out naming
 // it; the version runs without letting it in), and refused when the session ends.
-TEST(Reshard, ARejoinWhileTheFirstConnectionLivesIsRefused) {
+TEST(PlanCoordinator, ARejoinWhileTheFirstConnectionLivesIsRefused) {
   auto plan = TestPlan();
-  ReshardCoordinatorOptions o = OptionsFor(*plan);
+  PlanCoordinatorOptions o = OptionsFor(*plan);
   o.rejoin = true;
   auto owned = CoordinatorFor(o);
-  ReshardCoordinator& coordinator = *owned;
+  PlanCoordinator& coordinator = *owned;
   auto fabric = std::make_shared<FakeFabric>();
   std::map<Endpoint, std::unique_ptr<RankThread>> ranks;
   for (const Endpoint& ep : o.ranks)

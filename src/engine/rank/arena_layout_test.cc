@@ -1,4 +1,4 @@
-#include "plan_layout.h"
+#include "arena_layout.h"
 
 #include <gtest/gtest.h>
 
@@ -6,14 +6,14 @@
 
 #include "plan_rank_impl.h"
 
-namespace weightport::plan_layout {
+namespace weightport::arena_layout {
 namespace {
 
 using plan_rank_internal::HashAreaCheck;
 using plan_rank_internal::LoadCounter;
 using plan_rank_internal::StoreCounter;
 
-TEST(PlanLayoutCounter, EncodesVersionCopyAndPrefix) {
+TEST(ArenaLayoutCounter, EncodesVersionCopyAndPrefix) {
   const uint64_t w = EncodeCounter(kMaxCounterVersion, 1, 12345);
   EXPECT_EQ(CounterVersion(w), kMaxCounterVersion);
   EXPECT_EQ(CounterCopy(w), 1);
@@ -24,7 +24,7 @@ TEST(PlanLayoutCounter, EncodesVersionCopyAndPrefix) {
 // A poll that reads one flipped bit anywhere in the slot, or a slot torn between two writes, must
 // not be taken as the relay's word: a wrong copy bit sent a reader to the live copy, whose chunks
 // never matched their hashes.
-TEST(PlanLayoutCounter, EveryFlippedBitAndTornSlotFailsTheCheck) {
+TEST(ArenaLayoutCounter, EveryFlippedBitAndTornSlotFailsTheCheck) {
   alignas(8) std::array<std::byte, kCounterBytes> slot{};
   const uint64_t word = EncodeCounter(2, 1, 9);
   StoreCounter(slot.data(), word);
@@ -42,7 +42,7 @@ TEST(PlanLayoutCounter, EveryFlippedBitAndTornSlotFailsTheCheck) {
   EXPECT_EQ(LoadCounter(std::array<std::byte, kCounterBytes>{}.data()), std::nullopt);  // never written
 }
 
-TEST(PlanLayoutHashArea, CheckCoversTheVersion) {
+TEST(ArenaLayoutHashArea, CheckCoversTheVersion) {
   alignas(8) std::array<std::byte, kHashHeaderBytes + 16> area{};
   area[kHashHeaderBytes + 3] = std::byte{0x5a};
   const uint64_t check = HashAreaCheck(2, area.data(), area.size());
@@ -53,4 +53,4 @@ TEST(PlanLayoutHashArea, CheckCoversTheVersion) {
 }
 
 }  // namespace
-}  // namespace weightport::plan_layout
+}  // namespace weightport::arena_layout
