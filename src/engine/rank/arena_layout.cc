@@ -1,8 +1,37 @@
 #include "arena_layout.h"
 
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
 #include "weightport/kernels/compress.h"
 
 namespace weightport::arena_layout {
+
+void StepMap::Set(uint32_t step, uint64_t value) {
+  if (entries_.empty() || entries_.back().first < step) {
+    entries_.emplace_back(step, value);
+    return;
+  }
+  auto it = std::lower_bound(entries_.begin(), entries_.end(), step,
+                             [](const value_type& e, uint32_t k) { return e.first < k; });
+  if (it != entries_.end() && it->first == step)
+    it->second = value;
+  else
+    entries_.insert(it, {step, value});
+}
+
+const uint64_t* StepMap::Find(uint32_t step) const {
+  auto it = std::lower_bound(entries_.begin(), entries_.end(), step,
+                             [](const value_type& e, uint32_t k) { return e.first < k; });
+  return it != entries_.end() && it->first == step ? &it->second : nullptr;
+}
+
+uint64_t StepMap::at(uint32_t step) const {
+  const uint64_t* v = Find(step);
+  if (v == nullptr) throw std::out_of_range("arena layout: no entry for step " + std::to_string(step));
+  return *v;
+}
 namespace {
 uint64_t Align64(uint64_t n) { return (n + 63) & ~uint64_t{63}; }
 }  // namespace
@@ -21,14 +50,15 @@ std::map<Endpoint, ArenaLayout> ComputeLayouts(const Plan& plan) {
   for (const RankBuffer& b : plan.destinations) add(b, 2);
 
   std::map<Endpoint, uint64_t> hashes;  // chunks so far, per source
+  std::map<Endpoint, std::map<uint32_t, uint64_t>> counters;  // relayed step -> slot, per destination
   // Packed areas after the shards, in step order.
   auto area = [](ArenaLayout& l, const PlanStep& s) {
-    l.area_offset[s.id] = l.data_bytes;
+    l.area_offset.Set(s.id, l.data_bytes);
     l.data_bytes = Align64(l.data_bytes + s.bytes);
   };
   const uint64_t slot = SlotBytes(plan);
   auto slots = [slot](ArenaLayout& l, const PlanStep& s) {
-    l.slot_offset[s.id] = l.data_bytes;
+    l.slot_offset.Set(s.id, l.data_bytes);
     l.data_bytes += slot * s.chunks;
   };
   for (const PlanStep& s : plan.steps) {
@@ -41,14 +71,20 @@ std::map<Endpoint, ArenaLayout> ComputeLayouts(const Plan& plan) {
   for (const PlanStep& s : plan.steps) {
     if (s.from.side == PlanSide::kSource) {
       uint64_t& n = hashes[s.from];
-      out[s.from].hash_slot[s.id] = n;
+      out[s.from].hash_slot.Set(s.id, n);
       n += s.chunks;
     }
     if (s.after >= 0) {
       const PlanStep& a = plan.steps[static_cast<size_t>(s.after)];
-      ArenaLayout& l = out[Endpoint{PlanSide::kDestination, a.to_rank}];
-      if (!l.counter_slot.count(a.id)) l.counter_slot.emplace(a.id, l.counter_slot.size());
+      // Slots are numbered in order of first use; the table is kept in step order.
+      auto& slots = counters[Endpoint{PlanSide::kDestination, a.to_rank}];
+      slots.emplace(a.id, slots.size());
     }
+  }
+  for (auto& [ep, slots] : counters) {
+    StepMap& m = out[ep].counter_slot;
+    m.reserve(slots.size());
+    for (const auto& [step, slot] : slots) m.Set(step, slot);
   }
   for (auto& [ep, l] : out) {
     l.hash_offset = l.data_bytes * static_cast<uint64_t>(l.copies);

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "weightport/core/status.h"
@@ -38,17 +39,42 @@ inline constexpr uint64_t kHashEntryBytes = 16;  // {hash, compressed length}
 // reader to the wrong copy, or ahead of the relay, until it gave up on a chunk that was fine.
 inline constexpr uint64_t kCounterBytes = 16;
 
+// Step id -> a number, in step order. A plan of millions of steps has about one entry per step
+// per rank involved, so a sorted vector (16 bytes an entry, found by binary search) rather than a
+// tree node per entry: cutting every rank's part of such a plan reads and writes these tables.
+class StepMap {
+ public:
+  using value_type = std::pair<uint32_t, uint64_t>;
+  // Sets `step`'s value: O(1) when steps come in ascending order (as a plan lists them), else
+  // O(size) to keep the order.
+  void Set(uint32_t step, uint64_t value);
+  // `step`'s value, or null.
+  const uint64_t* Find(uint32_t step) const;
+  bool count(uint32_t step) const { return Find(step) != nullptr; }
+  // `step`'s value; std::out_of_range when it has none, as std::map::at.
+  uint64_t at(uint32_t step) const;
+  size_t size() const { return entries_.size(); }
+  bool empty() const { return entries_.empty(); }
+  void reserve(size_t n) { entries_.reserve(n); }
+  std::vector<value_type>::const_iterator begin() const { return entries_.begin(); }
+  std::vector<value_type>::const_iterator end() const { return entries_.end(); }
+  friend bool operator==(const StepMap&, const StepMap&) = default;
+
+ private:
+  std::vector<value_type> entries_;  // ascending by step
+};
+
 struct ArenaLayout {
   Endpoint endpoint;
   uint64_t data_bytes = 0;                   // one copy with its packed areas, rounded up to 64
-  std::map<uint32_t, uint64_t> area_offset;  // step id -> its wire or landing area, within a copy
-  std::map<uint32_t, uint64_t> slot_offset;  // compressed step id -> its slots, within a copy
+  StepMap area_offset;  // step id -> its wire or landing area, within a copy
+  StepMap slot_offset;  // compressed step id -> its slots, within a copy
   int copies = 1;
   uint64_t hash_offset = 0;                // the hash area's header
   uint64_t hash_bytes = 0;                 // header + hashes; 0 when the rank sends nothing from a source
-  std::map<uint32_t, uint64_t> hash_slot;  // step id -> index of its chunk 0's hash
+  StepMap hash_slot;  // step id -> index of its chunk 0's hash
   uint64_t counter_offset = 0;
-  std::map<uint32_t, uint64_t> counter_slot;  // incoming step id -> slot index
+  StepMap counter_slot;  // incoming step id -> slot index
   uint64_t public_bytes = 0;                  // everything peers may read
 
   uint64_t CopyOffset(int copy) const { return static_cast<uint64_t>(copy) * data_bytes; }

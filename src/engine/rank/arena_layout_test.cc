@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "plan_rank_impl.h"
 
@@ -12,6 +15,23 @@ namespace {
 using plan_rank_internal::HashAreaCheck;
 using plan_rank_internal::LoadCounter;
 using plan_rank_internal::StoreCounter;
+
+// The layout tables are flat: appended in step order, found by binary search, and kept in order
+// whatever order they are set in (the counters' are set in order of first use).
+TEST(StepMap, KeepsStepOrderAndFindsEachEntry) {
+  StepMap m;
+  for (uint32_t step : {3u, 7u, 9u}) m.Set(step, step * 10);
+  m.Set(5, 50);  // out of order: inserted
+  m.Set(7, 71);  // again: overwritten
+  ASSERT_EQ(m.size(), 4u);
+  std::vector<std::pair<uint32_t, uint64_t>> in_order(m.begin(), m.end());
+  EXPECT_EQ(in_order, (std::vector<std::pair<uint32_t, uint64_t>>{{3, 30}, {5, 50}, {7, 71}, {9, 90}}));
+  EXPECT_EQ(m.at(5), 50u);
+  EXPECT_TRUE(m.count(9));
+  EXPECT_FALSE(m.count(4));
+  EXPECT_EQ(m.Find(10), nullptr);
+  EXPECT_THROW(m.at(0), std::out_of_range);
+}
 
 TEST(ArenaLayoutCounter, EncodesVersionCopyAndPrefix) {
   const uint64_t w = EncodeCounter(kMaxCounterVersion, 1, 12345);

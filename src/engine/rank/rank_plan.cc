@@ -188,8 +188,8 @@ Result<RankPlan> RankPlanCutter::Cut(Endpoint me) const {
     for (const Endpoint& ep : {s.from, DestinationOf(s)}) {
       const ArenaLayout& from = x.layouts.at(ep);
       ArenaLayout& to = tables->layouts.at(ep);
-      auto copy = [&](const std::map<uint32_t, uint64_t>& in, std::map<uint32_t, uint64_t>& out) {
-        if (auto it = in.find(global); it != in.end()) out[local] = it->second;
+      auto copy = [&](const arena_layout::StepMap& in, arena_layout::StepMap& out) {
+        if (const uint64_t* v = in.Find(global)) out.Set(local, *v);  // local ids ascend: appended
       };
       copy(from.area_offset, to.area_offset);
       copy(from.slot_offset, to.slot_offset);

@@ -25,22 +25,25 @@ Result<Endpoint> GetEndpoint(std::string_view& in, const char* what) {
   return Endpoint{(v & 1) ? PlanSide::kDestination : PlanSide::kSource, static_cast<int>(v >> 1)};
 }
 
-void PutMap(std::string& out, const std::map<uint32_t, uint64_t>& m) {
+void PutMap(std::string& out, const arena_layout::StepMap& m) {
   PutVarint(out, m.size());
   for (const auto& [k, v] : m) {
     PutVarint(out, k);
     PutVarint(out, v);
   }
 }
-Result<std::map<uint32_t, uint64_t>> GetMap(std::string_view& in, size_t steps, const char* what) {
+Result<arena_layout::StepMap> GetMap(std::string_view& in, size_t steps, const char* what) {
   WP_ASSIGN_OR_RETURN(size_t n, GetCount(in, 2, what));
-  std::map<uint32_t, uint64_t> m;
+  arena_layout::StepMap m;
+  m.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     WP_ASSIGN_OR_RETURN(uint64_t k, GetVarint(in, what));
     WP_ASSIGN_OR_RETURN(uint64_t v, GetVarint(in, what));
     if (k >= steps)
       return InvalidArgument(std::string("rank plan: ") + what + " names step " + std::to_string(k));
-    m[static_cast<uint32_t>(k)] = v;
+    if (!m.empty() && k <= (m.end() - 1)->first)  // written in step order, each once
+      return InvalidArgument(std::string("rank plan: ") + what + " out of step order at step " + std::to_string(k));
+    m.Set(static_cast<uint32_t>(k), v);
   }
   return m;
 }
