@@ -8,13 +8,16 @@
 
 namespace weightport::arena_layout {
 
+namespace {
+bool EntryBefore(const StepMap::value_type& entry, uint32_t step) { return entry.first < step; }
+}  // namespace
+
 void StepMap::Set(uint32_t step, uint64_t value) {
   if (entries_.empty() || entries_.back().first < step) {
     entries_.emplace_back(step, value);
     return;
   }
-  auto it = std::lower_bound(entries_.begin(), entries_.end(), step,
-                             [](const value_type& e, uint32_t k) { return e.first < k; });
+  auto it = std::lower_bound(entries_.begin(), entries_.end(), step, EntryBefore);
   if (it != entries_.end() && it->first == step)
     it->second = value;
   else
@@ -22,8 +25,7 @@ void StepMap::Set(uint32_t step, uint64_t value) {
 }
 
 const uint64_t* StepMap::Find(uint32_t step) const {
-  auto it = std::lower_bound(entries_.begin(), entries_.end(), step,
-                             [](const value_type& e, uint32_t k) { return e.first < k; });
+  auto it = std::lower_bound(entries_.begin(), entries_.end(), step, EntryBefore);
   return it != entries_.end() && it->first == step ? &it->second : nullptr;
 }
 
@@ -49,7 +51,7 @@ std::map<Endpoint, ArenaLayout> ComputeLayouts(const Plan& plan) {
   for (const RankBuffer& b : plan.sources) add(b, 1);
   for (const RankBuffer& b : plan.destinations) add(b, 2);
 
-  std::map<Endpoint, uint64_t> hashes;  // chunks so far, per source
+  std::map<Endpoint, uint64_t> hashes;                        // chunks so far, per source
   std::map<Endpoint, std::map<uint32_t, uint64_t>> counters;  // relayed step -> slot, per destination
   // Packed areas after the shards, in step order.
   auto area = [](ArenaLayout& l, const PlanStep& s) {

@@ -66,16 +66,16 @@ class StepMap {
 
 struct ArenaLayout {
   Endpoint endpoint;
-  uint64_t data_bytes = 0;                   // one copy with its packed areas, rounded up to 64
-  StepMap area_offset;  // step id -> its wire or landing area, within a copy
-  StepMap slot_offset;  // compressed step id -> its slots, within a copy
+  uint64_t data_bytes = 0;  // one copy with its packed areas, rounded up to 64
+  StepMap area_offset;      // step id -> its wire or landing area, within a copy
+  StepMap slot_offset;      // compressed step id -> its slots, within a copy
   int copies = 1;
-  uint64_t hash_offset = 0;                // the hash area's header
-  uint64_t hash_bytes = 0;                 // header + hashes; 0 when the rank sends nothing from a source
-  StepMap hash_slot;  // step id -> index of its chunk 0's hash
+  uint64_t hash_offset = 0;  // the hash area's header
+  uint64_t hash_bytes = 0;   // header + hashes; 0 when the rank sends nothing from a source
+  StepMap hash_slot;         // step id -> index of its chunk 0's hash
   uint64_t counter_offset = 0;
-  StepMap counter_slot;  // incoming step id -> slot index
-  uint64_t public_bytes = 0;                  // everything peers may read
+  StepMap counter_slot;       // incoming step id -> slot index
+  uint64_t public_bytes = 0;  // everything peers may read
 
   uint64_t CopyOffset(int copy) const { return static_cast<uint64_t>(copy) * data_bytes; }
   uint64_t HashOffset(uint32_t step, uint32_t chunk) const {

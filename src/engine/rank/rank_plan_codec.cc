@@ -42,7 +42,8 @@ Result<arena_layout::StepMap> GetMap(std::string_view& in, size_t steps, const c
     if (k >= steps)
       return InvalidArgument(std::string("rank plan: ") + what + " names step " + std::to_string(k));
     if (!m.empty() && k <= (m.end() - 1)->first)  // written in step order, each once
-      return InvalidArgument(std::string("rank plan: ") + what + " out of step order at step " + std::to_string(k));
+      return InvalidArgument(std::string("rank plan: ") + what + " out of step order at step " +
+                             std::to_string(k));
     m.Set(static_cast<uint32_t>(k), v);
   }
   return m;
