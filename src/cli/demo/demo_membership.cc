@@ -99,7 +99,6 @@ nlohmann::ordered_json VersionJson(const PlanVersionReport& r) {
 // not refill and check its shards.
 Result<nlohmann::json> ReplacementRefill(const Endpoint& trainer, const fs::path& dir,
                                          const std::vector<Child>& children) {
-  // The replacement's refill, from its summary.
   const nlohmann::json replaced = RankSummary((dir / (RankControlName(trainer) + ".again.log")).string());
   const nlohmann::json refill =
       replaced.is_object() ? replaced.value("refill", nlohmann::json()) : nlohmann::json();

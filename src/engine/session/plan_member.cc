@@ -67,7 +67,7 @@ Result<std::unique_ptr<PlanControl>> RejoinPlan(PlanRank& rank, const Secret& se
   while (std::chrono::steady_clock::now() < deadline) {
     auto address = options.find_coordinator(left());
     if (address.ok() && *address == coordinator) {
-      std::this_thread::sleep_for(session_timing::kDialRetry);
+      std::this_thread::sleep_for(session_timing::kStorePoll);
       continue;
     }
     Result<RankPlan> part =
@@ -105,7 +105,7 @@ bool TermWatch::Replaced(const std::string& current) {
   const auto now = std::chrono::steady_clock::now();
   if (now < next_) return false;
   next_ = now + interval_;
-  auto found = find_(session_timing::kMessagePoll);  // none yet (between terms): not replaced
+  auto found = find_(session_timing::kStoreLookup);  // none yet (between terms): not replaced
   return found.ok() && *found != current;
 }
 

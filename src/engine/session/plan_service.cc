@@ -403,7 +403,7 @@ std::function<Result<std::string>(std::chrono::milliseconds)> CoordinatorFinder(
       auto leader = CoordinatorElection::Leader(**client, session);
       if (leader.ok()) return leader;
       last = leader.status();
-      std::this_thread::sleep_for(session_timing::kDialRetry);
+      std::this_thread::sleep_for(session_timing::kStorePoll);
     } while (std::chrono::steady_clock::now() < deadline);
     return last.WithContext("finding the coordinator of session '" + session + "' in " + store);
   };

@@ -21,6 +21,10 @@ inline constexpr milliseconds kMessagePoll(200);
 // Dialing a coordinator that does not listen yet (or not again, after a failover).
 inline constexpr milliseconds kDialRetry(100);
 inline constexpr milliseconds kRendezvousDialRetry(200);
+// Asking the store which coordinator leads: how long one lookup may take, and how long to wait
+// before asking again while it still names none, or the one that was lost.
+inline constexpr milliseconds kStoreLookup(200);
+inline constexpr milliseconds kStorePoll(100);
 // A standby coordinator asking the store whether the session needs a leader.
 inline constexpr milliseconds kElectionRetry(500);
 
