@@ -9,7 +9,7 @@
 #include <random>
 
 #include "cuda/cuda_test_util.h"
-#include "engine/rank/plan_rank_test_util.h"
+#include "engine/testing/plan_rank_test_util.h"
 #include "weightport/core/hash.h"
 
 namespace weightport {

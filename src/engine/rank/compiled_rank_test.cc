@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "plan_rank_test_util.h"
+#include "engine/testing/plan_rank_test_util.h"
 
 namespace weightport::plan_rank_test {
 namespace {

@@ -9,8 +9,8 @@
 #include <optional>
 #include <tuple>
 
+#include "engine/testing/plan_rank_test_util.h"
 #include "plan_rank_impl.h"
-#include "plan_rank_test_util.h"
 #include "weightport/core/device_memory.h"
 
 namespace weightport {

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "plan_rank_test_util.h"
+#include "engine/testing/plan_rank_test_util.h"
 #include "weightport/core/device_memory.h"
 
 // A namespace of its own: the unity build compiles this file together with other tests.

@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "plan_rank_test_util.h"
+#include "engine/testing/plan_rank_test_util.h"
 #include "weightport/engine/rank/plan_rank.h"
 
 namespace weightport {

@@ -3,7 +3,7 @@
 // from the live copy (on a device too) instead of quantising it again.
 #include <gtest/gtest.h>
 
-#include "plan_rank_test_util.h"
+#include "engine/testing/plan_rank_test_util.h"
 #include "weightport/core/device_memory.h"
 #include "weightport/plan/quantized.h"
 

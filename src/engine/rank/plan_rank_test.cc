@@ -8,7 +8,7 @@
 #include <set>
 #include <thread>
 
-#include "plan_rank_test_util.h"
+#include "engine/testing/plan_rank_test_util.h"
 
 namespace weightport {
 namespace {

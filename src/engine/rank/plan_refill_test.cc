@@ -5,7 +5,7 @@
 #include <cstring>
 #include <map>
 
-#include "plan_rank_test_util.h"
+#include "engine/testing/plan_rank_test_util.h"
 #include "weightport/engine/rank/plan_rank.h"
 #include "weightport/engine/rank/source_replicas.h"
 

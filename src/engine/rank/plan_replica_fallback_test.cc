@@ -9,7 +9,7 @@
 #include <set>
 #include <thread>
 
-#include "plan_rank_test_util.h"
+#include "engine/testing/plan_rank_test_util.h"
 #include "weightport/engine/rank/plan_rank.h"
 
 // A namespace of its own: the unity build compiles this file together with other tests.

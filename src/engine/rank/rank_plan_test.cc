@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "compiled_rank.h"
-#include "plan_rank_test_util.h"
+#include "engine/testing/plan_rank_test_util.h"
 
 namespace weightport {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "plan_rank_test_util.h"
+#include "engine/testing/plan_rank_test_util.h"
 #include "weightport/engine/rank/rank_plan.h"
 
 namespace weightport {
