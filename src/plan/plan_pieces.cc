@@ -133,14 +133,20 @@ class PieceFinder {
       }
   }
 
+  // Each holder its own group. The holders are taken out of a group before it is copied per holder:
+  // a copy of the whole list, reassigned to one, kept the list's capacity, so a slice held by N
+  // replicas cost N x N holders (16,384 replicas of a 64-bucket model: over 10 GB).
   static std::vector<ShardGroup> Singletons(std::vector<ShardGroup> groups) {
     std::vector<ShardGroup> out;
-    for (ShardGroup& g : groups)
-      for (const Holder& h : g.holders) {
+    for (ShardGroup& g : groups) {
+      std::vector<Holder> holders = std::move(g.holders);
+      g.holders.clear();
+      for (const Holder& h : holders) {
         ShardGroup one = g;
-        one.holders = {h};
+        one.holders.push_back(h);
         out.push_back(std::move(one));
       }
+    }
     return out;
   }
 
