@@ -27,7 +27,7 @@ from .. import _options, errors
 from ..publisher import Publisher
 from .._tensors import dtype_name, named_tensors
 from .plugin import register
-from .ready import ReadyListener
+from ..serving.ready import ReadyListener
 
 register()  # the trainer's process: vLLM runs its plugins only in the processes it starts
 logger = logging.getLogger("weightport.vllm")

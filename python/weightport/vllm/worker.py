@@ -30,9 +30,10 @@ from vllm.distributed.weight_transfer.base import (WeightTransferEngine, WeightT
 from .. import _options, errors
 from ..layouts import Layout
 from ..subscriber import Subscriber
-from .placement import ModelPlacement, TensorMeta, bind_to_layer, fresh_tensor, learn_placement
-from .ready import ReadyNotifier
-from .shadow import FreshSet, copy_runs, post_process, retie, snapshot, swap_in
+from ..serving.placement import ModelPlacement, TensorMeta, fresh_tensor
+from ..serving.ready import ReadyNotifier
+from ..serving.shadow import FreshSet, copy_runs, retie, snapshot, swap_in
+from .placement import bind_to_layer, hooks, learn_placement, post_process
 
 logger = init_logger("vllm.weightport")  # under vLLM's logger: its handlers and level
 
@@ -162,10 +163,11 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
         self._kept, self._rolled_back_from = [], 0
         placement = self._placement
         if self._fresh is None:
-            device = self.device
+            device, vllm_hooks = self.device, hooks()
             self._fresh = FreshSet(
                 placement.templates,
-                make=lambda tpl, layer: fresh_tensor(tpl, layer, device=device, fill=0.0 if tpl.zero else None),
+                make=lambda tpl, layer: fresh_tensor(tpl, layer, vllm_hooks, device=device,
+                                                     fill=0.0 if tpl.zero else None),
                 rebind=bind_to_layer)
         rank, world = self._subscriber_rank(init_info.replica, init_info.replicas)
         fake = [(name, torch.empty(1, dtype=placement.dtypes[name]).expand(*box[2]))

@@ -73,9 +73,10 @@ class Recorder:
     loaders to know which parameter a failing load was for, which stand-ins a pass wrote and each
     call for replay, and puts the live parameters back."""
 
-    def __init__(self, model: torch.nn.Module, templates: dict, dress: Callable):
+    def __init__(self, model: torch.nn.Module, templates: dict, dress: Callable, default_loader: Callable):
         self.templates = templates
         self.dress = dress  # (tensor, template, layer) -> the tensor as a parameter like the template's
+        self.default_loader = default_loader  # for a parameter without a weight_loader of its own
         self.modules = dict(model.named_modules())
         self.saved: dict[str, dict[str, Any]] = {}
         self.by_group: dict[Any, torch.Tensor] = {}
@@ -86,8 +87,6 @@ class Recorder:
         self.progress: dict[str, Any] = {}  # the tensor being loaded ("tid") and its tagged form ("given")
 
     def install(self) -> None:
-        from vllm.model_executor.model_loader.weight_utils import default_weight_loader
-
         for (lname, pname), tpl in self.templates.items():
             layer = self.modules[lname]
             self.saved.setdefault(lname, dict(layer._parameters))
@@ -95,7 +94,7 @@ class Recorder:
             if rec is None:
                 rec, m = _lazy_zeros(tpl.shape)
                 rec = self.dress(rec, tpl, layer)
-                loader = getattr(rec, "weight_loader", default_weight_loader)
+                loader = getattr(rec, "weight_loader", self.default_loader)
                 rec.weight_loader = self._wrap(lname, pname, tpl.group, loader)
                 self.by_group[tpl.group] = rec
                 if m is not None:

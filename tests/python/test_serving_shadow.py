@@ -1,4 +1,4 @@
-"""The vLLM backend's shadow layers without vLLM: box copies into fresh parameters (host to device
+"""The serving backends' shadow layers without an engine: box copies into fresh parameters (host to device
 on a GPU), and the swap that keeps live tensors' addresses where the layout stayed and replaces
 what post-processing changed. Runs on the CPU here and on the GPU in scripts/gpu-check."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch")
-from weightport.vllm.placement import Run  # noqa: E402
-from weightport.vllm.shadow import FreshSet, copy_runs, retie, shadow_of, snapshot, swap_in  # noqa: E402
+from weightport.serving.placement import Run  # noqa: E402
+from weightport.serving.shadow import FreshSet, copy_runs, retie, shadow_of, snapshot, swap_in  # noqa: E402
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA device here (scripts/gpu-check runs this on one)"))]

@@ -1,4 +1,4 @@
-"""The vLLM backend's "version built" channel: workers tell the trainer, forged lines are dropped."""
+"""The serving backends' "version built" channel: workers tell the trainer, forged lines are dropped."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from weightport.vllm.ready import ReadyListener, ReadyNotifier, _body, _mac
+from weightport.serving.ready import ReadyListener, ReadyNotifier, _body, _mac
 
 SECRET = b"s" * 32
 

@@ -1,14 +1,14 @@
-"""A version is built: each vLLM worker tells the trainer, so the swap calls (which pause generation)
-are made only once there is nothing left to do but swap.
+"""A version is built: each serving engine's worker tells the trainer, so the swap calls (which pause
+generation) are made only once there is nothing left to do but swap.
 
-vLLM's sync-client protocol has four calls, all of which block the engine; a worker builds a
-committed version in the background, and a trainer that called ``update_weights`` right after the
-commit would hold generation for the build. So the trainer (rank 0) listens on a small TCP port and
-each worker sends one line per built version: ``rank world version phases hmac``, where `phases`
-is the build's seconds per phase in microseconds (``build,alloc,copy,process``) and `hmac` the
-HMAC-SHA256 of the rest of the line under the session's secret. Lines that do not verify are dropped. Without
-this channel (a notice lost, a firewall) nothing breaks: the trainer waits up to its timeout and
-``update_weights`` then waits for the build itself.
+The engines' update calls (vLLM's sync-client protocol, SGLang's weight-update requests) block the
+engine; a worker builds a committed version in the background, and a trainer that asked for the swap
+right after the commit would hold generation for the build. So the trainer (rank 0) listens on a
+small TCP port and each worker sends one line per built version: ``rank world version phases hmac``,
+where `phases` is the build's seconds per phase in microseconds (``build,alloc,copy,process``) and
+`hmac` the HMAC-SHA256 of the rest of the line under the session's secret. Lines that do not verify
+are dropped. Without this channel (a notice lost, a firewall) nothing breaks: the trainer waits up
+to its timeout and the swap call then waits for the build itself.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Shadow layers: a version built beside the live model, then swapped in between engine steps.
 
-Needs only torch (vLLM's processing is imported where it runs), so the swap is tested without vLLM
-and on a GPU by ``scripts/gpu-check``.
+Needs only torch (each engine's post-processing lives with its backend), so the swap is tested
+without a serving engine and on a GPU by ``scripts/gpu-check``.
 """
 
 from __future__ import annotations
@@ -39,19 +39,6 @@ def shadow_of(layer: torch.nn.Module) -> torch.nn.Module:
             method.moe_kernel = None
         shadow.quant_method = method
     return shadow
-
-
-def post_process(layer: torch.nn.Module) -> None:
-    """vLLM's own processing after loading (repacking, quantization) on one (shadow) layer."""
-    from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
-
-    method = getattr(layer, "quant_method", None)
-    if isinstance(method, QuantizeMethodBase):
-        if hasattr(layer, "_already_called_process_weights_after_loading"):
-            delattr(layer, "_already_called_process_weights_after_loading")
-        method.process_weights_after_loading(layer)
-        if hasattr(layer, "update_param_tp_status"):
-            layer.update_param_tp_status()
 
 
 def _copies_into(cur: torch.Tensor | None, t: torch.Tensor, in_place: bool = True) -> bool:

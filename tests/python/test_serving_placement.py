@@ -1,4 +1,4 @@
-"""How the vLLM backend reads a dry run's tagged stand-ins into box copies (no vLLM needed): the
+"""How a serving backend reads a dry run's tagged stand-ins into box copies (no engine needed): the
 loaders are simulated here the way vLLM's fuse, slice, stack and pad, on the same tags, one
 checkpoint tensor at a time as the dry run feeds them."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch")
-from weightport.vllm.dry_run import DryRunError, _lazy_zeros, read, tagged  # noqa: E402
-from weightport.vllm.placement import TensorMeta, _decompose  # noqa: E402
+from weightport.serving.dry_run import DryRunError, _lazy_zeros, read, tagged  # noqa: E402
+from weightport.serving.placement import TensorMeta, _decompose  # noqa: E402
 
 
 def tags(shape, dim: int) -> torch.Tensor:
@@ -121,14 +121,14 @@ def test_reading_a_mapped_stand_in_gives_its_pages_back_as_it_goes():
 
 
 def _call(untouched, shape=(3, 5)):
-    from weightport.vllm.placement import _Call
+    from weightport.serving.placement import _Call
 
     return _Call("layer", "weight", loader=print, param_arg="param", tensor_arg="loaded_weight", tid=0,
                  shape=shape, arguments={"shard_id": "q"}, untouched=untouched)
 
 
 def test_a_loader_given_the_whole_tensor_is_replayed():
-    from weightport.vllm.placement import TensorMeta, _fallback_calls
+    from weightport.serving.placement import TensorMeta, _fallback_calls
 
     metas = [TensorMeta("t", (3, 5), "f32")]
     [call] = _fallback_calls([_call(True)], {("layer", "weight", "t")}, metas)
@@ -138,7 +138,7 @@ def test_a_loader_given_the_whole_tensor_is_replayed():
 
 
 def test_a_loader_given_a_transformed_tensor_is_refused_not_replayed():
-    from weightport.vllm.placement import PlacementError, TensorMeta, _fallback_calls
+    from weightport.serving.placement import PlacementError, TensorMeta, _fallback_calls
 
     metas = [TensorMeta("t", (5, 5), "f32")]
     # A square tensor transposed by the model before its loader: same shape, other elements.
