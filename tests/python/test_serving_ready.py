@@ -60,3 +60,34 @@ def test_the_trainer_hears_the_slowest_workers_build_phases_and_no_altered_ones(
     with socket.create_connection((host, int(port))) as s:  # a MAC made for other phases
         s.sendall(f"{altered} {_mac(SECRET, body)}\n".encode())
     assert not listener.wait(3, 0.3) and listener.phases(3) == {}
+
+
+def test_commands_are_answered_done_or_refused_with_the_reason():
+    secret = b"k" * 32
+    listener = ReadyListener("127.0.0.1", secret)
+    try:
+        ok = ReadyNotifier(listener.address, secret, 0, 2)
+        refused = ReadyNotifier(listener.address, secret, 1, 2)
+        ok.answer("swap", 3)
+        refused.answer("swap", 3, "version 3 was not built:\ntimed out in down_proj " + "x" * 300)
+        got = listener.answers("swap", 3, timeout=5)
+        assert set(got) == {0, 1}
+        assert got[0] == ""
+        assert got[1].startswith("version 3 was not built:\ntimed out in down_proj x") and len(got[1]) < 700
+        assert listener.answers("swap", 4, timeout=0.2) == {}  # nobody answered that one
+        assert not listener.wait(3, timeout=0.1)  # answers are not "built" notices
+        ok.close()
+        refused.close()
+    finally:
+        listener.close()
+
+
+def test_an_answer_needs_the_session_secret():
+    listener = ReadyListener("127.0.0.1", b"k" * 32)
+    try:
+        forged = ReadyNotifier(listener.address, b"z" * 32, 0, 1)
+        forged.answer("join", 0)
+        assert listener.answers("join", 0, timeout=0.5, world=1) == {}
+        forged.close()
+    finally:
+        listener.close()

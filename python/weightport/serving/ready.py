@@ -9,6 +9,10 @@ where `phases` is the build's seconds per phase in microseconds (``build,alloc,c
 `hmac` the HMAC-SHA256 of the rest of the line under the session's secret. Lines that do not verify
 are dropped. Without this channel (a notice lost, a firewall) nothing breaks: the trainer waits up
 to its timeout and the swap call then waits for the build itself.
+
+A worker also answers a trainer's command on it where the engine's own call cannot carry an error
+back (SGLang's custom weight loader: an exception there ends the engine): the same line with a
+fifth word, ``command:`` for done or ``command:reason`` for refused (the reason percent-encoded).
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ import hmac
 import socket
 import threading
 import time
+import urllib.parse
 
-MAX_LINE = 256
+MAX_LINE = 1024
 MAX_CONNECTIONS = 4096
 PHASES = ("build_s", "alloc_s", "copy_s", "process_s")  # a worker's build, in the line's order
 
@@ -28,9 +33,16 @@ def _mac(secret: bytes, body: str) -> str:
     return hmac.new(secret, body.encode(), hashlib.sha256).hexdigest()
 
 
-def _body(rank: int, world: int, version: int, phases: dict[str, float]) -> str:
+def _body(rank: int, world: int, version: int, phases: dict[str, float], answer: str = "") -> str:
     micros = ",".join(str(max(0, round(phases.get(k, 0.0) * 1e6))) for k in PHASES)
-    return f"{rank} {world} {version} {micros}"
+    return f"{rank} {world} {version} {micros}" + (f" {answer}" if answer else "")
+
+
+def _answer(command: str, error: str) -> str:
+    """A command's answer word: ``command:`` or ``command:reason`` (cut to fit a line, with its
+    four numbers and 64-digit MAC, in MAX_LINE)."""
+    reason = urllib.parse.quote(error[:600], safe="")
+    return f"{command}:{reason[:MAX_LINE - 200]}"
 
 
 class ReadyListener:
@@ -43,6 +55,7 @@ class ReadyListener:
         self._built: dict[int, int] = {}  # worker rank -> newest version built
         self._gone: set[int] = set()  # ranks whose connection closed (their engine died or left)
         self._phases: dict[int, dict[str, float]] = {}  # worker rank -> that build's phases
+        self._answers: dict[tuple[str, int], dict[int, str]] = {}  # (command, version) -> rank -> error
         self._world = 0
         self._cond = threading.Condition()
         self._closed = False
@@ -100,18 +113,21 @@ class ReadyListener:
         """Takes one notice; returns its rank when it verifies."""
         try:
             body, mac = line.decode().rsplit(" ", 1)
-            rank, world, version, micros = body.split(" ")
+            rank, world, version, micros, *answer = body.split(" ")
             rank, world, version = int(rank), int(world), int(version)
             values = [int(x) for x in micros.split(",")]
         except ValueError:
             return None
         if (not hmac.compare_digest(mac, _mac(self._secret, body)) or not 0 <= rank < world
-                or len(values) != len(PHASES)):
+                or len(values) != len(PHASES) or len(answer) > 1 or (answer and ":" not in answer[0])):
             return None
         with self._cond:
             self._gone.discard(rank)  # spoke again (it reconnected)
             self._world = max(self._world, world)
-            if version > self._built.get(rank, 0):
+            if answer:
+                command, error = answer[0].split(":", 1)
+                self._answers.setdefault((command, version), {})[rank] = urllib.parse.unquote(error)
+            elif version > self._built.get(rank, 0):
                 self._built[rank] = version
                 self._phases[rank] = {k: v / 1e6 for k, v in zip(PHASES, values)}
             self._cond.notify_all()
@@ -129,6 +145,23 @@ class ReadyListener:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
+                self._cond.wait(left)
+
+    def answers(self, command: str, version: int, timeout: float, world: int = 0) -> dict[int, str]:
+        """Each worker's answer to `command` for `version` (rank -> "" when done, else why not),
+        once every worker still there has answered or `timeout` seconds have passed (then only
+        those that did). `world`: how many workers to expect when none has spoken yet."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                got = dict(self._answers.get((command, version), {}))
+                world = max(world, self._world)
+                live = [r for r in range(world) if r not in self._gone]
+                if world and all(r in got for r in live):
+                    return got
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return got
                 self._cond.wait(left)
 
     def phases(self, version: int) -> dict[str, float]:
@@ -153,7 +186,13 @@ class ReadyNotifier:
         self._log = log
 
     def built(self, version: int, phases: dict[str, float] | None = None) -> None:
-        body = _body(self._rank, self._world, version, phases or {})
+        self._send(version, _body(self._rank, self._world, version, phases or {}))
+
+    def answer(self, command: str, version: int, error: str = "") -> None:
+        """Tells the trainer that `command` for `version` is done (`error` empty) or why not."""
+        self._send(version, _body(self._rank, self._world, version, {}, _answer(command, error)))
+
+    def _send(self, version: int, body: str) -> None:
         line = f"{body} {_mac(self._secret, body)}\n"
         for _ in range(2):  # one reconnect
             try:
@@ -166,7 +205,7 @@ class ReadyNotifier:
                 self.close()
                 err = e
         if self._log is not None:
-            self._log("weightport: could not tell the trainer at %s that version %d is built: %s",
+            self._log("weightport: could not tell the trainer at %s about version %d: %s",
                       self._address, version, err)
 
     def close(self) -> None:
