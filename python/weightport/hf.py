@@ -24,3 +24,30 @@ def context_length(model_dir: str, cap: int | None = None) -> int:
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                 return min(value, cap) if cap else value
     raise ValueError(f"{path}: no context length ({', '.join(_LENGTH_KEYS)})")
+
+
+# transformers >= 5 keeps a mixture of experts' weights fused in memory, one 3-D tensor per kind
+# (``experts.gate_up_proj`` [experts, 2 x intermediate, hidden], ``experts.down_proj`` [experts,
+# hidden, intermediate]), and writes them per expert when it saves (``experts.{e}.gate_proj.weight``
+# ...), which is what checkpoints and engines' loaders know.
+_FUSED_EXPERTS = {"gate_up_proj": ("gate_proj", "up_proj"), "down_proj": ("down_proj",)}
+
+
+def checkpoint_tensors(state) -> dict:
+    """`state` (a module's named parameters or a state dict) under the names and shapes its saved
+    checkpoint has: transformers' fused expert tensors split per expert, as views (nothing is
+    copied: publishing them reads the fused tensors). Every other tensor as it is."""
+    out = {}
+    for name, t in dict(state).items():
+        prefix, _, kind = name.rpartition(".")
+        parts = _FUSED_EXPERTS.get(kind)
+        if parts is None or not prefix.endswith("experts") or t.dim() != 3:
+            out[name] = t
+            continue
+        for e in range(t.shape[0]):
+            pieces = t[e].chunk(len(parts), dim=0)
+            if any(p.shape != pieces[0].shape for p in pieces):
+                raise ValueError(f"'{name}': {t.shape[1]} rows do not split into {', '.join(parts)}")
+            for part, piece in zip(parts, pieces):
+                out[f"{prefix}.{e}.{part}.weight"] = piece
+    return out

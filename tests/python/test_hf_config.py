@@ -35,3 +35,29 @@ def test_a_missing_or_broken_config_is_named(tmp_path):
     (tmp_path / "config.json").write_text("{")
     with pytest.raises(ValueError, match="config.json: cannot read"):
         context_length(str(tmp_path))
+
+
+def test_fused_experts_are_published_per_expert_as_views_of_the_fused_tensors():
+    torch = pytest.importorskip("torch")
+    from weightport.hf import checkpoint_tensors
+
+    gate_up = torch.arange(2 * 6 * 3, dtype=torch.float32).view(2, 6, 3)  # 2 experts, intermediate 3, hidden 3
+    down = torch.arange(2 * 3 * 3, dtype=torch.float32).view(2, 3, 3)
+    norm = torch.ones(3)
+    out = checkpoint_tensors({"m.layers.0.mlp.experts.gate_up_proj": gate_up,
+                              "m.layers.0.mlp.experts.down_proj": down, "m.norm.weight": norm})
+    assert sorted(out) == sorted([f"m.layers.0.mlp.experts.{e}.{p}.weight" for e in range(2)
+                                  for p in ("gate_proj", "up_proj", "down_proj")] + ["m.norm.weight"])
+    assert torch.equal(out["m.layers.0.mlp.experts.1.gate_proj.weight"], gate_up[1, :3])
+    assert torch.equal(out["m.layers.0.mlp.experts.1.up_proj.weight"], gate_up[1, 3:])
+    assert torch.equal(out["m.layers.0.mlp.experts.0.down_proj.weight"], down[0])
+    assert out["m.layers.0.mlp.experts.1.up_proj.weight"].data_ptr() == gate_up[1, 3:].data_ptr()  # a view
+    assert out["m.norm.weight"] is norm
+
+
+def test_an_odd_fused_gate_up_is_refused_naming_it():
+    torch = pytest.importorskip("torch")
+    from weightport.hf import checkpoint_tensors
+
+    with pytest.raises(ValueError, match="experts.gate_up_proj"):
+        checkpoint_tensors({"x.experts.gate_up_proj": torch.zeros(2, 5, 3)})
