@@ -20,12 +20,12 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import socket
 import sys
 import time
 
+from rl_common import MAX_TOKENS, free_port, greedy_tokens, train_step
+
 PROMPTS = ["the water of people", "you can see the first", "when they make a long"]
-MAX_TOKENS = 8
 MAX_MODEL_LEN = 512
 
 
@@ -188,38 +188,6 @@ def load_trainer_model(model_dir: str, rank: int, world: int):
     return model
 
 
-def train_step(model, opt, vocab: int, step: int) -> float:
-    """One step of a synthetic task: continue a fixed random sequence (the same on every rank)."""
-    import torch
-
-    g = torch.Generator().manual_seed(1000 + step)
-    ids = torch.randint(3, vocab, (4, 16), generator=g)
-    loss = model(input_ids=ids, labels=ids).loss
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    return float(loss.detach())
-
-
-def greedy_tokens(model, prompt_ids: list[list[int]]) -> list[list[int]]:
-    """The trainer's own greedy continuation (no KV cache: every rank runs the same forwards)."""
-    import torch
-
-    out = []
-    model.eval()
-    with torch.no_grad():
-        for ids in prompt_ids:
-            seq = torch.tensor([ids])
-            new = []
-            for _ in range(MAX_TOKENS):
-                nxt = int(model(input_ids=seq).logits[0, -1].argmax())
-                new.append(nxt)
-                seq = torch.cat([seq, torch.tensor([[nxt]])], dim=1)
-            out.append(new)
-    model.train()
-    return out
-
-
 def trainer(rank: int, world: int, args: argparse.Namespace, port: int, result_q) -> None:
     import torch
 
@@ -292,12 +260,6 @@ def trainer(rank: int, world: int, args: argparse.Namespace, port: int, result_q
             torch.distributed.destroy_process_group()
     if rank == 0:
         result_q.put({"steps": steps, "ok": ok})
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main(argv=None) -> int:
