@@ -17,7 +17,7 @@ SAN_CMAKE = -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang 
 # The folders of src/ whose code runs threads: their tests run under ThreadSanitizer.
 TSAN_TEST_LAYERS = core;format;transport;control;store;engine;cli
 
-.PHONY: all setup build test-build demo test check test-python wheel test-package vllm-env test-vllm rl-env test-rl asan-build test-asan tsan-build test-tsan fuzz format clean
+.PHONY: all setup build test-build demo test check test-python wheel test-package vllm-env test-vllm sglang-env test-sglang rl-env test-rl asan-build test-asan tsan-build test-tsan fuzz format clean
 
 all: build
 
@@ -46,8 +46,8 @@ demo: setup $(BUILD)/build.ninja
 # (mostly downloads and unpacking) install during the main build. Tests run with nothing beside them: on
 # this 2-core machine a compile beside them, even at idle priority, made the unit and Python tests
 # take twice as long, and a testbed test missed its deadline.
-TEST_STAGES ?= setup @vllm-env @rl-env test-build wheel vllm-env rl-env check test-python test-package \
-  test-vllm test-rl tsan-build test-tsan asan-build test-asan fuzz
+TEST_STAGES ?= setup @vllm-env @sglang-env @rl-env test-build wheel vllm-env sglang-env rl-env check test-python \
+  test-package test-vllm test-sglang test-rl tsan-build test-tsan asan-build test-asan fuzz
 test:
 	bash scripts/test-stages --times $(BUILD)/test-times.tsv --logs $(BUILD)/test-logs $(TEST_STAGES)
 
@@ -87,6 +87,16 @@ vllm-env:
 test-vllm:
 	bash scripts/setup --vllm --package "$$(ls $(WHEEL_DIR)/weightport-*.whl)"
 	$(VLLM_PYTHON) -m pytest -q -p no:cacheprovider -n $(JOBS) tests/vllm
+
+# weightport as SGLang's weight-update path against a real SGLang server (its CPU path) in its own
+# environment, .deps/sglang (scripts/setup --sglang, and here weightport's package from the wheel).
+SGLANG_PYTHON ?= .deps/sglang/bin/python
+sglang-env:
+	bash scripts/setup --sglang --no-package
+
+test-sglang:
+	bash scripts/setup --sglang --package "$$(ls $(WHEEL_DIR)/weightport-*.whl)"
+	$(SGLANG_PYTHON) -m pytest -q -p no:cacheprovider -n $(JOBS) tests/sglang
 
 # The verl checkpoint engine under Ray (verl's registry, manager and CheckpointEngineWorker; one
 # test spans three testbed hosts, as root) in its own environment, .deps/rl (scripts/setup --rl).
