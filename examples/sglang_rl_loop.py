@@ -79,7 +79,8 @@ class SGLangServer:
                 env["SGLANG_CPU_OMP_THREADS_BIND"] = "|".join(
                     ",".join(str(c) for c in (cores[i * per:(i + 1) * per] or cores[-1:])) for i in range(tp))
             cmd += ["--device", "cpu", "--attention-backend", "torch_native", "--disable-overlap-schedule",
-                    "--disable-cuda-graph", "--mem-fraction-static", "0.05", "--max-total-tokens", "4096"]
+                    "--disable-cuda-graph", "--mem-fraction-static", "0.05", "--max-total-tokens", "4096",
+                    "--sleep-on-idle"]  # idle, its scheduler spins on a core the trainer needs
         self.log = open(log_path or os.devnull, "w")
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
