@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import threading
+import time
 
 import pytest
 
@@ -89,5 +91,27 @@ def test_an_answer_needs_the_session_secret():
         forged.answer("join", 0)
         assert listener.answers("join", 0, timeout=0.5, world=1) == {}
         forged.close()
+    finally:
+        listener.close()
+
+
+def test_an_answer_on_a_new_connection_is_waited_for_after_the_old_one_closed():
+    secret = b"k" * 32
+    listener = ReadyListener("127.0.0.1", secret)
+    try:
+        first = ReadyNotifier(listener.address, secret, 0, 1)
+        first.answer("check", 0)
+        assert listener.answers("check", 0, timeout=5) == {0: ""}
+        first.close()  # the worker's first connection closes before it answers the next command
+        time.sleep(0.3)
+
+        def later():
+            time.sleep(0.5)
+            second = ReadyNotifier(listener.address, secret, 0, 1)
+            second.answer("join", 0)
+            second.close()
+
+        threading.Thread(target=later).start()
+        assert listener.answers("join", 0, timeout=10) == {0: ""}  # not {} at once
     finally:
         listener.close()

@@ -149,15 +149,16 @@ class ReadyListener:
 
     def answers(self, command: str, version: int, timeout: float, world: int = 0) -> dict[int, str]:
         """Each worker's answer to `command` for `version` (rank -> "" when done, else why not),
-        once every worker still there has answered or `timeout` seconds have passed (then only
-        those that did). `world`: how many workers to expect when none has spoken yet."""
+        once every worker has answered or `timeout` seconds have passed (then only those that did).
+        `world`: how many workers to expect when none has spoken yet. Unlike :meth:`wait`, a worker
+        whose connection closed is still waited for: a worker reconnects to answer (its previous
+        connection may close just before), and one that died is reported as silent."""
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
                 got = dict(self._answers.get((command, version), {}))
                 world = max(world, self._world)
-                live = [r for r in range(world) if r not in self._gone]
-                if world and all(r in got for r in live):
+                if world and all(r in got for r in range(world)):
                     return got
                 left = deadline - time.monotonic()
                 if left <= 0:

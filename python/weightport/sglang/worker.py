@@ -66,16 +66,18 @@ class _Worker:
         self.sub = None
         self.builder: VersionBuilder | None = None
         self.notifier: ReadyNotifier | None = None
+        self.notify_key: tuple[str, str] | None = None  # the trainer's address and secret it answers
         self.applied_version = 0
         self.reports: list[dict[str, Any]] = []
 
     def tell(self, cmd: dict[str, Any]) -> ReadyNotifier | None:
         """The notifier answering `cmd` (the session's, or a new one for the address it names)."""
         address, secret = cmd.get("notify", ""), cmd.get("secret_hex", "")
-        if address and secret:
+        if address and secret and (address, secret) != self.notify_key:
             if self.notifier is not None:
                 self.notifier.close()
             self.notifier = ReadyNotifier(address, bytes.fromhex(secret), self.rank, self.world, logger.warning)
+            self.notify_key = (address, secret)
         return self.notifier
 
     def learn(self, tensors: list) -> ModelPlacement:
