@@ -1,11 +1,26 @@
-"""What the RL-loop examples share (vllm_rl_loop.py, sglang_rl_loop.py): the trainer's synthetic
-training step, its own greedy tokens, a free port."""
+"""What the RL-loop examples share (vllm_rl_loop.py, sglang_rl_loop.py): checking --model, the
+trainer's synthetic training step, its own greedy tokens, a free port."""
 
 from __future__ import annotations
 
+import argparse
+import os
 import socket
 
 MAX_TOKENS = 8  # greedy tokens compared per prompt
+
+
+def check_model_dir(ap: argparse.ArgumentParser, model: str) -> None:
+    """Refuses (through `ap`) a --model that is no Hugging Face model directory or whose config
+    gives no context length."""
+    if not os.path.isfile(os.path.join(model, "config.json")):
+        ap.error(f"--model {model}: no config.json there (a Hugging Face model directory is needed)")
+    from weightport.hf import context_length
+
+    try:
+        context_length(model)
+    except ValueError as e:
+        ap.error(f"--model: {e}")
 
 
 def free_port() -> int:

@@ -25,7 +25,7 @@ import sys
 import time
 import urllib.request
 
-from rl_common import MAX_TOKENS, free_port, greedy_tokens, train_step
+from rl_common import MAX_TOKENS, check_model_dir, free_port, greedy_tokens, train_step
 
 MAX_CONTEXT = 512  # the prompts are short: a longer context only reserves KV cache never used
 
@@ -42,14 +42,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--json", action="store_true", help="print the per-step report as JSON")
     ap.add_argument("--log", help="write SGLang's server log to this file (default: not kept)")
     a = ap.parse_args(argv)
-    if not os.path.isfile(os.path.join(a.model, "config.json")):
-        ap.error(f"--model {a.model}: no config.json there (a Hugging Face model directory is needed)")
-    from weightport.hf import context_length
-
-    try:
-        context_length(a.model)
-    except ValueError as e:
-        ap.error(f"--model: {e}")
+    check_model_dir(ap, a.model)
     if a.steps < 1 or a.tp < 1:
         ap.error("--steps and --tp must be at least 1")
     return a

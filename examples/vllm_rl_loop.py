@@ -23,7 +23,7 @@ import os
 import sys
 import time
 
-from rl_common import MAX_TOKENS, free_port, greedy_tokens, train_step
+from rl_common import MAX_TOKENS, check_model_dir, free_port, greedy_tokens, train_step
 
 PROMPTS = ["the water of people", "you can see the first", "when they make a long"]
 MAX_MODEL_LEN = 512
@@ -45,14 +45,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--timeout", type=float, default=300, help="seconds any one wait may take (default 300)")
     ap.add_argument("--json", action="store_true", help="print the per-step report as JSON")
     a = ap.parse_args(argv)
-    if not os.path.isfile(os.path.join(a.model, "config.json")):
-        ap.error(f"--model {a.model}: no config.json there (a Hugging Face model directory is needed)")
-    from weightport.hf import context_length
-
-    try:
-        context_length(a.model)
-    except ValueError as e:
-        ap.error(f"--model: {e}")
+    check_model_dir(ap, a.model)
     if a.steps < 1 or a.tp < 1 or a.trainer_ranks < 1:
         ap.error("--steps, --tp and --trainer-ranks must be at least 1")
     if a.publish_dtype == "bf16" and a.trainer_ranks > 1:

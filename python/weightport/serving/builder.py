@@ -176,18 +176,27 @@ class VersionBuilder:
             return True
 
     def _build(self, received: dict[str, torch.Tensor]) -> tuple[dict[str, torch.nn.Module], float, float, float]:
-        placement = self._placement
-        shadows, fresh, alloc_s = self._fresh.shadows(dict(self._model.named_modules()))
-        t0 = time.perf_counter()
-        copy_runs(placement.runs, placement.boxes, received, fresh)
-        for c in placement.fallback:
-            args = dict(c.arguments)
-            args[c.param_arg] = fresh[(c.layer, c.param)]
-            args[c.tensor_arg] = received[c.tensor]
-            c.loader(**args)
-        if self._on_device:  # the copies read the pin, released after this
-            torch.accelerator.synchronize()
-        t1 = time.perf_counter()
-        for shadow in shadows.values():
-            self._post_process(shadow)
-        return shadows, alloc_s, t1 - t0, time.perf_counter() - t1
+        return build_shadows(self._model, self._placement, self._fresh, received, self._post_process,
+                             self._on_device)
+
+
+def build_shadows(model: torch.nn.Module, placement: ModelPlacement, fresh_set: FreshSet,
+                  received: dict[str, torch.Tensor], post_process: Callable[[torch.nn.Module], None],
+                  on_device: bool) -> tuple[dict[str, torch.nn.Module], float, float, float]:
+    """Shadow layers of `model` holding the `received` version (the box copies, then the model's own
+    loader for what no box expresses), post-processed; and the seconds allocation, the copies and
+    the processing took."""
+    shadows, fresh, alloc_s = fresh_set.shadows(dict(model.named_modules()))
+    t0 = time.perf_counter()
+    copy_runs(placement.runs, placement.boxes, received, fresh)
+    for c in placement.fallback:
+        args = dict(c.arguments)
+        args[c.param_arg] = fresh[(c.layer, c.param)]
+        args[c.tensor_arg] = received[c.tensor]
+        c.loader(**args)
+    if on_device:  # the copies read the pin, released after this
+        torch.accelerator.synchronize()
+    t1 = time.perf_counter()
+    for shadow in shadows.values():
+        post_process(shadow)
+    return shadows, alloc_s, t1 - t0, time.perf_counter() - t1

@@ -68,6 +68,7 @@ class _Worker:
         self.notifier: ReadyNotifier | None = None
         self.notify_key: tuple[str, str] | None = None  # the trainer's address and secret it answers
         self.applied_version = 0
+        self.device = torch.device("cpu")  # where the model's parameters live (set at join)
         self.reports: list[dict[str, Any]] = []
 
     def tell(self, cmd: dict[str, Any]) -> ReadyNotifier | None:
@@ -105,7 +106,7 @@ class _Worker:
                          world_size=self.world, transport=cmd.get("transport", "auto"),
                          timeout=float(cmd.get("timeout", 120.0)), delta=bool(cmd.get("delta", True)))
         sub.bind(box_stand_ins(placement), layout=BoxLayout(placement.boxes), mode="copy")
-        self.sub, self.applied_version = sub, 0
+        self.sub, self.applied_version, self.device = sub, 0, device
         self.builder = VersionBuilder(self.model, placement, self.fresh, sub, post_process=post_process,
                                       on_device=device.type != "cpu", notifier=self.notifier, log=logger).start()
 
@@ -114,7 +115,7 @@ class _Worker:
             raise RuntimeError("weightport: no session on this worker (the join was not done or failed)")
         built = self.builder.take(version, timeout)
         # CUDA graphs hold the live tensors' addresses: there, same-layout tensors are copied into.
-        in_place = any(p.device.type != "cpu" for p in self.model.parameters())
+        in_place = self.device.type != "cpu"
         modules = dict(self.model.named_modules())
         replaced: list = []
         try:

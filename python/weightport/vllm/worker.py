@@ -28,11 +28,11 @@ from vllm.distributed.weight_transfer.base import (WeightTransferEngine, WeightT
                                                    WeightTransferUpdateInfo)
 
 from .. import _options, errors
-from ..layouts import Layout
 from ..subscriber import Subscriber
 from ..serving.placement import ModelPlacement, TensorMeta, fresh_tensor
 from ..serving.ready import ReadyNotifier
-from ..serving.shadow import FreshSet, copy_runs, retie, snapshot, swap_in
+from ..serving.builder import BoxLayout, box_stand_ins, build_shadows
+from ..serving.shadow import FreshSet, retie, snapshot, swap_in
 from .placement import bind_to_layer, hooks, learn_placement, post_process
 
 logger = init_logger("vllm.weightport")  # under vLLM's logger: its handlers and level
@@ -80,16 +80,6 @@ class WeightportUpdateInfo(WeightTransferUpdateInfo):
         # 0 is refused later, by name, where it means something (a rollback: "version 0 is not kept").
         self.version = _options.version(self.version, lowest=0)
         self.timeout = _options.wait_seconds(self.timeout)
-
-
-class _Boxes(Layout):
-    """The subscriber layout: each checkpoint tensor's box this worker needs."""
-
-    def __init__(self, boxes: dict[str, tuple[list[int], list[int], list[int]]]):
-        self.boxes = boxes
-
-    def slice_of(self, name, shape):
-        return self.boxes[name]
 
 
 @dataclass
@@ -170,12 +160,10 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
                                                      fill=0.0 if tpl.zero else None),
                 rebind=bind_to_layer)
         rank, world = self._subscriber_rank(init_info.replica, init_info.replicas)
-        fake = [(name, torch.empty(1, dtype=placement.dtypes[name]).expand(*box[2]))
-                for name, box in placement.boxes.items()]
         sub = Subscriber(init_info.coordinator, secret=bytes.fromhex(init_info.secret_hex), rank=rank,
                          world_size=world, transport=init_info.transport, timeout=init_info.timeout,
                          delta=init_info.delta)
-        sub.bind(fake, layout=_Boxes(placement.boxes), mode="copy")
+        sub.bind(box_stand_ins(placement), layout=BoxLayout(placement.boxes), mode="copy")
         self._sub = sub
         self._notifier = (ReadyNotifier(init_info.notify, bytes.fromhex(init_info.secret_hex), rank, world,
                                         logger.warning) if init_info.notify else None)
@@ -418,18 +406,4 @@ class WeightportWeightTransferEngine(WeightTransferEngine[WeightportInitInfo, We
     def _build(self, received: dict[str, torch.Tensor]) -> tuple[dict[str, torch.nn.Module], float, float, float]:
         """Shadow layers holding the received version, post-processed like vLLM's own loading, and
         the seconds allocation, the copies and the processing took."""
-        placement = self._placement
-        shadows, fresh, alloc_s = self._fresh.shadows(dict(self.model.named_modules()))
-        t0 = time.perf_counter()
-        copy_runs(placement.runs, placement.boxes, received, fresh)
-        for c in placement.fallback:
-            args = dict(c.arguments)
-            args[c.param_arg] = fresh[(c.layer, c.param)]
-            args[c.tensor_arg] = received[c.tensor]
-            c.loader(**args)
-        if self._on_device:  # the copies read the pin, released after this
-            torch.accelerator.synchronize()
-        t1 = time.perf_counter()
-        for shadow in shadows.values():
-            post_process(shadow)
-        return shadows, alloc_s, t1 - t0, time.perf_counter() - t1
+        return build_shadows(self.model, self._placement, self._fresh, received, post_process, self._on_device)
